@@ -1,0 +1,3 @@
+from staticadm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""Kubernetes' admission CEL environment on cel-expr-python.
+
+``compile_expression`` is what the manifest validator and the snapshot use; evaluation goes through a
+per-request ``EvaluationContext`` from ``CelEnvironment.new_context``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from staticadm.cel.environment import (
+    ADMISSION_VARIABLES,
+    CelEnvironment,
+    CompiledExpression,
+    CompileError,
+    ExpressionKind,
+    build_environment,
+)
+from staticadm.cel.evaluation import COST_LIMIT_MESSAGE, EvalError, EvaluationContext
+
+
+@cache
+def admission_environment(mutating: bool = False) -> CelEnvironment:
+    """The shared, immutable environment; building one registers every library with the engine."""
+    return build_environment(mutating=mutating)
+
+
+def compile_expression(source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (),
+                       mutating: bool = False) -> CompiledExpression | CompileError:
+    return admission_environment(mutating).compile(source, kind, variable_names=variable_names)
+
+
+__all__ = [
+    "ADMISSION_VARIABLES",
+    "COST_LIMIT_MESSAGE",
+    "CelEnvironment",
+    "CompileError",
+    "CompiledExpression",
+    "EvalError",
+    "EvaluationContext",
+    "ExpressionKind",
+    "admission_environment",
+    "compile_expression",
+    "evaluate_standalone",
+]
+
+
+def evaluate_standalone(source: str, variables: Mapping[str, Any] | None = None, *,
+                        mutating: bool = False) -> Any:
+    """Compiles and evaluates one expression with the given variable values (the playground and the
+    conformance runner). Returns the Python value, a ``CompileError`` or an ``EvalError``."""
+    environment = admission_environment(mutating)
+    compiled = environment.compile(source, ExpressionKind.STANDALONE, variable_names=None)
+    if isinstance(compiled, CompileError):
+        return compiled
+    return compiled.evaluate(environment.new_context(variables or {}))

@@ -1,0 +1,55 @@
+"""The contract between the CEL environment and the Kubernetes function libraries.
+
+A library is a module exposing ``FUNCTIONS: tuple[Function, ...]`` and, when it defines value types,
+``TYPES: tuple[OpaqueType, ...]``. The environment declares every overload to the type checker with
+its real Kubernetes signature and binds ``impl`` for evaluation.
+
+Type names use CEL's notation: ``int``, ``uint``, ``double``, ``bool``, ``string``, ``bytes``,
+``null_type``, ``dyn``, ``list(T)``, ``map(K, V)``, ``optional_type(T)`` and the Kubernetes value types
+declared in ``TYPES`` (``kubernetes.Quantity``, ``net.IP``, ``net.CIDR``, ...).
+
+Runtime representation of Kubernetes value types: the engine cannot carry opaque Python objects, so a
+value of such a type is a plain dict ``{"@k8s": "<type name>", ...payload}`` (see ``values.py``). The
+type checker still sees the abstract type, so user expressions cannot index into it. Because CEL ``==``
+on these values compares the dicts, the payload must be canonical: two values Kubernetes considers
+equal must have equal payloads.
+
+``impl`` receives Python values (int, float, str, bytes, bool, None, list, dict, datetime, timedelta,
+and the dicts above) and returns one. For an ``optional_type(T)`` result it returns ``None`` for
+``optional.none()``. It reports a CEL runtime error by raising ``CelFunctionError`` with Kubernetes'
+message text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class CelFunctionError(Exception):
+    """A CEL runtime error raised by a library function; the message is shown to the policy author."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overload:
+    overload_id: str
+    params: tuple[str, ...]
+    result: str
+    impl: Callable[..., Any]
+    member: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    name: str
+    overloads: tuple[Overload, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueType:
+    """A Kubernetes CEL value type with no literal syntax (Quantity, IP, CIDR, ...)."""
+
+    name: str
+    #: Renders a runtime value of this type as the canonical string used in JSON output.
+    to_string: Callable[[dict[str, Any]], str]

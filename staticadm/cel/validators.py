@@ -1,0 +1,164 @@
+"""Compile-time checks Kubernetes runs on a checked CEL AST that the engine does not run itself.
+
+- homogeneous aggregate literals (cel-go ``HomogeneousAggregateLiterals``),
+- literal arguments of duration/timestamp/regex functions (Kubernetes 1.29 AST validators and the regex
+  precompilation of its regex library),
+- fields of the typed admission variables (``request``, ``namespaceObject``, ``variables``) that
+  Kubernetes declares as object types but our engine can only declare as ``dyn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from staticadm.cel import ast
+
+# The object types Kubernetes declares for admission variables: field name -> nested schema (None = leaf).
+Schema = Mapping[str, "Schema | None"]
+_GROUP_VERSION_KIND: Schema = {"group": None, "version": None, "kind": None}
+_GROUP_VERSION_RESOURCE: Schema = {"group": None, "version": None, "resource": None}
+REQUEST_SCHEMA: Schema = {
+    "kind": _GROUP_VERSION_KIND,
+    "resource": _GROUP_VERSION_RESOURCE,
+    "subResource": None,
+    "requestKind": _GROUP_VERSION_KIND,
+    "requestResource": _GROUP_VERSION_RESOURCE,
+    "requestSubResource": None,
+    "name": None,
+    "namespace": None,
+    "operation": None,
+    "userInfo": {"username": None, "uid": None, "groups": None, "extra": None},
+    "dryRun": None,
+    "options": None,
+}
+NAMESPACE_SCHEMA: Schema = {
+    "metadata": {
+        "name": None, "generateName": None, "namespace": None, "uid": None, "resourceVersion": None,
+        "generation": None, "creationTimestamp": None, "deletionTimestamp": None,
+        "deletionGracePeriodSeconds": None, "labels": None, "annotations": None, "finalizers": None,
+    },
+    "spec": {"finalizers": None},
+    "status": {"phase": None, "conditions": None},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    node_id: int
+    message: str
+
+
+def check_homogeneous_literals(checked: Any) -> list[Issue]:
+    types = ast.node_types(checked)
+    issues: list[Issue] = []
+
+    def check_group(nodes: list[Any]) -> None:
+        expected: str | None = None
+        for node in nodes:
+            found = types.get(node.id, "dyn")
+            if found == "dyn" or found.startswith("optional_type"):
+                continue
+            if expected is None:
+                expected = found
+            elif found != expected:
+                issues.append(Issue(node.id, f"expected type '{expected}' but found '{found}'"))
+
+    for node in ast.walk(checked.expr):
+        kind = node.WhichOneof("expr_kind")
+        if kind == "list_expr":
+            check_group(list(node.list_expr.elements))
+        elif kind == "struct_expr" and not node.struct_expr.message_name:
+            entries = list(node.struct_expr.entries)
+            check_group([entry.map_key for entry in entries])
+            check_group([entry.value for entry in entries])
+    return issues
+
+
+# Functions whose literal argument Kubernetes validates at compile time: name -> (is member, arg index).
+_LITERAL_ARGUMENTS = {
+    "duration": (False, 0),
+    "timestamp": (False, 0),
+    "matches": (None, None),
+    "find": (True, 0),
+    "findAll": (True, 0),
+}
+
+
+def check_literal_arguments(checked: Any, evaluate_literal: Callable[[str, Any], str | None]) -> list[Issue]:
+    """``evaluate_literal(function, literal)`` returns an error text when the literal is invalid."""
+    issues: list[Issue] = []
+    for node in ast.walk(checked.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        call = node.call_expr
+        if call.function not in _LITERAL_ARGUMENTS:
+            continue
+        is_member = call.HasField("target")
+        if call.function == "matches":
+            argument = call.args[0] if is_member else (call.args[1] if len(call.args) > 1 else None)
+        else:
+            member, index = _LITERAL_ARGUMENTS[call.function]
+            if member != is_member or index is None or len(call.args) <= index:
+                continue
+            argument = call.args[index]
+        if argument is None or argument.WhichOneof("expr_kind") != "const_expr":
+            continue
+        constant = argument.const_expr
+        literal_kind = constant.WhichOneof("constant_kind")
+        if literal_kind not in ("string_value", "int64_value"):
+            continue
+        error = evaluate_literal(call.function, getattr(constant, literal_kind))
+        if error is not None:
+            issues.append(Issue(argument.id, error))
+    return issues
+
+
+def check_typed_variables(checked: Any, variable_names: frozenset[str] | None) -> list[Issue]:
+    """Rejects fields Kubernetes' declared object types do not have (``request.uid``, ``variables.nope``)."""
+    issues: list[Issue] = []
+    roots: dict[str, Schema] = {"request": REQUEST_SCHEMA, "namespaceObject": NAMESPACE_SCHEMA}
+    if variable_names is not None:
+        roots["variables"] = dict.fromkeys(variable_names)
+    selected_roots: set[int] = set()
+    for node in ast.walk(checked.expr):
+        if node.WhichOneof("expr_kind") != "select_expr":
+            continue
+        chain = [node.select_expr.field]
+        operand = node.select_expr.operand
+        while operand.WhichOneof("expr_kind") == "select_expr":
+            chain.append(operand.select_expr.field)
+            operand = operand.select_expr.operand
+        if operand.WhichOneof("expr_kind") != "ident_expr" or operand.ident_expr.name not in roots:
+            continue
+        if operand.id in selected_roots:
+            continue
+        selected_roots.add(operand.id)
+        schema: Schema | None = roots[operand.ident_expr.name]
+        for field in reversed(chain):
+            if schema is None:
+                break
+            if field not in schema:
+                issues.append(Issue(node.id, f"undefined field '{field}'"))
+                break
+            schema = schema[field]
+    return issues
+
+
+def uses_of_variables(checked: Any) -> frozenset[str]:
+    names = set()
+    for node in ast.walk(checked.expr):
+        if node.WhichOneof("expr_kind") == "select_expr":
+            operand = node.select_expr.operand
+            if operand.WhichOneof("expr_kind") == "ident_expr" and operand.ident_expr.name == "variables":
+                names.add(node.select_expr.field)
+    return frozenset(names)
+
+
+def format_issue(source: str, line: int, column: int, message: str) -> str:
+    """cel-go's issue rendering, which Kubernetes puts verbatim into its errors."""
+    lines = source.split("\n")
+    snippet = lines[line - 1] if 0 < line <= len(lines) else ""
+    marker = "." * max(column - 1, 0) + "^"
+    return f"ERROR: <input>:{line}:{column}: {message}\n | {snippet}\n | {marker}"
