@@ -19,6 +19,7 @@ from staticadm.cel.environment import (
     build_environment,
 )
 from staticadm.cel.evaluation import COST_LIMIT_MESSAGE, EvalError, EvaluationContext
+from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 
 
 @cache
@@ -27,8 +28,9 @@ def admission_environment(mutating: bool = False) -> CelEnvironment:
     return build_environment(mutating=mutating)
 
 
-def compile_expression(source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (),
-                       mutating: bool = False) -> CompiledExpression | CompileError:
+def compile_expression(
+    source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (), mutating: bool = False
+) -> CompiledExpression | CompileError:
     return admission_environment(mutating).compile(source, kind, variable_names=variable_names)
 
 
@@ -47,12 +49,15 @@ __all__ = [
 ]
 
 
-def evaluate_standalone(source: str, variables: Mapping[str, Any] | None = None, *,
-                        mutating: bool = False) -> Any:
+def evaluate_standalone(source: str, variables: Mapping[str, Any] | None = None, *, mutating: bool = False) -> Any:
     """Compiles and evaluates one expression with the given variable values (the playground and the
     conformance runner). Returns the Python value, a ``CompileError`` or an ``EvalError``."""
     environment = admission_environment(mutating)
     compiled = environment.compile(source, ExpressionKind.STANDALONE, variable_names=None)
     if isinstance(compiled, CompileError):
         return compiled
-    return compiled.evaluate(environment.new_context(variables or {}))
+    data = dict(variables or {})
+    # Authorization checks compile and fail at evaluation, as with no authorizer configured.
+    data.setdefault("authorizer", make_authorizer())
+    data.setdefault("authorizer.requestResource", make_request_resource("", "", "", "", ""))
+    return compiled.evaluate(environment.new_context(data))

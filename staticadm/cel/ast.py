@@ -29,89 +29,164 @@ _SCALARS = {
 
 # (field name, number, type, repeated, oneof index or None); message types are written ".cel.expr.X".
 _MESSAGES: dict[str, tuple[list[str], list[tuple[str, int, str, bool, int | None]]]] = {
-    "ParsedExpr": ([], [("expr", 2, ".cel.expr.Expr", False, None),
-                        ("source_info", 3, ".cel.expr.SourceInfo", False, None)]),
-    "Expr": (["expr_kind"], [
-        ("id", 2, "int64", False, None),
-        ("const_expr", 3, ".cel.expr.Constant", False, 0),
-        ("ident_expr", 4, ".cel.expr.Expr.Ident", False, 0),
-        ("select_expr", 5, ".cel.expr.Expr.Select", False, 0),
-        ("call_expr", 6, ".cel.expr.Expr.Call", False, 0),
-        ("list_expr", 7, ".cel.expr.Expr.CreateList", False, 0),
-        ("struct_expr", 8, ".cel.expr.Expr.CreateStruct", False, 0),
-        ("comprehension_expr", 9, ".cel.expr.Expr.Comprehension", False, 0),
-    ]),
+    "ParsedExpr": (
+        [],
+        [("expr", 2, ".cel.expr.Expr", False, None), ("source_info", 3, ".cel.expr.SourceInfo", False, None)],
+    ),
+    "Expr": (
+        ["expr_kind"],
+        [
+            ("id", 2, "int64", False, None),
+            ("const_expr", 3, ".cel.expr.Constant", False, 0),
+            ("ident_expr", 4, ".cel.expr.Expr.Ident", False, 0),
+            ("select_expr", 5, ".cel.expr.Expr.Select", False, 0),
+            ("call_expr", 6, ".cel.expr.Expr.Call", False, 0),
+            ("list_expr", 7, ".cel.expr.Expr.CreateList", False, 0),
+            ("struct_expr", 8, ".cel.expr.Expr.CreateStruct", False, 0),
+            ("comprehension_expr", 9, ".cel.expr.Expr.Comprehension", False, 0),
+        ],
+    ),
     "Expr.Ident": ([], [("name", 1, "string", False, None)]),
-    "Expr.Select": ([], [("operand", 1, ".cel.expr.Expr", False, None), ("field", 2, "string", False, None),
-                         ("test_only", 3, "bool", False, None)]),
-    "Expr.Call": ([], [("target", 1, ".cel.expr.Expr", False, None), ("function", 2, "string", False, None),
-                       ("args", 3, ".cel.expr.Expr", True, None)]),
-    "Expr.CreateList": ([], [("elements", 1, ".cel.expr.Expr", True, None),
-                             ("optional_indices", 2, "int32", True, None)]),
-    "Expr.CreateStruct": ([], [("message_name", 1, "string", False, None),
-                               ("entries", 2, ".cel.expr.Expr.CreateStruct.Entry", True, None)]),
-    "Expr.CreateStruct.Entry": (["key_kind"], [
-        ("id", 1, "int64", False, None), ("field_key", 2, "string", False, 0),
-        ("map_key", 3, ".cel.expr.Expr", False, 0), ("value", 4, ".cel.expr.Expr", False, None),
-        ("optional_entry", 5, "bool", False, None)]),
-    "Expr.Comprehension": ([], [
-        ("iter_var", 1, "string", False, None), ("iter_range", 2, ".cel.expr.Expr", False, None),
-        ("accu_var", 3, "string", False, None), ("accu_init", 4, ".cel.expr.Expr", False, None),
-        ("loop_condition", 5, ".cel.expr.Expr", False, None), ("loop_step", 6, ".cel.expr.Expr", False, None),
-        ("result", 7, ".cel.expr.Expr", False, None), ("iter_var2", 8, "string", False, None)]),
-    "Constant": (["constant_kind"], [
-        ("null_value", 1, "enum", False, 0), ("bool_value", 2, "bool", False, 0),
-        ("int64_value", 3, "int64", False, 0), ("uint64_value", 4, "uint64", False, 0),
-        ("double_value", 5, "double", False, 0), ("string_value", 6, "string", False, 0),
-        ("bytes_value", 7, "bytes", False, 0)]),
-    "SourceInfo": ([], [
-        ("syntax_version", 1, "string", False, None), ("location", 2, "string", False, None),
-        ("line_offsets", 3, "int32", True, None),
-        ("positions", 4, ".cel.expr.SourceInfo.PositionsEntry", True, None),
-        ("macro_calls", 5, ".cel.expr.SourceInfo.MacroCallsEntry", True, None)]),
+    "Expr.Select": (
+        [],
+        [
+            ("operand", 1, ".cel.expr.Expr", False, None),
+            ("field", 2, "string", False, None),
+            ("test_only", 3, "bool", False, None),
+        ],
+    ),
+    "Expr.Call": (
+        [],
+        [
+            ("target", 1, ".cel.expr.Expr", False, None),
+            ("function", 2, "string", False, None),
+            ("args", 3, ".cel.expr.Expr", True, None),
+        ],
+    ),
+    "Expr.CreateList": (
+        [],
+        [("elements", 1, ".cel.expr.Expr", True, None), ("optional_indices", 2, "int32", True, None)],
+    ),
+    "Expr.CreateStruct": (
+        [],
+        [("message_name", 1, "string", False, None), ("entries", 2, ".cel.expr.Expr.CreateStruct.Entry", True, None)],
+    ),
+    "Expr.CreateStruct.Entry": (
+        ["key_kind"],
+        [
+            ("id", 1, "int64", False, None),
+            ("field_key", 2, "string", False, 0),
+            ("map_key", 3, ".cel.expr.Expr", False, 0),
+            ("value", 4, ".cel.expr.Expr", False, None),
+            ("optional_entry", 5, "bool", False, None),
+        ],
+    ),
+    "Expr.Comprehension": (
+        [],
+        [
+            ("iter_var", 1, "string", False, None),
+            ("iter_range", 2, ".cel.expr.Expr", False, None),
+            ("accu_var", 3, "string", False, None),
+            ("accu_init", 4, ".cel.expr.Expr", False, None),
+            ("loop_condition", 5, ".cel.expr.Expr", False, None),
+            ("loop_step", 6, ".cel.expr.Expr", False, None),
+            ("result", 7, ".cel.expr.Expr", False, None),
+            ("iter_var2", 8, "string", False, None),
+        ],
+    ),
+    "Constant": (
+        ["constant_kind"],
+        [
+            ("null_value", 1, "enum", False, 0),
+            ("bool_value", 2, "bool", False, 0),
+            ("int64_value", 3, "int64", False, 0),
+            ("uint64_value", 4, "uint64", False, 0),
+            ("double_value", 5, "double", False, 0),
+            ("string_value", 6, "string", False, 0),
+            ("bytes_value", 7, "bytes", False, 0),
+        ],
+    ),
+    "SourceInfo": (
+        [],
+        [
+            ("syntax_version", 1, "string", False, None),
+            ("location", 2, "string", False, None),
+            ("line_offsets", 3, "int32", True, None),
+            ("positions", 4, ".cel.expr.SourceInfo.PositionsEntry", True, None),
+            ("macro_calls", 5, ".cel.expr.SourceInfo.MacroCallsEntry", True, None),
+        ],
+    ),
     "SourceInfo.PositionsEntry": ([], [("key", 1, "int64", False, None), ("value", 2, "int32", False, None)]),
-    "SourceInfo.MacroCallsEntry": ([], [("key", 1, "int64", False, None),
-                                        ("value", 2, ".cel.expr.Expr", False, None)]),
-    "CheckedExpr": ([], [
-        ("reference_map", 2, ".cel.expr.CheckedExpr.ReferenceMapEntry", True, None),
-        ("type_map", 3, ".cel.expr.CheckedExpr.TypeMapEntry", True, None),
-        ("expr", 4, ".cel.expr.Expr", False, None),
-        ("source_info", 5, ".cel.expr.SourceInfo", False, None),
-        ("expr_version", 6, "string", False, None)]),
-    "CheckedExpr.ReferenceMapEntry": ([], [("key", 1, "int64", False, None),
-                                           ("value", 2, ".cel.expr.Reference", False, None)]),
-    "CheckedExpr.TypeMapEntry": ([], [("key", 1, "int64", False, None),
-                                      ("value", 2, ".cel.expr.Type", False, None)]),
-    "Reference": ([], [("name", 1, "string", False, None), ("overload_id", 3, "string", True, None),
-                       ("value", 4, ".cel.expr.Constant", False, None)]),
-    "Type": (["type_kind"], [
-        ("dyn", 1, ".cel.expr.Empty", False, 0), ("null", 2, "enum", False, 0),
-        ("primitive", 3, "enum", False, 0), ("wrapper", 4, "enum", False, 0),
-        ("well_known", 5, "enum", False, 0), ("list_type", 6, ".cel.expr.Type.ListType", False, 0),
-        ("map_type", 7, ".cel.expr.Type.MapType", False, 0),
-        ("function", 8, ".cel.expr.Type.FunctionType", False, 0),
-        ("message_type", 9, "string", False, 0), ("type_param", 10, "string", False, 0),
-        ("type", 11, ".cel.expr.Type", False, 0), ("error", 12, ".cel.expr.Empty", False, 0),
-        ("abstract_type", 14, ".cel.expr.Type.AbstractType", False, 0)]),
+    "SourceInfo.MacroCallsEntry": ([], [("key", 1, "int64", False, None), ("value", 2, ".cel.expr.Expr", False, None)]),
+    "CheckedExpr": (
+        [],
+        [
+            ("reference_map", 2, ".cel.expr.CheckedExpr.ReferenceMapEntry", True, None),
+            ("type_map", 3, ".cel.expr.CheckedExpr.TypeMapEntry", True, None),
+            ("expr", 4, ".cel.expr.Expr", False, None),
+            ("source_info", 5, ".cel.expr.SourceInfo", False, None),
+            ("expr_version", 6, "string", False, None),
+        ],
+    ),
+    "CheckedExpr.ReferenceMapEntry": (
+        [],
+        [("key", 1, "int64", False, None), ("value", 2, ".cel.expr.Reference", False, None)],
+    ),
+    "CheckedExpr.TypeMapEntry": ([], [("key", 1, "int64", False, None), ("value", 2, ".cel.expr.Type", False, None)]),
+    "Reference": (
+        [],
+        [
+            ("name", 1, "string", False, None),
+            ("overload_id", 3, "string", True, None),
+            ("value", 4, ".cel.expr.Constant", False, None),
+        ],
+    ),
+    "Type": (
+        ["type_kind"],
+        [
+            ("dyn", 1, ".cel.expr.Empty", False, 0),
+            ("null", 2, "enum", False, 0),
+            ("primitive", 3, "enum", False, 0),
+            ("wrapper", 4, "enum", False, 0),
+            ("well_known", 5, "enum", False, 0),
+            ("list_type", 6, ".cel.expr.Type.ListType", False, 0),
+            ("map_type", 7, ".cel.expr.Type.MapType", False, 0),
+            ("function", 8, ".cel.expr.Type.FunctionType", False, 0),
+            ("message_type", 9, "string", False, 0),
+            ("type_param", 10, "string", False, 0),
+            ("type", 11, ".cel.expr.Type", False, 0),
+            ("error", 12, ".cel.expr.Empty", False, 0),
+            ("abstract_type", 14, ".cel.expr.Type.AbstractType", False, 0),
+        ],
+    ),
     "Type.ListType": ([], [("elem_type", 1, ".cel.expr.Type", False, None)]),
-    "Type.MapType": ([], [("key_type", 1, ".cel.expr.Type", False, None),
-                          ("value_type", 2, ".cel.expr.Type", False, None)]),
-    "Type.FunctionType": ([], [("result_type", 1, ".cel.expr.Type", False, None),
-                               ("arg_types", 2, ".cel.expr.Type", True, None)]),
-    "Type.AbstractType": ([], [("name", 1, "string", False, None),
-                               ("parameter_types", 2, ".cel.expr.Type", True, None)]),
+    "Type.MapType": (
+        [],
+        [("key_type", 1, ".cel.expr.Type", False, None), ("value_type", 2, ".cel.expr.Type", False, None)],
+    ),
+    "Type.FunctionType": (
+        [],
+        [("result_type", 1, ".cel.expr.Type", False, None), ("arg_types", 2, ".cel.expr.Type", True, None)],
+    ),
+    "Type.AbstractType": (
+        [],
+        [("name", 1, "string", False, None), ("parameter_types", 2, ".cel.expr.Type", True, None)],
+    ),
     "Empty": ([], []),
 }
-_MAP_ENTRIES = {"SourceInfo.PositionsEntry", "SourceInfo.MacroCallsEntry", "CheckedExpr.ReferenceMapEntry",
-                "CheckedExpr.TypeMapEntry"}
+_MAP_ENTRIES = {
+    "SourceInfo.PositionsEntry",
+    "SourceInfo.MacroCallsEntry",
+    "CheckedExpr.ReferenceMapEntry",
+    "CheckedExpr.TypeMapEntry",
+}
 #: Type.primitive enum values, and the names cel-go prints for them.
 PRIMITIVE_NAMES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
 WELL_KNOWN_NAMES = {1: "any", 2: "google.protobuf.Timestamp", 3: "google.protobuf.Duration"}
 
 
 def _build_file() -> descriptor_pb2.FileDescriptorProto:
-    file = descriptor_pb2.FileDescriptorProto(name="staticadm/cel_expr.proto", package="cel.expr",
-                                              syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(name="staticadm/cel_expr.proto", package="cel.expr", syntax="proto3")
     enum = file.enum_type.add(name="Int32Enum")
     for number in range(16):
         enum.value.add(name=f"V{number}", number=number)
@@ -142,8 +217,10 @@ def _build_file() -> descriptor_pb2.FileDescriptorProto:
 
 _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_build_file())
-_CLASSES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"cel.expr.{name}"))
-            for name in ("ParsedExpr", "CheckedExpr", "Expr", "Constant", "Type")}
+_CLASSES = {
+    name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"cel.expr.{name}"))
+    for name in ("ParsedExpr", "CheckedExpr", "Expr", "Constant", "Type")
+}
 CheckedExpr = _CLASSES["CheckedExpr"]
 ParsedExpr = _CLASSES["ParsedExpr"]
 Expr = _CLASSES["Expr"]

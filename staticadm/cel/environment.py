@@ -17,7 +17,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
-from staticadm.cel import ast, rewrite, validators
+from staticadm.cel import ast, collisions, rewrite, validators
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
     CostLimitExceeded,
@@ -29,6 +29,7 @@ from staticadm.cel.evaluation import (
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.types import parse_type, runtime_kind
+from staticadm.cel.values import opaque_type_name
 
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
@@ -59,19 +60,40 @@ RESULT_TYPES: dict[ExpressionKind, tuple[str, ...] | None] = {
 }
 
 #: Variables declared for admission expressions (``params`` is absent: static policies have none).
-ADMISSION_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables", "authorizer",
-                       "authorizer.requestResource")
+ADMISSION_VARIABLES = (
+    "object",
+    "oldObject",
+    "request",
+    "namespaceObject",
+    "variables",
+    "authorizer",
+    "authorizer.requestResource",
+)
 
 # Standard functions whose declarations we must replace: Kubernetes enables cross-type numeric
 # comparisons, and its libraries add overloads to string(). The runtime keeps its native implementations.
 _NUMERIC = ("int", "uint", "double")
-_OVERLOAD_SUFFIX = {"int": "int64", "uint": "uint64", "double": "double", "string": "string", "bytes": "bytes",
-                    "bool": "bool", "timestamp": "timestamp", "duration": "duration"}
+_OVERLOAD_SUFFIX = {
+    "int": "int64",
+    "uint": "uint64",
+    "double": "double",
+    "string": "string",
+    "bytes": "bytes",
+    "bool": "bool",
+    "timestamp": "timestamp",
+    "duration": "duration",
+}
 _COMPARISONS = {"_<_": "less", "_<=_": "less_equals", "_>_": "greater", "_>=_": "greater_equals"}
-_STRING_CONVERSIONS = (("string_to_string", "string"), ("int64_to_string", "int"), ("uint64_to_string", "uint"),
-                       ("double_to_string", "double"), ("bytes_to_string", "bytes"),
-                       ("timestamp_to_string", "timestamp"), ("duration_to_string", "duration"),
-                       ("bool_to_string", "bool"))
+_STRING_CONVERSIONS = (
+    ("string_to_string", "string"),
+    ("int64_to_string", "int"),
+    ("uint64_to_string", "uint"),
+    ("double_to_string", "double"),
+    ("bytes_to_string", "bytes"),
+    ("timestamp_to_string", "timestamp"),
+    ("duration_to_string", "duration"),
+    ("bool_to_string", "bool"),
+)
 
 
 def _standard_overrides() -> list[Function]:
@@ -90,8 +112,12 @@ def _standard_overrides() -> list[Function]:
         for same in ("string", "bytes", "bool", "timestamp", "duration"):
             overloads.append(Overload(f"{prefix}_{_OVERLOAD_SUFFIX[same]}", (same, same), "bool", unused))
         functions.append(Function(name, tuple(overloads)))
-    functions.append(Function("string", tuple(Overload(overload_id, (param,), "string", unused)
-                                              for overload_id, param in _STRING_CONVERSIONS)))
+    functions.append(
+        Function(
+            "string",
+            tuple(Overload(overload_id, (param,), "string", unused) for overload_id, param in _STRING_CONVERSIONS),
+        )
+    )
     return functions
 
 
@@ -122,28 +148,51 @@ class CelEnvironment:
     """An immutable pair of engine environments plus the compile pipeline around them."""
 
     def __init__(self, libraries: Sequence[ModuleType], extra_variables: Iterable[str] = ()) -> None:
-        functions: list[Function] = [function for library in libraries for function in library.FUNCTIONS]
+        # Libraries may add overloads to one function name (ip() global in the IP library, member in CIDR).
+        merged: dict[str, list[Overload]] = {}
+        for library in libraries:
+            for function in library.FUNCTIONS:
+                merged.setdefault(function.name, []).extend(function.overloads)
+        functions = collisions.alias_functions([Function(name, tuple(o)) for name, o in merged.items()])
         opaque_types: list[OpaqueType] = [t for library in libraries for t in getattr(library, "TYPES", ())]
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
         opaque_names = frozenset(self.opaque_types)
         self._optional_functions = frozenset(
-            function.name for function in functions
-            if any(overload.result.startswith("optional_type(") for overload in function.overloads))
+            function.name
+            for function in functions
+            if any(overload.result.startswith("optional_type(") for overload in function.overloads)
+        )
         self.state = EvaluationState()
 
-        authorizer_type = next((getattr(lib, "AUTHORIZER_TYPE_NAME", None) for lib in libraries
-                                if hasattr(lib, "AUTHORIZER_TYPE_NAME")), None)
-        resource_check_type = next((getattr(lib, "RESOURCE_CHECK_TYPE_NAME", None) for lib in libraries
-                                    if hasattr(lib, "RESOURCE_CHECK_TYPE_NAME")), None)
+        authorizer_type = next(
+            (getattr(lib, "AUTHORIZER_TYPE_NAME", None) for lib in libraries if hasattr(lib, "AUTHORIZER_TYPE_NAME")),
+            None,
+        )
+        resource_check_type = next(
+            (
+                getattr(lib, "RESOURCE_CHECK_TYPE_NAME", None)
+                for lib in libraries
+                if hasattr(lib, "RESOURCE_CHECK_TYPE_NAME")
+            ),
+            None,
+        )
         checker_variables: dict[str, cel.Type] = {
-            "object": cel.Type.DYN, "oldObject": cel.Type.DYN, "request": cel.Type.DYN,
-            "namespaceObject": cel.Type.DYN, "variables": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)}
+            "object": cel.Type.DYN,
+            "oldObject": cel.Type.DYN,
+            "request": cel.Type.DYN,
+            "namespaceObject": cel.Type.DYN,
+            "variables": cel.Type.Map(cel.Type.STRING, cel.Type.DYN),
+        }
         if authorizer_type:
             checker_variables["authorizer"] = cel.Type.AbstractType(authorizer_type)
         if resource_check_type:
             checker_variables["authorizer.requestResource"] = cel.Type.AbstractType(resource_check_type)
         for name in extra_variables:
             checker_variables[name] = cel.Type.DYN
+        # Kubernetes value types are also type identifiers (``type(ip(s)) == net.IP``); the rewrite turns
+        # both sides into constants the runtime can compare.
+        for type_name in opaque_names:
+            checker_variables.setdefault(type_name, cel.Type.DYN)
         self.variable_names = frozenset(checker_variables)
         runtime_variables = dict.fromkeys(checker_variables, cel.Type.DYN)
 
@@ -163,54 +212,71 @@ class CelEnvironment:
             "    version: 2\n"
             '  - name: "two-var-comprehensions"\n'
             "stdlib:\n"
-            "  exclude_functions:\n" + exclusions)
+            "  exclude_functions:\n" + exclusions
+        )
 
-        checker_decls = [self._checker_decl(function, opaque_names)
-                         for function in [*merged_overrides, *library_functions]]
+        checker_decls = [
+            self._checker_decl(function, opaque_names) for function in [*merged_overrides, *library_functions]
+        ]
         self._checker = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=checker_variables,
             extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
-            functions=checker_decls)
-        runtime_decls = [decl for function in [*merged_overrides, *library_functions]
-                         if (decl := self._runtime_decl(function, opaque_names)) is not None]
+            functions=checker_decls,
+        )
+        runtime_decls = [
+            decl
+            for function in [*merged_overrides, *library_functions]
+            if (decl := self._runtime_decl(function, opaque_names)) is not None
+        ]
         runtime_decls.extend(self._internal_runtime_decls())
         self._runtime = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=runtime_variables,
             extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
-            functions=runtime_decls)
+            functions=runtime_decls,
+        )
         self._literal_programs: dict[tuple[str, str], Any] = {}
 
     # -- declarations -------------------------------------------------------------------------------
 
     @staticmethod
     def _checker_decl(function: Function, opaque_names: frozenset[str]) -> cel.FunctionDecl:
-        return cel.FunctionDecl(function.name, [
-            cel.Overload(overload.overload_id, parse_type(overload.result, opaque_names, runtime=False),
-                         [parse_type(p, opaque_names, runtime=False) for p in overload.params],
-                         is_member=overload.member)
-            for overload in function.overloads])
+        return cel.FunctionDecl(
+            function.name,
+            [
+                cel.Overload(
+                    overload.overload_id,
+                    parse_type(overload.result, opaque_names, runtime=False),
+                    [parse_type(p, opaque_names, runtime=False) for p in overload.params],
+                    is_member=overload.member,
+                )
+                for overload in function.overloads
+            ],
+        )
 
     @staticmethod
     def _runtime_decl(function: Function, opaque_names: frozenset[str]) -> cel.FunctionDecl | None:
-        # Overloads that differ only in types the runtime cannot tell apart share one registration;
-        # standard-library overloads (not ours) stay native.
-        registrations: dict[tuple[bool, tuple[str, ...]], Overload] = {}
+        # Overloads the runtime cannot tell apart (string(net.IP) and string(net.CIDR) both take a map)
+        # share one registration that dispatches on the values' type tags; standard-library overloads
+        # (not ours) stay native.
+        groups: dict[tuple[bool, tuple[str, ...]], list[Overload]] = {}
         for overload in function.overloads:
             if overload.overload_id in _STANDARD_OVERLOAD_IDS:
                 continue
             key = (overload.member, tuple(runtime_kind(p, opaque_names) for p in overload.params))
-            registrations.setdefault(key, overload)
-        if not registrations:
+            groups.setdefault(key, []).append(overload)
+        if not groups:
             return None
         engine_overloads = []
-        for overload in registrations.values():
-            result = cel.Type.UINT if overload.result == "uint" else cel.Type.DYN
-            impl = _runtime_impl(overload)
-            for suffix, params in _concrete_parameter_types(overload.params, opaque_names):
-                engine_overloads.append(cel.Overload(overload.overload_id + suffix, result, params,
-                                                     is_member=overload.member, impl=impl))
+        for overloads in groups.values():
+            first = overloads[0]
+            result = cel.Type.UINT if all(o.result == "uint" for o in overloads) else cel.Type.DYN
+            impl = _runtime_impl(overloads[0]) if len(overloads) == 1 else _dispatching_impl(
+                function.name, overloads, opaque_names)
+            for suffix, params in _concrete_parameter_types(first.params, opaque_names):
+                engine_overloads.append(cel.Overload(first.overload_id + suffix, result, params,
+                                                     is_member=first.member, impl=impl))
         return cel.FunctionDecl(function.name, engine_overloads)
 
     def _internal_runtime_decls(self) -> list[cel.FunctionDecl]:
@@ -235,40 +301,50 @@ class CelEnvironment:
         map_insert_entries = [
             cel.Overload("cel_mapinsert" + suffix, T.MAP, params, impl=map_insert_entry)
             for suffix, params in _concrete_parameter_types(("map(dyn, dyn)", "dyn", "dyn"), frozenset())
-            if params[1] in _MAP_KEY_TYPES]
+            if params[1] in _MAP_KEY_TYPES
+        ]
         return [
-            cel.FunctionDecl(rewrite.BUDGET_FUNCTION,
-                             [cel.Overload("staticadm_budget", T.BOOL, [], impl=self.state.tick)]),
-            cel.FunctionDecl(rewrite.VARIABLE_FUNCTION,
-                             [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=self.state.variable)]),
-            cel.FunctionDecl(rewrite.RANGE_GUARD_FUNCTION,
-                             [cel.Overload("staticadm_range_guard", T.INT, [T.INT], impl=range_guard)]),
+            cel.FunctionDecl(
+                rewrite.BUDGET_FUNCTION, [cel.Overload("staticadm_budget", T.BOOL, [], impl=self.state.tick)]
+            ),
+            cel.FunctionDecl(
+                rewrite.VARIABLE_FUNCTION,
+                [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=self.state.variable)],
+            ),
+            cel.FunctionDecl(
+                rewrite.RANGE_GUARD_FUNCTION, [cel.Overload("staticadm_range_guard", T.INT, [T.INT], impl=range_guard)]
+            ),
             # Two-variable transformMap/transformMapEntry expand to this internal function, which the
             # engine's runtime does not provide.
-            cel.FunctionDecl("cel.@mapInsert", [
-                *map_insert_entries,
-                cel.Overload("cel_mapinsert_map_map", T.MAP, [T.MAP, T.MAP], impl=map_insert_map)]),
+            cel.FunctionDecl(
+                "cel.@mapInsert",
+                [
+                    *map_insert_entries,
+                    cel.Overload("cel_mapinsert_map_map", T.MAP, [T.MAP, T.MAP], impl=map_insert_map),
+                ],
+            ),
         ]
 
     # -- compilation --------------------------------------------------------------------------------
 
-    def compile(self, source: str, kind: ExpressionKind, *,
-                variable_names: Sequence[str] | None = ()) -> CompiledExpression | CompileError:
+    def compile(
+        self, source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = ()
+    ) -> CompiledExpression | CompileError:
         """Compiles ``source`` as Kubernetes would; errors come back as values with cel-go's wording.
 
         ``variable_names`` are the policy variables visible to the expression; ``None`` skips the check
         (the playground, where ``variables`` is just a map).
         """
+        checker_source = collisions.alias_member_calls(source)
         try:
-            checked_program = self._checker.compile(source)
+            checked_program = self._checker.compile(checker_source)
         except RuntimeError as error:
-            return CompileError(engine_error_text(str(error)))
+            return CompileError(collisions.restore_names(engine_error_text(str(error)), checker_source, source))
         checked = ast.decode(checked_program.serialize())
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_literal_arguments(checked, self._literal_error),
-            *validators.check_typed_variables(
-                checked, None if variable_names is None else frozenset(variable_names)),
+            *validators.check_typed_variables(checked, None if variable_names is None else frozenset(variable_names)),
         ]
         if issues:
             rendered = []
@@ -276,20 +352,24 @@ class CelEnvironment:
                 line, column = ast.position_of(checked, issue.node_id)
                 rendered.append(validators.format_issue(source, line, column, issue.message))
             return CompileError("\n".join(rendered))
-        result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map \
-            else "dyn"
+        result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]
         if allowed is not None and result_type not in allowed:
             if len(allowed) == 1:
                 return CompileError(f"must evaluate to {allowed[0]} but got {result_type}")
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
-        rewritten = rewrite.rewrite_for_runtime(checked, self._optional_functions)
+        rewritten = rewrite.rewrite_for_runtime(checked, self._optional_functions, frozenset(self.opaque_types))
         try:
             program = self._runtime.deserialize(ast.encode(rewritten))
         except RuntimeError as error:
             return CompileError(f"program instantiation failed: {engine_error_text(str(error))}")
-        return CompiledExpression(source=source, kind=kind, result_type=result_type, program=program,
-                                  variables_used=validators.uses_of_variables(checked))
+        return CompiledExpression(
+            source=source,
+            kind=kind,
+            result_type=result_type,
+            program=program,
+            variables_used=validators.uses_of_variables(checked),
+        )
 
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
@@ -297,17 +377,23 @@ class CelEnvironment:
         template = self._literal_programs.get(template_key)
         if template is None:
             placeholder = '""' if isinstance(literal, str) else "0"
-            source = {"duration": f"duration({placeholder})", "timestamp": f"timestamp({placeholder})",
-                      "matches": f'"".matches({placeholder})', "find": f'"".find({placeholder})',
-                      "findAll": f'"".findAll({placeholder})'}[function]
+            source = {
+                "duration": f"duration({placeholder})",
+                "timestamp": f"timestamp({placeholder})",
+                "matches": f'"".matches({placeholder})',
+                "find": f'"".find({placeholder})',
+                "findAll": f'"".findAll({placeholder})',
+            }[function]
             template = ast.decode(self._checker.compile(source).serialize())
             self._literal_programs[template_key] = template
         probe = ast.CheckedExpr()
         probe.CopyFrom(template)
         for node in ast.walk(probe.expr):
-            if node.WhichOneof("expr_kind") == "const_expr" and node.const_expr.WhichOneof("constant_kind") in (
-                    "string_value", "int64_value") and not (function != "duration" and function != "timestamp"
-                                                            and node is probe.expr.call_expr.target):
+            if (
+                node.WhichOneof("expr_kind") == "const_expr"
+                and node.const_expr.WhichOneof("constant_kind") in ("string_value", "int64_value")
+                and not (function != "duration" and function != "timestamp" and node is probe.expr.call_expr.target)
+            ):
                 if isinstance(literal, str):
                     node.const_expr.string_value = literal
                 else:
@@ -322,8 +408,13 @@ class CelEnvironment:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def new_context(self, data: Mapping[str, Any], *, variables: Mapping[str, CompiledExpression] | None = None,
-                    budget_seconds: float | None = 0.1) -> EvaluationContext:
+    def new_context(
+        self,
+        data: Mapping[str, Any],
+        *,
+        variables: Mapping[str, CompiledExpression] | None = None,
+        budget_seconds: float | None = 0.1,
+    ) -> EvaluationContext:
         """One activation for all expressions of a request; the data is converted by the engine lazily."""
         return EvaluationContext(self._runtime, self.state, data, variables, budget_seconds)
 
@@ -331,30 +422,54 @@ class CelEnvironment:
 #: Every kind a runtime value can have. The engine never dispatches a Python function declared with a
 #: ``dyn`` parameter, so such parameters are registered once per concrete kind.
 _CONCRETE_KINDS: tuple[tuple[str, cel.Type], ...] = (
-    ("int", cel.Type.INT), ("uint", cel.Type.UINT), ("double", cel.Type.DOUBLE), ("bool", cel.Type.BOOL),
-    ("string", cel.Type.STRING), ("bytes", cel.Type.BYTES), ("null", cel.Type.NULL), ("list", cel.Type.LIST),
-    ("map", cel.Type.MAP), ("timestamp", cel.Type.TIMESTAMP), ("duration", cel.Type.DURATION))
+    ("int", cel.Type.INT),
+    ("uint", cel.Type.UINT),
+    ("double", cel.Type.DOUBLE),
+    ("bool", cel.Type.BOOL),
+    ("string", cel.Type.STRING),
+    ("bytes", cel.Type.BYTES),
+    ("null", cel.Type.NULL),
+    ("list", cel.Type.LIST),
+    ("map", cel.Type.MAP),
+    ("timestamp", cel.Type.TIMESTAMP),
+    ("duration", cel.Type.DURATION),
+)
 _MAP_KEY_TYPES = (cel.Type.INT, cel.Type.UINT, cel.Type.BOOL, cel.Type.STRING)
 
 
-def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str]
-                              ) -> list[tuple[str, list[cel.Type]]]:
+def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str]) -> list[tuple[str, list[cel.Type]]]:
     variants: list[tuple[str, list[cel.Type]]] = [("", [])]
     for param in params:
         if param.strip() == "dyn":
-            variants = [(suffix + "_" + kind_name, [*types, kind]) for suffix, types in variants
-                        for kind_name, kind in _CONCRETE_KINDS]
+            variants = [
+                (suffix + "_" + kind_name, [*types, kind])
+                for suffix, types in variants
+                for kind_name, kind in _CONCRETE_KINDS
+            ]
         else:
             parsed = parse_type(param, opaque_names, runtime=True)
             variants = [(suffix, [*types, parsed]) for suffix, types in variants]
     return variants
 
 
+def _dispatching_impl(name: str, overloads: Sequence[Overload],
+                      opaque_names: frozenset[str]) -> Callable[..., Any]:
+    candidates = [(tuple(p if p in opaque_names else None for p in o.params), _runtime_impl(o)) for o in overloads]
+
+    def dispatch(*args: Any) -> Any:
+        for tags, impl in candidates:
+            if all(tag is None or opaque_type_name(arg) == tag for tag, arg in zip(tags, args, strict=True)):
+                return impl(*args)
+        raise ValueError(f"no such overload: {name}")
+
+    return dispatch
+
+
 def _runtime_impl(overload: Overload) -> Callable[..., Any]:
     impl = overload.impl
     if not overload.result.startswith("optional_type("):
         return impl
-    inner = overload.result[len("optional_type("):-1]
+    inner = overload.result[len("optional_type(") : -1]
     zero: Any = [] if inner.startswith("list(") else {}
 
     def optional_result(*args: Any) -> Any:
@@ -370,5 +485,14 @@ def build_environment(*, mutating: bool = False, extra_variables: Iterable[str] 
     return CelEnvironment(libraries, extra_variables)
 
 
-__all__ = ["ADMISSION_VARIABLES", "COST_LIMIT_MESSAGE", "CelEnvironment", "CompileError", "CompiledExpression",
-           "EvalError", "EvaluationContext", "ExpressionKind", "build_environment"]
+__all__ = [
+    "ADMISSION_VARIABLES",
+    "COST_LIMIT_MESSAGE",
+    "CelEnvironment",
+    "CompileError",
+    "CompiledExpression",
+    "EvalError",
+    "EvaluationContext",
+    "ExpressionKind",
+    "build_environment",
+]

@@ -98,8 +98,11 @@ class EvaluationContext:
         if self.cost_exceeded or self._iterations > PER_EXPRESSION_ITERATION_LIMIT:
             self.cost_exceeded = True
             raise CostLimitExceeded()
-        if (self._deadline is not None and self._iterations % _DEADLINE_CHECK_INTERVAL == 0
-                and time.perf_counter() > self._deadline):
+        if (
+            self._deadline is not None
+            and self._iterations % _DEADLINE_CHECK_INTERVAL == 0
+            and time.perf_counter() > self._deadline
+        ):
             self.cost_exceeded = True
             raise CostLimitExceeded()
         return True
@@ -113,8 +116,9 @@ class EvaluationContext:
                 # A variable's iterations count against the expression that first forces it, as in Kubernetes.
                 outcome = compiled.evaluate(self, nested=True)
                 if isinstance(outcome, EvalError):
-                    outcome = EvalError(f'composited variable "{name}" fails to evaluate: {outcome.message}',
-                                        outcome.cost_exceeded)
+                    outcome = EvalError(
+                        f'composited variable "{name}" fails to evaluate: {outcome.message}', outcome.cost_exceeded
+                    )
                 self._variable_values[name] = outcome
         value = self._variable_values[name]
         if isinstance(value, EvalError):

@@ -28,6 +28,15 @@ class _Ids:
         return self._next
 
 
+def _make_type_constant(node: Any, type_name: str) -> None:
+    # The runtime represents every Kubernetes value as a map, so type(x) cannot tell them apart there;
+    # the checker already knows the static type, which is all type(x) can be for these values.
+    node_id = node.id
+    node.Clear()
+    node.id = node_id
+    node.const_expr.string_value = TYPE_CONSTANT_PREFIX + type_name
+
+
 def _call(node_id: int, function: str, *args: Any) -> Any:
     node = ast.Expr(id=node_id)
     node.call_expr.function = function
@@ -36,20 +45,33 @@ def _call(node_id: int, function: str, *args: Any) -> Any:
     return node
 
 
-def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str]) -> Any:
+TYPE_CONSTANT_PREFIX = "@type:"
+
+
+def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque_types: frozenset[str]) -> Any:
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
     ids = _Ids(ast.max_id(result))
+    types = ast.node_types(result)
     # Collect first: rewriting while walking would visit the nodes we insert.
     nodes = list(ast.walk(result.expr))
     for node in nodes:
         kind = node.WhichOneof("expr_kind")
+        reference = result.reference_map.get(node.id) if node.id in result.reference_map else None
+        if reference is not None and reference.name in opaque_types and not reference.overload_id:
+            # The identifier of a Kubernetes value type: compare as a constant (see below).
+            _make_type_constant(node, reference.name)
+            continue
+        if kind == "call_expr" and node.call_expr.function == "type" and not node.call_expr.HasField("target"):
+            checked_type = types.get(node.id, "")
+            if checked_type.startswith("type(") and checked_type[5:-1] in opaque_types:
+                _make_type_constant(node, checked_type[5:-1])
+                continue
         if kind == "comprehension_expr":
             comprehension = node.comprehension_expr
             condition = ast.Expr()
             condition.CopyFrom(comprehension.loop_condition)
-            comprehension.loop_condition.CopyFrom(
-                _call(ids(), "_&&_", _call(ids(), BUDGET_FUNCTION), condition))
+            comprehension.loop_condition.CopyFrom(_call(ids(), "_&&_", _call(ids(), BUDGET_FUNCTION), condition))
         elif kind == "select_expr" and not node.select_expr.test_only:
             operand = node.select_expr.operand
             if operand.WhichOneof("expr_kind") == "ident_expr" and operand.ident_expr.name == "variables":

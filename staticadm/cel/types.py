@@ -55,15 +55,13 @@ def parse_type(name: str, opaque_names: frozenset[str], *, runtime: bool) -> cel
         return cel.Type.LIST if runtime else cel.Type.List(arguments[0])
     if head == "map" and len(arguments) == 2:
         return cel.Type.MAP if runtime else cel.Type.Map(arguments[0], arguments[1])
-    if head == "optional_type" and len(arguments) == 1:
+    if head == "optional_type" and len(arguments) == 1 and runtime:
         # The runtime side of an optional-returning function returns the zero value for "none";
-        # the compiler wraps the call in optional.ofNonZeroValue (see environment.py).
-        return runtime_zero_type(rest[:-1], opaque_names) if runtime else cel.Type(f"optional_type({rest[:-1]})")
+        # the compiler wraps the call in optional.ofNonZeroValue (see rewrite.py).
+        return parse_type(rest[:-1], opaque_names, runtime=True)
+    if head == "optional_type" and len(arguments) == 1:
+        return cel.Type.AbstractType("optional_type", [arguments[0]])
     raise ValueError(f"unknown CEL type name {name!r}")
-
-
-def runtime_zero_type(inner: str, opaque_names: frozenset[str]) -> cel.Type:
-    return parse_type(inner, opaque_names, runtime=True)
 
 
 def runtime_kind(name: str, opaque_names: frozenset[str]) -> str:
@@ -74,5 +72,5 @@ def runtime_kind(name: str, opaque_names: frozenset[str]) -> str:
     if name.startswith("list("):
         return "list"
     if name.startswith("optional_type("):
-        return runtime_kind(name[len("optional_type("):-1], opaque_names)
+        return runtime_kind(name[len("optional_type(") : -1], opaque_names)
     return _PRIMITIVES[name].name() if name in _PRIMITIVES else name

@@ -35,9 +35,18 @@ REQUEST_SCHEMA: Schema = {
 }
 NAMESPACE_SCHEMA: Schema = {
     "metadata": {
-        "name": None, "generateName": None, "namespace": None, "uid": None, "resourceVersion": None,
-        "generation": None, "creationTimestamp": None, "deletionTimestamp": None,
-        "deletionGracePeriodSeconds": None, "labels": None, "annotations": None, "finalizers": None,
+        "name": None,
+        "generateName": None,
+        "namespace": None,
+        "uid": None,
+        "resourceVersion": None,
+        "generation": None,
+        "creationTimestamp": None,
+        "deletionTimestamp": None,
+        "deletionGracePeriodSeconds": None,
+        "labels": None,
+        "annotations": None,
+        "finalizers": None,
     },
     "spec": {"finalizers": None},
     "status": {"phase": None, "conditions": None},
@@ -65,8 +74,15 @@ def check_homogeneous_literals(checked: Any) -> list[Issue]:
             elif found != expected:
                 issues.append(Issue(node.id, f"expected type '{expected}' but found '{found}'"))
 
+    # cel-go exempts literals anywhere below a string.format() call (its arguments are heterogeneous).
+    exempt: set[int] = set()
+    for node in ast.walk(checked.expr):
+        if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function == "format":
+            exempt.update(child.id for arg in node.call_expr.args for child in ast.walk(arg))
     for node in ast.walk(checked.expr):
         kind = node.WhichOneof("expr_kind")
+        if node.id in exempt:
+            continue
         if kind == "list_expr":
             check_group(list(node.list_expr.elements))
         elif kind == "struct_expr" and not node.struct_expr.message_name:

@@ -1,0 +1,172 @@
+"""Kubernetes' CEL lists library (``k8s.io/apiserver/pkg/cel/library/lists.go``).
+
+``isSorted``, ``sum``, ``min``, ``max`` are declared per element type exactly as Kubernetes templates
+them; ``indexOf``/``lastIndexOf`` use ``list(dyn)``/``dyn`` where Kubernetes uses a type parameter.
+``includes`` is the lists library version 1, added in Kubernetes 1.37 (see ``INTRODUCED_IN_1_37``).
+
+The runtime dispatches on coarse kinds (every list is a list), so each function has one generic
+implementation that follows cel-go's ``Compare``/``Add``/``Equal`` on the element values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+_MAX_DURATION_NANOS = _INT64_MAX
+
+#: cel-go's comparable element types, in Kubernetes' declaration order.
+COMPARABLE_TYPES = ("int", "uint", "double", "bool", "duration", "timestamp", "string", "bytes")
+#: Element types ``sum`` accepts.
+SUMMABLE_TYPES = ("int", "uint", "double", "duration")
+#: Functions of lists version 1; the environment leaves them out below compatibility version 1.37.
+INTRODUCED_IN_1_37 = frozenset({"includes"})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _compare(left: Any, right: Any) -> int | None:
+    """cel-go ``Compare``; None where cel-go returns an error (NaN, unorderable kinds)."""
+    if _is_number(left) and _is_number(right):
+        if (isinstance(left, float) and math.isnan(left)) or (isinstance(right, float) and math.isnan(right)):
+            return None
+    elif not (
+        (isinstance(left, bool) and isinstance(right, bool))
+        or (isinstance(left, str) and isinstance(right, str))
+        or (isinstance(left, bytes) and isinstance(right, bytes))
+        or (isinstance(left, timedelta) and isinstance(right, timedelta))
+        or (isinstance(left, datetime) and isinstance(right, datetime))
+    ):
+        return None
+    return (left > right) - (left < right)
+
+
+def cel_equal(left: Any, right: Any) -> bool:
+    """CEL heterogeneous equality (``==``) on runtime values."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if _is_number(left) and _is_number(right):
+        return bool(left == right)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, dict) and isinstance(right, dict):
+        if len(left) != len(right):
+            return False
+        for key, value in left.items():
+            match = next((k for k in right if cel_equal(k, key)), _MISSING)
+            if match is _MISSING or not cel_equal(value, right[match]):
+                return False
+        return True
+    if type(left) is not type(right):
+        return False
+    return bool(left == right)
+
+
+_MISSING = object()
+
+
+def is_sorted(values: list[Any]) -> bool:
+    return all(_compare(previous, current) != 1 for previous, current in pairwise(values))
+
+
+def _add(total: Any, value: Any) -> Any:
+    if isinstance(total, timedelta) or isinstance(value, timedelta):
+        result = total + value
+        nanos = (result.days * 86_400 + result.seconds) * 10**9 + result.microseconds * 1000
+        if abs(nanos) > _MAX_DURATION_NANOS:
+            raise CelFunctionError("integer overflow")
+        return result
+    result = total + value
+    if isinstance(result, int):
+        # A Python int above int64 can only have come from a uint element.
+        unsigned = total > _INT64_MAX or value > _INT64_MAX
+        if unsigned and result > _UINT64_MAX:
+            raise CelFunctionError("unsigned integer overflow")
+        if not unsigned and not (_INT64_MIN <= result <= _INT64_MAX):
+            raise CelFunctionError("integer overflow")
+    return result
+
+
+def sum_list(values: list[Any]) -> Any:
+    # An empty list yields int 0: the runtime cannot see the declared element type (see report).
+    if not values:
+        return 0
+    total = values[0]
+    for value in values[1:]:
+        total = _add(total, value)
+    return total
+
+
+def _extreme(name: str, preferred: int) -> Callable[[list[Any]], Any]:
+    def pick(values: list[Any]) -> Any:
+        if not values:
+            raise CelFunctionError(f"{name} called on empty list")
+        result = values[0]
+        for value in values[1:]:
+            if _compare(result, value) == preferred:
+                result = value
+        return result
+
+    return pick
+
+
+min_list = _extreme("min", 1)
+max_list = _extreme("max", -1)
+
+
+def index_of(values: list[Any], item: Any) -> int:
+    for index, value in enumerate(values):
+        if cel_equal(value, item):
+            return index
+    return -1
+
+
+def last_index_of(values: list[Any], item: Any) -> int:
+    for index in range(len(values) - 1, -1, -1):
+        if cel_equal(values[index], item):
+            return index
+    return -1
+
+
+def includes(target: Any, item: Any) -> bool:
+    if isinstance(target, list):
+        return any(cel_equal(value, item) for value in target)
+    return cel_equal(target, item)
+
+
+FUNCTIONS = (
+    Function(
+        "isSorted",
+        tuple(
+            Overload(f"list_{t}_is_sorted_bool", (f"list({t})",), "bool", is_sorted, member=True)
+            for t in COMPARABLE_TYPES
+        ),
+    ),
+    Function(
+        "sum",
+        tuple(Overload(f"list_{t}_sum_{t}", (f"list({t})",), t, sum_list, member=True) for t in SUMMABLE_TYPES),
+    ),
+    Function(
+        "max",
+        tuple(Overload(f"list_{t}_max_{t}", (f"list({t})",), t, max_list, member=True) for t in COMPARABLE_TYPES),
+    ),
+    Function(
+        "min",
+        tuple(Overload(f"list_{t}_min_{t}", (f"list({t})",), t, min_list, member=True) for t in COMPARABLE_TYPES),
+    ),
+    Function("indexOf", (Overload("list_a_index_of_int", ("list(dyn)", "dyn"), "int", index_of, member=True),)),
+    Function(
+        "lastIndexOf",
+        (Overload("list_a_last_index_of_int", ("list(dyn)", "dyn"), "int", last_index_of, member=True),),
+    ),
+    Function("includes", (Overload("list_includes_dyn_dyn", ("dyn", "dyn"), "bool", includes, member=True),)),
+)

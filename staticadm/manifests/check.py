@@ -1,0 +1,158 @@
+"""``staticadm check``: load manifest directories and report what kube-apiserver would say, plus
+warnings about configurations that load but probably do not do what their author meant."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TextIO
+
+from staticadm.manifests.errors import ManifestError
+from staticadm.manifests.loader import LoadResult, load_manifest_directory
+from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
+
+#: The only namespace label the daemon can always evaluate: kube-apiserver sets it on every namespace.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO) -> int:
+    """Returns 0 when every directory would load, 1 otherwise (warnings do not fail the check)."""
+    reports = [(result, semantic_warnings(result)) for result in map(load_manifest_directory, directories)]
+    if output == "json":
+        document = {
+            "valid": all(result.ok for result, _ in reports),
+            "directories": [_json_report(result, warnings) for result, warnings in reports],
+        }
+        stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    else:
+        for result, warnings in reports:
+            _text_report(result, warnings, stdout)
+    return 0 if all(result.ok for result, _ in reports) else 1
+
+
+def semantic_warnings(result: LoadResult) -> tuple[ManifestError, ...]:
+    """Loader warnings plus the advisory checks; computed on whatever decoded, even if invalid."""
+    warnings = list(result.warnings)
+    bound = {(type(b).__name__.removesuffix("Binding"), b.spec.policy_name) for b in result.bindings}
+    for policy in result.policies:
+        if (policy.KIND, policy.name) not in bound:
+            warnings.append(_warn(policy, "policy has no binding, so it is never evaluated"))
+        constraints = policy.spec.match_constraints
+        if constraints is not None:
+            warnings.extend(_namespace_label_warnings(policy, constraints.namespace_selector, "spec.matchConstraints"))
+    policies = {(p.KIND, p.name): p for p in result.policies}
+    for binding in result.bindings:
+        match = binding.spec.match_resources
+        if match is None:
+            continue
+        warnings.extend(_namespace_label_warnings(binding, match.namespace_selector, "spec.matchResources"))
+        policy = policies.get((binding.KIND.removesuffix("Binding"), binding.spec.policy_name))
+        constraints = policy.spec.match_constraints if policy is not None else None
+        if policy is not None and constraints is not None and not _can_intersect(constraints, match):
+            warnings.append(
+                _warn(
+                    binding,
+                    f"matchResources cannot intersect the matchConstraints of policy "
+                    f'"{policy.name}", so this binding never applies',
+                    "spec.matchResources.resourceRules",
+                )
+            )
+    return tuple(warnings)
+
+
+def _warn(obj: object, message: str, field_path: str = "") -> ManifestError:
+    origin = obj.origin  # type: ignore[attr-defined]
+    return ManifestError(
+        origin.path,
+        message,
+        document=origin.document,
+        items=origin.items,
+        kind=obj.KIND,  # type: ignore[attr-defined]
+        name=obj.metadata.name,  # type: ignore[attr-defined]
+        field=field_path,
+    )
+
+
+def _namespace_label_warnings(obj: object, selector: LabelSelector | None, path: str) -> list[ManifestError]:
+    if selector is None:
+        return []
+    keys = [*selector.match_labels, *(r.key for r in selector.match_expressions)]
+    other = sorted({k for k in keys if k != NAMESPACE_NAME_LABEL})
+    if not other:
+        return []
+    return [
+        _warn(
+            obj,
+            f"namespaceSelector uses namespace labels {', '.join(other)}; only {NAMESPACE_NAME_LABEL} is "
+            "guaranteed to be known to the daemon, which may not see other namespace labels",
+            f"{path}.namespaceSelector",
+        )
+    ]
+
+
+def _can_intersect(policy: MatchResources, binding: MatchResources) -> bool:
+    """Whether some request could match both. Conservative: when unsure, say yes."""
+    if not binding.resource_rules or not policy.resource_rules:
+        return True
+    # With Equivalent matching a request may be matched through another group/version of the same
+    # resource, so only compare groups and versions when both sides match exactly.
+    exact = policy.match_policy == "Exact" and binding.match_policy == "Exact"
+    return any(_rules_intersect(p, b, exact) for p in policy.resource_rules for b in binding.resource_rules)
+
+
+def _overlap(a: Sequence[str], b: Sequence[str]) -> bool:
+    return "*" in a or "*" in b or bool(set(a) & set(b))
+
+
+def _resource_overlap(a: str, b: str) -> bool:
+    def split(value: str) -> tuple[str, str]:
+        resource, _, sub = value.partition("/")
+        return resource, sub
+
+    (ra, sa), (rb, sb) = split(a), split(b)
+    resource = ra == "*" or rb == "*" or ra == rb
+    # "x/*" also matches the main resource "x" (sub "").
+    sub = sa == "*" or sb == "*" or sa == sb
+    return resource and sub
+
+
+def _rules_intersect(a: NamedRuleWithOperations, b: NamedRuleWithOperations, exact: bool) -> bool:
+    if not _overlap(a.operations, b.operations):
+        return False
+    if exact and not (_overlap(a.api_groups, b.api_groups) and _overlap(a.api_versions, b.api_versions)):
+        return False
+    if not any(_resource_overlap(x, y) for x in a.resources for y in b.resources):
+        return False
+    if {a.scope, b.scope} == {"Cluster", "Namespaced"}:
+        return False
+    return not (a.resource_names and b.resource_names and not set(a.resource_names) & set(b.resource_names))
+
+
+def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[str, object]:
+    return {
+        "directory": result.directory,
+        "valid": result.ok,
+        "content_hash": result.content_hash,
+        "validating_policies": [p.name for p in result.validating_policies],
+        "validating_bindings": [b.name for b in result.validating_bindings],
+        "mutating_policies": [p.name for p in result.mutating_policies],
+        "mutating_bindings": [b.name for b in result.mutating_bindings],
+        "errors": [e.to_json() for e in result.errors],
+        "warnings": [w.to_json() for w in warnings],
+    }
+
+
+def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO) -> None:
+    counts = (
+        f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
+        f"{len(result.validating_bindings)} validating and {len(result.mutating_bindings)} mutating bindings"
+    )
+    if result.ok:
+        out.write(f"{result.directory}: OK ({counts}; hash {result.content_hash or 'none'})\n")
+    else:
+        plural = "error" if len(result.errors) == 1 else "errors"
+        out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; kube-apiserver would refuse it\n")
+    for error in result.errors:
+        out.write(f"  error: {error}\n")
+    for warning in warnings:
+        out.write(f"  warning: {warning}\n")
