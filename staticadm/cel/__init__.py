@@ -22,9 +22,17 @@ from staticadm.cel.evaluation import COST_LIMIT_MESSAGE, EvalError, EvaluationCo
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 
 
-@cache
 def admission_environment(mutating: bool = False) -> CelEnvironment:
-    """The shared, immutable environment; building one registers every library with the engine."""
+    """The shared, immutable environment; building one registers every library with the engine.
+
+    Programs only run in a context of the environment that compiled them, so every caller must get the
+    same instance: the cache is keyed on the normalised flag, not on how the caller spelled it.
+    """
+    return _environment(bool(mutating))
+
+
+@cache
+def _environment(mutating: bool) -> CelEnvironment:
     return build_environment(mutating=mutating)
 
 

@@ -1,0 +1,266 @@
+"""Does a MatchResources (a policy's matchConstraints or a binding's matchResources) match a request?
+
+A transcription of ``policy/matching.Matches`` and the ``webhook/predicates`` (rules, namespace,
+object). The one thing a webhook cannot reproduce is ``EquivalentResourcesFor``: the only equivalent
+resource we know is the version kube-apiserver sent us (``request.resource``), so a rule naming a
+third version of the same resource does not match (see the known gaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from staticadm.admission.namespaces import NAME_LABEL, NamespaceSource
+from staticadm.admission.request import (
+    NAMESPACES_RESOURCE,
+    AdmissionRequest,
+    GroupVersionKind,
+    GroupVersionResource,
+)
+from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
+
+#: ``exclusion.Excluded()``: never sent through any admission hook, static or API.
+EXCLUDED_RESOURCES = frozenset({
+    ("authentication.k8s.io", "selfsubjectreviews"),
+    ("authentication.k8s.io", "tokenreviews"),
+    ("authorization.k8s.io", "localsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+})
+
+NIL_CONSTRAINTS = "policy contained no match constraints, a required field"
+NIL_NAMESPACE_SELECTOR = "a nil namespace selector was passed, please ensure selectors are initialized properly"
+NIL_OBJECT_SELECTOR = "a nil object selector was passed, please ensure selectors are initialized properly"
+
+
+def is_excluded(request: AdmissionRequest) -> bool:
+    resource = request.original_resource
+    return (resource.group, resource.resource) in EXCLUDED_RESOURCES
+
+
+# -- label selectors -------------------------------------------------------------------------------
+
+
+def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    """``metav1.LabelSelectorAsSelector(selector).Matches(labels)`` for a validated selector."""
+    for key, value in selector.match_labels.items():
+        if labels.get(key) != value:
+            return False
+    for requirement in selector.match_expressions:
+        present = requirement.key in labels
+        operator = requirement.operator
+        if operator == "In":
+            if not present or labels[requirement.key] not in requirement.values:
+                return False
+        elif operator == "NotIn":
+            if present and labels[requirement.key] in requirement.values:
+                return False
+        elif operator == "Exists":
+            if not present:
+                return False
+        elif operator == "DoesNotExist":
+            if present:
+                return False
+        else:
+            # Validation rejects other operators at load time; never treat one as a match.
+            return False
+    return True
+
+
+def selector_keys(selector: LabelSelector) -> frozenset[str]:
+    return frozenset(selector.match_labels) | frozenset(r.key for r in selector.match_expressions)
+
+
+def describe_selector(selector: LabelSelector) -> str:
+    parts = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]
+    for requirement in selector.match_expressions:
+        op = requirement.operator
+        if op in ("In", "NotIn"):
+            parts.append(f"{requirement.key} {op.lower()} ({','.join(requirement.values)})")
+        elif op == "Exists":
+            parts.append(requirement.key)
+        else:
+            parts.append(f"!{requirement.key}")
+    return ",".join(parts)
+
+
+# -- rules ------------------------------------------------------------------------------------------
+
+
+def _split_resource(text: str) -> tuple[str, str]:
+    resource, _, sub = text.partition("/")
+    return resource, sub
+
+
+def rule_matches(rule: NamedRuleWithOperations, request: AdmissionRequest, resource: GroupVersionResource) -> bool:
+    """``rules.Matcher.Matches`` (scope, operation, group, version, resource) for ``resource``."""
+    scope = rule.scope
+    if scope is not None and scope != "*":
+        namespaced = resource != NAMESPACES_RESOURCE and request.namespace != ""
+        if scope == "Namespaced" and not namespaced:
+            return False
+        if scope == "Cluster" and namespaced:
+            return False
+        if scope not in ("Namespaced", "Cluster"):
+            return False
+    if not any(op == "*" or op == request.operation for op in rule.operations):
+        return False
+    if not any(g == "*" or g == resource.group for g in rule.api_groups):
+        return False
+    if not any(v == "*" or v == resource.version for v in rule.api_versions):
+        return False
+    sub = request.original_sub_resource
+    for entry in rule.resources:
+        rule_resource, rule_sub = _split_resource(entry)
+        if (rule_resource == "*" or rule_resource == resource.resource) and (rule_sub == "*" or rule_sub == sub):
+            return True
+    return False
+
+
+def _name_matches(rule: NamedRuleWithOperations, request: AdmissionRequest) -> bool:
+    # An empty list matches every name; on CREATE with generateName the name is "" and never listed.
+    return not rule.resource_names or request.name in rule.resource_names
+
+
+@dataclass(frozen=True, slots=True)
+class RulesMatch:
+    matched: bool
+    resource: GroupVersionResource | None = None
+    kind: GroupVersionKind | None = None
+
+
+def rules_match(rules: Sequence[NamedRuleWithOperations], match_policy: str | None,
+                request: AdmissionRequest) -> RulesMatch:
+    """``matchesResourceRules``: exact first, then (Equivalent) the version the webhook received."""
+    original = request.original_resource
+    for rule in rules:
+        if rule_matches(rule, request, original) and _name_matches(rule, request):
+            return RulesMatch(True, original, request.original_kind)
+    if match_policy is None or match_policy == "Exact":
+        return RulesMatch(False)
+    equivalent = request.resource
+    if equivalent == original:
+        return RulesMatch(False)
+    for rule in rules:
+        if rule_matches(rule, request, equivalent) and _name_matches(rule, request):
+            return RulesMatch(True, equivalent, request.kind)
+    return RulesMatch(False)
+
+
+# -- selectors --------------------------------------------------------------------------------------
+
+
+def _object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str] | None:
+    """``meta.Accessor(obj).GetLabels()``; None when there is no object or it has no ObjectMeta."""
+    if obj is None:
+        return None
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        # Typed options objects (CONNECT) have no ObjectMeta, so the accessor fails: no match.
+        return None
+    labels = metadata.get("labels")
+    if not isinstance(labels, dict):
+        return {}
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def object_selector_matches(selector: LabelSelector, request: AdmissionRequest) -> bool:
+    if selector.is_empty:
+        return True
+    for obj in (request.object, request.old_object):
+        labels = _object_labels(obj)
+        if labels is not None and selector_matches(selector, labels):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorOutcome:
+    matched: bool
+    error: str | None = None
+
+
+def namespace_selector_matches(selector: LabelSelector, request: AdmissionRequest,
+                               namespaces: NamespaceSource) -> SelectorOutcome:
+    """``namespace.Matcher.MatchNamespaceSelector`` with a NamespaceSource in place of the informer."""
+    resource = request.original_resource
+    if request.namespace == "" and resource.resource != "namespaces":
+        # Cluster-scoped resources other than namespaces are never exempted by a namespace selector.
+        return SelectorOutcome(True)
+    if selector.is_empty:
+        return SelectorOutcome(True)
+    if (resource.resource == "namespaces" and request.original_sub_resource == ""
+            and request.operation in ("CREATE", "UPDATE")):
+        # kube-apiserver takes the labels from the namespace being written, not from its cache.
+        labels = _object_labels(request.object)
+        if labels is None:
+            return SelectorOutcome(False, "Internal error occurred: the namespace in the request has no metadata")
+        return SelectorOutcome(selector_matches(selector, labels))
+    info = namespaces.lookup(request.namespace)
+    if info.labels is None:
+        missing = sorted(selector_keys(selector) - {NAME_LABEL})
+        if missing:
+            return SelectorOutcome(False, (
+                f'Internal error occurred: the labels of namespace "{request.namespace}" are not known to '
+                f"staticadm (no namespace source lists it); the namespace selector needs label "
+                f"{', '.join(repr(k) for k in missing)}"))
+    return SelectorOutcome(selector_matches(selector, info.known_labels()))
+
+
+# -- MatchResources ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MatchOutcome:
+    """``matched`` with the matched resource/kind; else ``reason`` (why not) or ``error``."""
+
+    matched: bool
+    resource: GroupVersionResource | None = None
+    kind: GroupVersionKind | None = None
+    reason: str = ""
+    error: str | None = None
+
+
+def describe_request(request: AdmissionRequest) -> str:
+    resource = request.original_resource
+    text = f"{request.operation} {resource.group or 'core'}/{resource.version} {resource.resource}"
+    if request.original_sub_resource:
+        text += f"/{request.original_sub_resource}"
+    return text
+
+
+def matches(match: MatchResources | None, request: AdmissionRequest, namespaces: NamespaceSource, *,
+            is_policy: bool) -> MatchOutcome:
+    """``matching.Matcher.Matches``; a binding with nil matchResources matches everything."""
+    if match is None:
+        if is_policy:
+            return MatchOutcome(False, error=NIL_CONSTRAINTS)
+        return MatchOutcome(True, request.original_resource, request.original_kind)
+    if match.namespace_selector is None:
+        return MatchOutcome(False, error=NIL_NAMESPACE_SELECTOR)
+    if match.object_selector is None:
+        return MatchOutcome(False, error=NIL_OBJECT_SELECTOR)
+    namespace_outcome = namespace_selector_matches(match.namespace_selector, request, namespaces)
+    if not namespace_outcome.matched and namespace_outcome.error is None:
+        return MatchOutcome(False, reason=(f'namespace "{request.namespace}" does not match namespaceSelector '
+                                           f"{describe_selector(match.namespace_selector)}"))
+    if not object_selector_matches(match.object_selector, request):
+        return MatchOutcome(False, reason=f"object does not match objectSelector "
+                                          f"{describe_selector(match.object_selector)}")
+    if match.exclude_resource_rules and rules_match(match.exclude_resource_rules, match.match_policy,
+                                                    request).matched:
+        return MatchOutcome(False, reason=f"{describe_request(request)} is excluded by excludeResourceRules")
+    if match.resource_rules:
+        found = rules_match(match.resource_rules, match.match_policy, request)
+    else:
+        found = RulesMatch(True, request.original_resource, request.original_kind)
+    if not found.matched:
+        return MatchOutcome(False, reason=f"no resourceRule matches {describe_request(request)}"
+                                          + (f' named "{request.name}"' if request.name else ""))
+    # Selector errors count only once everything else matched, so unrelated policies never fail.
+    if namespace_outcome.error is not None:
+        return MatchOutcome(False, error=namespace_outcome.error)
+    return MatchOutcome(True, found.resource, found.kind)

@@ -1,0 +1,276 @@
+"""Parsing an AdmissionReview (``admission.k8s.io/v1`` or ``v1beta1``) into a typed request.
+
+kube-apiserver builds the review itself, so a malformed one means a misconfigured caller: we answer
+with an error naming the first bad field instead of guessing. Parsing never raises on any JSON value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+REVIEW_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"group": self.group, "version": self.version, "kind": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVersionResource:
+    group: str
+    version: str
+    resource: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"group": self.group, "version": self.version, "resource": self.resource}
+
+    def group_resource(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+
+NAMESPACES_RESOURCE = GroupVersionResource("", "v1", "namespaces")
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_json(self) -> dict[str, Any]:
+        # authenticationv1.UserInfo has omitempty on every field.
+        out: dict[str, Any] = {}
+        if self.username:
+            out["username"] = self.username
+        if self.uid:
+            out["uid"] = self.uid
+        if self.groups:
+            out["groups"] = list(self.groups)
+        if self.extra:
+            out["extra"] = {key: list(values) for key, values in self.extra.items()}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    """One admission request as the webhook sees it.
+
+    ``kind``/``resource``/``sub_resource`` are the version kube-apiserver sent the object in (what
+    the staticadm webhook registration matched); ``request_*`` are the original request's. In-process
+    policies match against the original, so :attr:`original_resource` and friends are what matching
+    uses.
+    """
+
+    review_api_version: str
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    operation: str
+    sub_resource: str = ""
+    request_kind: GroupVersionKind | None = None
+    request_resource: GroupVersionResource | None = None
+    request_sub_resource: str | None = None
+    name: str = ""
+    namespace: str = ""
+    user_info: UserInfo = field(default_factory=UserInfo)
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    dry_run: bool | None = None
+    options: Mapping[str, Any] | None = None
+
+    @property
+    def original_kind(self) -> GroupVersionKind:
+        return self.request_kind if self.request_kind is not None else self.kind
+
+    @property
+    def original_resource(self) -> GroupVersionResource:
+        return self.request_resource if self.request_resource is not None else self.resource
+
+    @property
+    def original_sub_resource(self) -> str:
+        return self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource
+
+
+@dataclass(frozen=True, slots=True)
+class RequestError:
+    """Why a review could not be parsed; ``uid`` is echoed when it could be read."""
+
+    message: str
+    review_api_version: str = "admission.k8s.io/v1"
+    uid: str = ""
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _string(container: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str:
+    value = container.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise _Invalid(f"{path}.{key} must be a string, got {_type_name(value)}")
+    return value
+
+
+def _object(container: Mapping[str, Any], key: str, path: str) -> dict[str, Any] | None:
+    value = container.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Invalid(f"{path}.{key} must be an object, got {_type_name(value)}")
+    return value
+
+
+def _gvk(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionKind | None:
+    path = f"request.{key}"
+    value = _object(container, key, "request")
+    if value is None:
+        if required:
+            raise _Invalid(f"{path} is required")
+        return None
+    gvk = GroupVersionKind(_string(value, "group", path), _string(value, "version", path),
+                           _string(value, "kind", path))
+    if not gvk.version:
+        raise _Invalid(f"{path}.version must not be empty")
+    if not gvk.kind:
+        raise _Invalid(f"{path}.kind must not be empty")
+    return gvk
+
+
+def _gvr(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionResource | None:
+    path = f"request.{key}"
+    value = _object(container, key, "request")
+    if value is None:
+        if required:
+            raise _Invalid(f"{path} is required")
+        return None
+    gvr = GroupVersionResource(_string(value, "group", path), _string(value, "version", path),
+                               _string(value, "resource", path))
+    if not gvr.version:
+        raise _Invalid(f"{path}.version must not be empty")
+    if not gvr.resource:
+        raise _Invalid(f"{path}.resource must not be empty")
+    return gvr
+
+
+def _user_info(request: Mapping[str, Any]) -> UserInfo:
+    value = _object(request, "userInfo", "request")
+    if value is None:
+        return UserInfo()
+    path = "request.userInfo"
+    groups = value.get("groups")
+    if groups is None:
+        groups = []
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise _Invalid(f"{path}.groups must be an array of strings")
+    extra_raw = value.get("extra")
+    extra: dict[str, tuple[str, ...]] = {}
+    if extra_raw is not None:
+        if not isinstance(extra_raw, dict):
+            raise _Invalid(f"{path}.extra must be an object, got {_type_name(extra_raw)}")
+        for key, values in extra_raw.items():
+            if values is None:
+                values = []
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise _Invalid(f"{path}.extra[{key}] must be an array of strings")
+            extra[key] = tuple(values)
+    return UserInfo(_string(value, "username", path), _string(value, "uid", path), tuple(groups),
+                    MappingProxyType(extra))
+
+
+def parse_admission_review(review: Any) -> AdmissionRequest | RequestError:
+    """The typed request, or the first problem found (never raises)."""
+    if not isinstance(review, dict):
+        return RequestError(f"an AdmissionReview must be a JSON object, got {_type_name(review)}")
+    api_version = review.get("apiVersion")
+    if api_version not in REVIEW_API_VERSIONS:
+        return RequestError(f"apiVersion must be one of {', '.join(REVIEW_API_VERSIONS)}, got {api_version!r}")
+    kind = review.get("kind")
+    if kind != "AdmissionReview":
+        return RequestError(f"kind must be AdmissionReview, got {kind!r}", api_version)
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return RequestError("request is required" if request is None
+                            else f"request must be an object, got {_type_name(request)}", api_version)
+    uid = request.get("uid")
+    if not isinstance(uid, str):
+        return RequestError("request.uid must be a string", api_version)
+    if not uid:
+        return RequestError("request.uid must not be empty", api_version)
+    try:
+        return _parse_request(api_version, uid, request)
+    except _Invalid as error:
+        return RequestError(str(error), api_version, uid)
+
+
+def _parse_request(api_version: str, uid: str, request: Mapping[str, Any]) -> AdmissionRequest:
+    kind = _gvk(request, "kind", required=True)
+    resource = _gvr(request, "resource", required=True)
+    assert kind is not None and resource is not None
+    operation = _string(request, "operation", "request", required=True)
+    if operation not in OPERATIONS:
+        raise _Invalid(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    request_sub_resource = request.get("requestSubResource")
+    if request_sub_resource is not None and not isinstance(request_sub_resource, str):
+        raise _Invalid(f"request.requestSubResource must be a string, got {_type_name(request_sub_resource)}")
+    dry_run = request.get("dryRun")
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise _Invalid(f"request.dryRun must be a boolean, got {_type_name(dry_run)}")
+    request_kind = _gvk(request, "requestKind", required=False)
+    request_resource = _gvr(request, "requestResource", required=False)
+    sub_resource = _string(request, "subResource", "request")
+    return AdmissionRequest(
+        review_api_version=api_version,
+        uid=uid,
+        kind=kind,
+        resource=resource,
+        operation=operation,
+        sub_resource=sub_resource,
+        request_kind=request_kind,
+        request_resource=request_resource,
+        request_sub_resource=request_sub_resource,
+        name=_string(request, "name", "request"),
+        namespace=_string(request, "namespace", "request"),
+        user_info=_user_info(request),
+        object=_object(request, "object", "request"),
+        old_object=_object(request, "oldObject", "request"),
+        dry_run=dry_run,
+        options=_object(request, "options", "request"),
+    )
+
+
+def request_uid(review: Any) -> str:
+    """The uid of a review that may not parse, for echoing in an error response."""
+    if isinstance(review, dict) and isinstance(review.get("request"), dict):
+        uid = review["request"].get("uid")
+        if isinstance(uid, str):
+            return uid
+    return ""

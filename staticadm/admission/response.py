@@ -1,0 +1,91 @@
+"""AdmissionReview responses and Kubernetes' wording for denials, warnings and audit annotations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
+#: kube-apiserver 1.37 keeps at most this many failures in the validation_failure annotation.
+MAX_VALIDATION_FAILURES = 50
+#: ``maxAuditAnnotationValueLength``: longer auditAnnotation values are cut to this many bytes.
+MAX_AUDIT_ANNOTATION_VALUE_BYTES = 10 * 1024
+
+_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
+
+
+def reason_to_code(reason: str) -> int:
+    """``reasonToCode`` in the validating dispatcher: anything unknown is 422, like Invalid."""
+    return _CODES.get(reason, 422)
+
+
+def denial_message(policy: str, binding: str | None, message: str) -> str:
+    if binding is None:
+        return f"ValidatingAdmissionPolicy '{policy}' denied request: {message}"
+    return f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}"
+
+
+def warning_message(policy: str, binding: str, message: str) -> str:
+    return f"Validation failed for ValidatingAdmissionPolicy '{policy}' with binding '{binding}': {message}"
+
+
+def go_json(value: Any) -> str:
+    """``encoding/json.Marshal``: compact, and HTML-sensitive characters escaped as Go escapes them."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def truncate_bytes(value: str, limit: int) -> str:
+    """Go's ``value[:limit]`` on the UTF-8 bytes; a cut character becomes U+FFFD as Go's JSON would."""
+    data = value.encode()
+    if len(data) <= limit:
+        return value
+    return data[:limit].decode(errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationFailure:
+    """One entry of the ``validation_failure`` audit annotation (Audit action)."""
+
+    message: str
+    policy: str
+    binding: str
+    expression_index: int
+    validation_actions: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "policy": self.policy, "binding": self.binding,
+                "expressionIndex": self.expression_index, "validationActions": list(self.validation_actions)}
+
+
+def audit_annotations(failures: Sequence[ValidationFailure], published: Mapping[str, str]) -> dict[str, str]:
+    out = dict(published)
+    if failures:
+        out[VALIDATION_FAILURE_ANNOTATION] = go_json([f.to_json() for f in failures[:MAX_VALIDATION_FAILURES]])
+    return out
+
+
+def review_response(api_version: str, uid: str, *, allowed: bool, status: Mapping[str, Any] | None = None,
+                    warnings: Sequence[str] = (), annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """An AdmissionReview carrying a response, in the request's apiVersion (Go's omitempty applied)."""
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if status is not None:
+        response["status"] = dict(status)
+    if warnings:
+        response["warnings"] = list(warnings)
+    if annotations:
+        response["auditAnnotations"] = dict(annotations)
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def denial_status(message: str, reason: str) -> dict[str, Any]:
+    return {"code": reason_to_code(reason), "reason": reason, "message": message}
+
+
+def bad_request_response(api_version: str, uid: str, message: str) -> dict[str, Any]:
+    """The answer to a review we could not read: denied with 400, so a broken caller fails closed."""
+    status = {"code": 400, "reason": "BadRequest", "message": f"staticadm: invalid AdmissionReview: {message}"}
+    return review_response(api_version, uid, allowed=False, status=status)

@@ -1,0 +1,131 @@
+"""``staticadm review``: evaluate AdmissionReview files against a manifest directory, offline.
+
+The manifests are loaded exactly as the daemon loads them; each request gets the response the daemon
+would send. This is the one module of the package that does I/O, because it is a command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import yaml
+
+from staticadm.admission.namespaces import (
+    NamespaceFileError,
+    NamespaceSource,
+    RequestOnlyNamespaces,
+    parse_namespaces,
+)
+from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
+from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
+from staticadm.snapshot import Snapshot, build_snapshot
+
+EXIT_OK = 0
+EXIT_INVALID = 2
+
+
+def _read_text(path: str, stdin: TextIO) -> str:
+    if path == "-":
+        return stdin.read()
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _parse_review_text(text: str) -> Any:
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return json.loads(text)
+    documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    if len(documents) != 1:
+        raise ValueError(f"expected one AdmissionReview document, found {len(documents)}")
+    return documents[0]
+
+
+def _load_request(path: str, stdin: TextIO) -> AdmissionRequest | str:
+    shown = "<stdin>" if path == "-" else path
+    try:
+        text = _read_text(path, stdin)
+    except (OSError, UnicodeDecodeError) as error:
+        return f"{shown}: cannot read: {error}"
+    try:
+        review = _parse_review_text(text)
+    except (ValueError, yaml.YAMLError) as error:
+        return f"{shown}: not a JSON or YAML AdmissionReview: {error}"
+    parsed = parse_admission_review(review)
+    if isinstance(parsed, RequestError):
+        return f"{shown}: {parsed.message}"
+    return parsed
+
+
+def _text_report(path: str, request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> str:
+    shown = "<stdin>" if path == "-" else path
+    lines = [f"{shown}: request {request.uid}"]
+    if outcome.allowed:
+        lines.append("  decision: allowed")
+    else:
+        assert outcome.status is not None
+        lines.append(f"  decision: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  message: {outcome.status['message']}")
+    for warning in outcome.warnings:
+        lines.append(f"  warning: {warning}")
+    for key, value in outcome.annotations.items():
+        lines.append(f"  audit annotation: {key}={value}")
+    if outcome.excluded:
+        lines.append("  this resource is never sent through admission (kube-apiserver excludes it)")
+    for policy, binding in outcome.matched:
+        lines.append(f"  matched: policy {policy} binding {binding}")
+    for record in outcome.decisions:
+        if record.action == "allow" and record.error_type == "no_error":
+            continue
+        where = f"policy {record.policy}" + (f" binding {record.binding}" if record.binding else "")
+        index = f" validations[{record.expression_index}]" if record.expression_index is not None else ""
+        lines.append(f"  {record.action}: {where}{index} ({record.error_type}): {record.message}")
+    for entry in (*outcome.not_matched, *explain_unmatched(snapshot, request, outcome)):
+        where = f"policy {entry.policy}" + (f" binding {entry.binding}" if entry.binding else "")
+        lines.append(f"  not matched: {where}: {entry.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
+               stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    """Exit 0 when every request was evaluated; 2 on invalid manifests or an unreadable request."""
+    from staticadm.manifests.loader import load_manifest_directory
+
+    loaded = load_manifest_directory(manifests_dir)
+    if loaded.errors:
+        for error in loaded.errors:
+            stderr.write(f"staticadm review: {error}\n")
+        return EXIT_INVALID
+    snapshot = build_snapshot(loaded)
+
+    namespaces: NamespaceSource = RequestOnlyNamespaces()
+    if namespaces_file is not None:
+        try:
+            namespaces = parse_namespaces(_read_text(namespaces_file, stdin))
+        except (OSError, UnicodeDecodeError, NamespaceFileError) as error:
+            stderr.write(f"staticadm review: {namespaces_file}: {error}\n")
+            return EXIT_INVALID
+
+    # Read every request before answering any, so a bad one never leaves half an output behind.
+    requests: list[tuple[str, AdmissionRequest]] = []
+    problems = []
+    for path in request_paths:
+        loaded_request = _load_request(path, stdin)
+        if isinstance(loaded_request, str):
+            problems.append(loaded_request)
+        else:
+            requests.append((path, loaded_request))
+    if problems:
+        for problem in problems:
+            stderr.write(f"staticadm review: {problem}\n")
+        return EXIT_INVALID
+
+    for path, request in requests:
+        outcome = evaluate_validating(snapshot, namespaces, request)
+        if output == "json":
+            stdout.write(json.dumps(outcome.response, ensure_ascii=False, separators=(",", ":")) + "\n")
+        else:
+            stdout.write(_text_report(path, request, outcome, snapshot))
+    return EXIT_OK

@@ -1,0 +1,452 @@
+"""ValidatingAdmissionPolicy evaluation: kube-apiserver's validating dispatcher and validator.
+
+``evaluate_validating`` walks the (policy, binding) pairs in Kubernetes' order, routes each deny
+decision through the binding's validationActions and reports the first denial, exactly as
+``policy/validating/dispatcher.go`` and ``validator.go`` do. Every decision is also returned as data
+(policy, binding, action, error type) for logs, metrics and the explain view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from staticadm.admission.matching import describe_request, is_excluded, matches
+from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.admission.response import (
+    MAX_AUDIT_ANNOTATION_VALUE_BYTES,
+    ValidationFailure,
+    audit_annotations,
+    denial_message,
+    denial_status,
+    review_response,
+    truncate_bytes,
+    warning_message,
+)
+from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError, admission_environment
+from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
+from staticadm.model import ValidatingAdmissionPolicyBinding
+from staticadm.snapshot import CompiledValidatingPolicy, Program, Snapshot
+
+#: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
+MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
+
+ADMIT, DENY = "admit", "deny"
+EVAL_ADMIT, EVAL_DENY, EVAL_ERROR = "admit", "deny", "error"
+
+# Metric label values (apiserver_validating_admission_policy_check_total).
+NO_ERROR, COMPILE_ERROR, INVALID_ERROR, OUT_OF_BUDGET = "no_error", "compile_error", "invalid_error", "out_of_budget"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """One result of the validator for one binding (``PolicyDecision`` in Kubernetes)."""
+
+    action: str
+    evaluation: str
+    message: str = ""
+    reason: str = ""
+    #: Index of the validation; None for match-condition, configuration and audit-annotation results.
+    expression_index: int | None = None
+
+
+def error_type(decision: PolicyDecision) -> str:
+    """``ErrorType``: Kubernetes classifies by the message prefix, and so do we."""
+    if decision.evaluation == EVAL_ADMIT:
+        return NO_ERROR
+    if decision.message.startswith("compilation"):
+        return COMPILE_ERROR
+    if decision.message.startswith("validation failed due to running out of cost budget"):
+        return OUT_OF_BUDGET
+    return INVALID_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """What happened for one decision of one (policy, binding): the explain view and metrics read it."""
+
+    policy: str
+    binding: str | None
+    #: Enforcement action: allow, deny, warn or audit.
+    action: str
+    error_type: str
+    message: str = ""
+    reason: str = ""
+    expression_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotMatched:
+    policy: str
+    binding: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationOutcome:
+    response: Mapping[str, Any]
+    allowed: bool
+    status: Mapping[str, Any] | None
+    warnings: tuple[str, ...]
+    annotations: Mapping[str, str]
+    decisions: tuple[DecisionRecord, ...]
+    #: (policy, binding) pairs that matched and were evaluated, in evaluation order.
+    matched: tuple[tuple[str, str], ...]
+    #: Candidates that did not apply, and why (unindexed policies are left to :func:`explain_unmatched`).
+    not_matched: tuple[NotMatched, ...]
+    excluded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Denial:
+    policy: str
+    binding: str | None
+    message: str
+    reason: str
+
+
+@dataclass(slots=True)
+class _Dispatch:
+    """The mutable bookkeeping of one dispatch; never escapes ``evaluate_validating``."""
+
+    denied: list[_Denial] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    failures: list[ValidationFailure] = field(default_factory=list)
+    published: dict[str, str] = field(default_factory=dict)
+    records: list[DecisionRecord] = field(default_factory=list)
+    matched: list[tuple[str, str]] = field(default_factory=list)
+    not_matched: list[NotMatched] = field(default_factory=list)
+
+    def config_error(self, compiled: CompiledValidatingPolicy, binding: str | None, error: str) -> None:
+        """``addConfigError``: denies under Fail regardless of validationActions; Ignore drops it."""
+        if compiled.failure_policy == "Ignore":
+            self.records.append(DecisionRecord(compiled.name, binding, "allow", INVALID_ERROR, error))
+            return
+        prefix = "failed to configure policy" if binding is None else "failed to configure binding"
+        if compiled.failure_policy == "Fail":
+            message = f"{prefix}: {error}"
+        else:
+            message = f"unrecognized failure policy: '{compiled.failure_policy}'"
+        self.denied.append(_Denial(compiled.name, binding, message, ""))
+        self.records.append(DecisionRecord(compiled.name, binding, "deny", INVALID_ERROR, message))
+
+
+def _request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
+    """``CreateAdmissionRequest`` as CEL sees it: omitempty fields left out, no uid/object/oldObject."""
+    data: dict[str, Any] = {
+        "kind": kind.to_json(),
+        "resource": resource.to_json(),
+        "requestKind": request.original_kind.to_json(),
+        "requestResource": request.original_resource.to_json(),
+        "operation": request.operation,
+        "userInfo": request.user_info.to_json(),
+        "dryRun": bool(request.dry_run),
+        "options": dict(request.options) if request.options is not None else None,
+    }
+    sub = request.original_sub_resource
+    if sub:
+        data["subResource"] = sub
+        data["requestSubResource"] = sub
+    if request.name:
+        data["name"] = request.name
+    if request.namespace:
+        data["namespace"] = request.namespace
+    return data
+
+
+def _authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
+    resource = request.original_resource
+    return {
+        "authorizer": make_authorizer(),
+        "authorizer.requestResource": make_request_resource(
+            resource.group, resource.resource, request.original_sub_resource, request.namespace, request.name),
+    }
+
+
+def _expression_error(source: str, outcome: EvalError) -> str:
+    if outcome.cost_exceeded:
+        return f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}"
+    return f"expression '{source}' resulted in error: {outcome.message}"
+
+
+def _run(program: Program, source: str, context: Any) -> tuple[Any, str | None]:
+    """(value, None) or (None, Kubernetes' error text for this expression)."""
+    if isinstance(program, CompileError):
+        return None, f"compilation error: {program.message}"
+    outcome = program.evaluate(context)
+    if isinstance(outcome, EvalError):
+        return None, _expression_error(source, outcome)
+    return outcome, None
+
+
+def _aggregate(errors: list[str]) -> str:
+    """``utilerrors.NewAggregate(errs).Error()``."""
+    return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+
+
+def _cel_type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, bytes):
+        return "bytes"
+    if isinstance(value, list | tuple):
+        return "list"
+    if isinstance(value, dict):
+        return "map"
+    return type(value).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class _AuditResult:
+    key: str
+    #: publish, exclude or error.
+    action: str
+    value: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _ValidateResult:
+    decisions: tuple[PolicyDecision, ...] = ()
+    audit: tuple[_AuditResult, ...] = ()
+    #: Name of the matchCondition that evaluated to false, when one did.
+    skipped_by: str | None = None
+
+
+def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, resource: GroupVersionResource,
+              kind: GroupVersionKind, namespace_object: Mapping[str, Any] | None) -> _ValidateResult:
+    """``validator.Validate`` for one binding."""
+    # Positional on purpose: compile_expression calls admission_environment(mutating) and functools.cache
+    # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
+    environment = admission_environment(False)
+    error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
+    variables = compiled.runtime_variables()
+    objects = {"object": request.object, "oldObject": request.old_object}
+    authorizer = _authorizer_data(request)
+
+    if compiled.match_conditions:
+        # Match conditions see the request's own resource and no namespaceObject, in their own activation.
+        data = {**objects, **authorizer, "namespaceObject": None,
+                "request": _request_data(request, request.original_resource, request.original_kind)}
+        context = environment.new_context(data, variables=variables)
+        errors: list[str] = []
+        for condition, program in compiled.match_conditions:
+            value, error = _run(program, condition.expression, context)
+            if error is not None:
+                errors.append(error)
+            elif value is False:
+                return _ValidateResult(skipped_by=condition.name)
+        if errors:
+            if error_action == ADMIT:
+                return _ValidateResult(skipped_by="")
+            return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, _aggregate(errors)),))
+
+    request_data = _request_data(request, resource, kind)
+    base = {**objects, "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
+            "request": request_data}
+    context = environment.new_context({**base, **authorizer}, variables=variables)
+    outcomes: list[tuple[Any, str | None]] = [
+        _run(validation.expression, validation.validation.expression, context)
+        for validation in compiled.validations]
+
+    message_context = None
+    decisions = []
+    for index, (validation, (value, error)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
+        if error is not None:
+            decisions.append(PolicyDecision(error_action, EVAL_ERROR, error, expression_index=index))
+            continue
+        if value is True:
+            decisions.append(PolicyDecision(ADMIT, EVAL_ADMIT, expression_index=index))
+            continue
+        spec = validation.validation
+        message = ""
+        if validation.message_expression is not None:
+            if message_context is None:
+                # messageExpressions get their own activation and no authorizer.
+                message_context = environment.new_context(base, variables=variables)
+            program = validation.message_expression
+            if isinstance(program, CompiledExpression):
+                result = program.evaluate(message_context)
+                if isinstance(result, str):
+                    candidate = result.strip()
+                    if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
+                        message = candidate
+        if not message and spec.message:
+            message = spec.message.strip()
+        if not message:
+            message = f"failed expression: {spec.expression.strip()}"
+        decisions.append(PolicyDecision(DENY, EVAL_DENY, message, spec.reason or "Invalid", index))
+
+    audit: list[_AuditResult] = []
+    if compiled.audit_annotations:
+        audit_context = environment.new_context(base, variables=variables)
+        for annotation, program in compiled.audit_annotations:
+            value, error = _run(program, annotation.value_expression, audit_context)
+            if error is not None:
+                action = "exclude" if error_action == ADMIT else "error"
+                audit.append(_AuditResult(annotation.key, action, error=error))
+            elif value is None:
+                audit.append(_AuditResult(annotation.key, "exclude"))
+            elif isinstance(value, str):
+                trimmed = value.strip()
+                audit.append(_AuditResult(annotation.key, "publish", trimmed) if trimmed
+                             else _AuditResult(annotation.key, "exclude"))
+            else:
+                audit.append(_AuditResult(annotation.key, "error", error=(
+                    f"valueExpression '{annotation.value_expression}' resulted in unsupported return type: "
+                    f"{_cel_type_name(value)}. Return type must be either string or null.")))
+    return _ValidateResult(tuple(decisions), tuple(audit))
+
+
+def _namespace_name(request: AdmissionRequest) -> str:
+    kind = request.original_kind
+    # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
+    if kind.group == "" and kind.version == "v1" and kind.kind == "Namespace":
+        return ""
+    return request.namespace
+
+
+def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, binding: ValidatingAdmissionPolicyBinding,
+                      request: AdmissionRequest, namespaces: NamespaceSource, resource: GroupVersionResource,
+                      kind: GroupVersionKind, collector: dict[str, list[str]]) -> None:
+    policy_name, binding_name = compiled.name, binding.metadata.name
+    outcome = matches(binding.spec.match_resources, request, namespaces, is_policy=False)
+    if outcome.error is not None:
+        state.config_error(compiled, binding_name, outcome.error)
+        return
+    if not outcome.matched:
+        state.not_matched.append(NotMatched(policy_name, binding_name, outcome.reason))
+        return
+    namespace_object = None
+    namespace_name = _namespace_name(request)
+    if namespace_name:
+        info = namespaces.lookup(namespace_name)
+        if info.object is None and compiled.uses_namespace_object:
+            state.config_error(compiled, binding_name, (
+                f'namespace "{namespace_name}" is not known to staticadm, so namespaceObject is unavailable '
+                "(give its Namespace object to the namespace source)"))
+            return
+        namespace_object = info.object
+    result = _validate(compiled, request, resource, kind, namespace_object)
+    if result.skipped_by is not None:
+        reason = (f'matchCondition "{result.skipped_by}" evaluated to false' if result.skipped_by
+                  else "matchConditions failed to evaluate and failurePolicy is Ignore")
+        state.not_matched.append(NotMatched(policy_name, binding_name, reason))
+        return
+    state.matched.append((policy_name, binding_name))
+    actions = binding.spec.validation_actions
+    for index, decision in enumerate(result.decisions):
+        kind_of_error = error_type(decision)
+        if decision.action == ADMIT:
+            state.records.append(DecisionRecord(policy_name, binding_name, "allow", kind_of_error, decision.message,
+                                                expression_index=decision.expression_index))
+            continue
+        for action in actions:
+            if action == "Deny":
+                state.denied.append(_Denial(policy_name, binding_name, decision.message, decision.reason))
+            elif action == "Audit":
+                state.failures.append(ValidationFailure(decision.message, binding.spec.policy_name, binding_name,
+                                                        index, tuple(actions)))
+            elif action == "Warn":
+                state.warnings.append(warning_message(policy_name, binding_name, decision.message))
+            else:
+                continue
+            state.records.append(DecisionRecord(policy_name, binding_name, action.lower(), kind_of_error,
+                                                decision.message, decision.reason, decision.expression_index))
+    for annotation in result.audit:
+        if annotation.action == "publish":
+            value = truncate_bytes(annotation.value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
+            values = collector.setdefault(annotation.key, [])
+            if value not in values:
+                values.append(value)
+        elif annotation.action == "error":
+            # auditAnnotation errors deny whatever the validationActions say.
+            state.denied.append(_Denial(policy_name, binding_name, annotation.error, ""))
+            state.records.append(DecisionRecord(policy_name, binding_name, "deny", INVALID_ERROR, annotation.error))
+
+
+def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource,
+                        request: AdmissionRequest) -> ValidationOutcome:
+    """The validating admission decision kube-apiserver would reach for ``request``."""
+    state = _Dispatch()
+    excluded = is_excluded(request)
+    if not excluded:
+        original = request.original_resource
+        candidates = snapshot.candidates(request.operation, {(original.group, original.resource),
+                                                             (request.resource.group, request.resource.resource)})
+        for position in candidates:
+            _dispatch_policy(state, snapshot.validating[position], request, namespaces)
+
+    warnings = tuple(dict.fromkeys(state.warnings))
+    annotations = audit_annotations(state.failures, state.published)
+    status = None
+    if state.denied:
+        first = state.denied[0]
+        reason = first.reason or "Invalid"
+        status = denial_status(denial_message(first.policy, first.binding, first.message), reason)
+    response = review_response(request.review_api_version, request.uid, allowed=status is None, status=status,
+                               warnings=warnings, annotations=annotations)
+    return ValidationOutcome(
+        response=response,
+        allowed=status is None,
+        status=status,
+        warnings=warnings,
+        annotations=MappingProxyType(annotations),
+        decisions=tuple(state.records),
+        matched=tuple(state.matched),
+        not_matched=tuple(state.not_matched),
+        excluded=excluded,
+    )
+
+
+def _dispatch_policy(state: _Dispatch, compiled: CompiledValidatingPolicy, request: AdmissionRequest,
+                     namespaces: NamespaceSource) -> None:
+    outcome = matches(compiled.policy.spec.match_constraints, request, namespaces, is_policy=True)
+    if outcome.error is not None:
+        state.config_error(compiled, None, outcome.error)
+        return
+    if not outcome.matched:
+        state.not_matched.append(NotMatched(compiled.name, None, outcome.reason))
+        return
+    assert outcome.resource is not None and outcome.kind is not None
+    if outcome.kind != request.kind and (request.object is not None or request.old_object is not None):
+        # The webhook only has the object in the version kube-apiserver sent; another needs a conversion.
+        state.config_error(compiled, None, (
+            f"failed to convert object version: staticadm received {_gvk_text(request.kind)} and cannot convert "
+            f"it to {_gvk_text(outcome.kind)}"))
+        return
+    collector: dict[str, list[str]] = {}
+    for binding in compiled.bindings:
+        _dispatch_binding(state, compiled, binding, request, namespaces, outcome.resource, outcome.kind, collector)
+    for key, values in collector.items():
+        state.published[f"{compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
+
+
+def _gvk_text(kind: GroupVersionKind) -> str:
+    return f"{kind.group}/{kind.version}, Kind={kind.kind}" if kind.group else f"/{kind.version}, Kind={kind.kind}"
+
+
+def explain_unmatched(snapshot: Snapshot, request: AdmissionRequest,
+                      outcome: ValidationOutcome) -> tuple[NotMatched, ...]:
+    """Why each policy the evaluation never looked at does not apply (for ``review`` and explain)."""
+    seen = {entry.policy for entry in outcome.not_matched} | {policy for policy, _ in outcome.matched}
+    seen |= {record.policy for record in outcome.decisions}
+    reasons = []
+    for compiled in snapshot.validating:
+        if compiled.name in seen:
+            continue
+        if outcome.excluded:
+            reason = f"{describe_request(request)} is never sent through admission"
+        elif not compiled.bindings:
+            reason = "policy has no bindings"
+        else:
+            reason = f"no resourceRule matches {describe_request(request)}"
+        reasons.append(NotMatched(compiled.name, None, reason))
+    return tuple(reasons)

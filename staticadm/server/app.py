@@ -1,0 +1,369 @@
+"""The aiohttp application: AdmissionReview endpoints, health checks and metrics.
+
+Every answer to a bad request is a 4xx with a JSON ``Status`` naming what is wrong; the request body
+is never echoed back (it may hold Secrets). A 500 only ever means a bug in staticadm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
+from staticadm.admission.response import review_response
+from staticadm.admission.validating import evaluate_validating
+from staticadm.reload import ManifestSource, Served
+from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from staticadm.server.metrics import Metrics
+
+#: kube-apiserver's MaxRequestBodyBytes: the largest object it accepts.
+MAX_OBJECT_BYTES = 3 * 1024 * 1024
+#: Room for the AdmissionReview around the object (request metadata, userInfo, options); an UPDATE
+#: carries oldObject too, but both come from etcd, whose 1.5 MiB limit keeps the pair within 3 MiB.
+ENVELOPE_BYTES = 256 * 1024
+MAX_BODY_BYTES = MAX_OBJECT_BYTES + ENVELOPE_BYTES
+DEFAULT_BODY_TIMEOUT = 10.0
+#: kube-apiserver's webhook timeout is at most 30 s; without ``?timeout=`` we assume its v1 default.
+DEFAULT_REVIEW_TIMEOUT = 10.0
+MAX_REVIEW_TIMEOUT = 30.0
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass
+class ServerState:
+    source: ManifestSource
+    namespaces: NamespaceSource
+    metrics: Metrics
+    logger: Any
+    executor: ThreadPoolExecutor
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    max_body_bytes: int = MAX_BODY_BYTES
+    shutting_down: bool = False
+    #: Admission requests whose handler is running, so shutdown can wait for them, bodies included.
+    in_flight: int = 0
+    extra_ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+
+
+STATE = web.AppKey("state", ServerState)
+
+
+async def wait_idle(state: ServerState, timeout: float) -> bool:
+    """Wait until no admission request is running, or ``timeout``; True if idle."""
+    deadline = time.monotonic() + timeout
+    while state.in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return not state.in_flight
+
+
+class BadRequest(Exception):
+    def __init__(self, code: int, reason: str, message: str, uid: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.uid = uid
+
+
+# -- the seam to admission evaluation --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCheck:
+    """One (policy, binding) evaluation, for metrics and the per-decision log line."""
+
+    policy: str
+    binding: str
+    action: str
+    error_type: str
+    seconds: float
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    #: The whole AdmissionReview to answer with, in the request's apiVersion.
+    review: dict[str, Any]
+    checks: tuple[PolicyCheck, ...]
+
+
+def _evaluate_validating(served: Served, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
+    started = time.perf_counter()
+    outcome = evaluate_validating(served.snapshot, namespaces, request)
+    # evaluate_validating does not time each binding; every check is charged the whole evaluation, an
+    # upper bound, so the duration histogram can only overstate a policy's cost.
+    seconds = time.perf_counter() - started
+    checks = tuple(PolicyCheck(record.policy, record.binding or "", record.action, record.error_type, seconds,
+                               record.message) for record in outcome.decisions)
+    return Review(dict(outcome.response), checks)
+
+
+def _evaluate_mutating(_served: Served, _namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
+    # Mutating admission policies are loaded but not evaluated yet: until they are, /mutate allows
+    # every request unchanged (no patch), which is what kube-apiserver does with no MAP bindings.
+    return Review(review_response(request.review_api_version, request.uid, allowed=True), ())
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def error_response(error: BadRequest, headers: dict[str, str] | None = None) -> web.Response:
+    return json_response(status_body(error.code, error.reason, error.message), error.code, headers)
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's time.ParseDuration for the non-negative values kube-apiserver sends (``10s``, ``1m30s``)."""
+    if text in ("0",):
+        return 0.0
+    position = 0
+    total = 0.0
+    for match in _GO_DURATION.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if position != len(text) or not text:
+        raise ValueError(text)
+    return total
+
+
+def _review_timeout(request: web.Request) -> float:
+    raw = request.query.get("timeout")
+    if raw is None:
+        return DEFAULT_REVIEW_TIMEOUT
+    try:
+        seconds = parse_go_duration(raw)
+    except ValueError:
+        raise BadRequest(400, "BadRequest", "timeout query parameter must be a duration such as 10s") from None
+    if seconds <= 0:
+        raise BadRequest(400, "BadRequest", "timeout query parameter must be greater than zero")
+    return min(seconds, MAX_REVIEW_TIMEOUT)
+
+
+async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                chunk = await request.content.read(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise BadRequest(413, "RequestEntityTooLarge",
+                                     f"request body is larger than the limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BadRequest(408, "Timeout", f"request body was not received within {timeout:g} seconds") from None
+    except BadRequest:
+        raise
+    except Exception:  # aiohttp reports a truncated or mis-encoded body in several exception types
+        raise BadRequest(400, "BadRequest", "request body ended before its declared length or was malformed") \
+            from None
+    if length is not None and size != length:
+        raise BadRequest(400, "BadRequest", "request body ended before its declared length")
+    return b"".join(chunks)
+
+
+# -- admission endpoints ---------------------------------------------------------------------------
+
+
+Evaluator = Callable[[Served, NamespaceSource, AdmissionRequest], Review]
+
+
+def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE]
+        started = time.perf_counter()
+        state.in_flight += 1
+        try:
+            response, decision, review = await _review(request, state, endpoint, evaluate, started)
+        except BadRequest as error:
+            decision = "error"
+            headers = {"Allow": "POST"} if error.code == 405 else None
+            response = error_response(error, headers)
+            review = None
+            state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
+                              reason=error.reason, err=error.message, uid=error.uid or None)
+        finally:
+            state.in_flight -= 1
+        seconds = time.perf_counter() - started
+        state.metrics.record_request(endpoint, response.status, decision, seconds)
+        if review is not None:
+            _log_review(state, endpoint, review, decision, seconds)
+        return response
+
+    return handle
+
+
+async def _review(request: web.Request, state: ServerState, endpoint: str, evaluate: Evaluator,
+                  started: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+    if request.method != "POST":
+        raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; send the AdmissionReview "
+                                                  "with POST")
+    if request.content_type != "application/json":
+        raise BadRequest(415, "UnsupportedMediaType", "Content-Type must be application/json")
+    timeout = _review_timeout(request)
+    # The snapshot this request is evaluated against, fixed now: a reload during the request does
+    # not change its answer half way.
+    served = state.source.current
+    if served is None or state.shutting_down:
+        raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request" if served is None
+                         else "shutting down")
+    body = await _read_body(request, state.max_body_bytes, min(state.body_timeout, timeout))
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        # The position is useful and does not reveal content; the decoder's message never quotes input.
+        raise BadRequest(400, "BadRequest", f"request body is not valid JSON: {error}") from None
+    parsed = parse_admission_review(document)
+    if isinstance(parsed, RequestError):
+        raise BadRequest(400, "BadRequest", f"invalid AdmissionReview: {parsed.message}",
+                         parsed.uid or request_uid(document))
+    remaining = timeout - (time.perf_counter() - started)
+    loop = asyncio.get_running_loop()
+    # CEL evaluation is CPU work in a C extension; a worker thread keeps health checks and other
+    # requests moving while one large object is evaluated.
+    future = loop.run_in_executor(state.executor, evaluate, served, state.namespaces, parsed)
+    try:
+        review = await asyncio.wait_for(future, timeout=max(remaining, 0.001))
+    except TimeoutError:
+        raise BadRequest(504, "Timeout", f"admission evaluation did not finish within {timeout:g} seconds",
+                         parsed.uid) from None
+    answer = review.review.get("response") or {}
+    decision = "deny" if not answer.get("allowed") else ("warn" if answer.get("warnings") else "allow")
+    return json_response(review.review), decision, (parsed, review)
+
+
+def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest, Review], decision: str,
+                seconds: float) -> None:
+    parsed, review = item
+    for check in review.checks:
+        state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action, check.seconds)
+    fields: dict[str, Any] = {
+        "endpoint": endpoint,
+        "uid": parsed.uid,
+        "kind": f"{parsed.kind.group}/{parsed.kind.version}/{parsed.kind.kind}".lstrip("/"),
+        "object": f"{parsed.namespace}/{parsed.name}" if parsed.namespace else parsed.name,
+        "operation": parsed.operation,
+        "user": parsed.user_info.username,
+        "latency_ms": round(seconds * 1000, 3),
+    }
+    # Only identifying fields: whole objects at info would copy Secrets into logs.
+    notable = [c for c in review.checks if c.action in ("deny", "warn", "audit") or c.error_type != "no_error"]
+    if not notable and decision != "deny":
+        state.logger.debug("admission allowed", allowed=True, **fields)
+        return
+    if not notable:
+        status = (review.review.get("response") or {}).get("status") or {}
+        state.logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
+        return
+    for check in notable:
+        state.logger.info("admission decision", allowed=decision != "deny", policy=check.policy,
+                          binding=check.binding, action=check.action, error_type=check.error_type,
+                          message=check.message, **fields)
+
+
+# -- health and metrics ----------------------------------------------------------------------------
+
+
+def _checks_text(name: str, checks: list[tuple[str, bool]]) -> str:
+    lines = [f"[+]{check} ok" if ok else f"[-]{check} failed: reason withheld" for check, ok in checks]
+    verdict = "passed" if all(ok for _, ok in checks) else "failed"
+    return "\n".join([*lines, f"{name} check {verdict}", ""])
+
+
+def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) -> Callable[
+        [web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; use GET")
+        results = checks(request.app[STATE])
+        healthy = all(ok for _, ok in results)
+        status = 200 if healthy else 503
+        # Like kube-apiserver: a bare "ok" for machines, the per-check list with ?verbose for humans.
+        if "verbose" in request.query:
+            text = _checks_text(name, results)
+        else:
+            failed = [check for check, ok in results if not ok]
+            text = "ok" if healthy else f"{name} check failed: {', '.join(failed)}\n"
+        return web.Response(text=text, status=status, content_type="text/plain")
+
+    return handle
+
+
+def _liveness(_state: ServerState) -> list[tuple[str, bool]]:
+    return [("ping", True)]
+
+
+def _health_checks(state: ServerState) -> list[tuple[str, bool]]:
+    return [("ping", True), ("manifests-loaded", state.source.current is not None)]
+
+
+def _readiness(state: ServerState) -> list[tuple[str, bool]]:
+    checks = _health_checks(state)
+    checks.extend((name, check()) for name, check in state.extra_ready_checks.items())
+    checks.append(("shutdown", not state.shutting_down))
+    return checks
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    if request.method not in ("GET", "HEAD"):
+        raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; use GET")
+    body = request.app[STATE].metrics.exposition()
+    response = web.Response(body=body, status=200)
+    response.headers["Content-Type"] = METRICS_CONTENT_TYPE
+    return response
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                  ) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as error:
+        return error_response(error, {"Allow": "GET, HEAD"} if error.code == 405 else None)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        return json_response(status_body(error.status, error.reason.replace(" ", ""), error.reason), error.status)
+    except Exception:
+        request.app[STATE].logger.exception("internal error handling request", path=request.path)
+        return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+
+
+def create_app(state: ServerState) -> web.Application:
+    # client_max_size guards aiohttp's own body helpers; our handlers read the body themselves with
+    # the same limit and a deadline.
+    app = web.Application(client_max_size=state.max_body_bytes, middlewares=[_errors])
+    app[STATE] = state
+    app.router.add_route("*", "/validate", review_handler("validate", _evaluate_validating))
+    app.router.add_route("*", "/mutate", review_handler("mutate", _evaluate_mutating))
+    app.router.add_route("*", "/livez", _health("livez", _liveness))
+    app.router.add_route("*", "/readyz", _health("readyz", _readiness))
+    app.router.add_route("*", "/healthz", _health("healthz", _health_checks))
+    app.router.add_route("*", "/metrics", _metrics)
+    return app

@@ -1,0 +1,219 @@
+"""``serve`` settings: command-line flags and a YAML file with the same names; flags win.
+
+Every flag is declared with ``default=None`` so that "not given" can be told apart from "given the
+default value"; the precedence is then flag, file, built-in default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_LISTEN = "127.0.0.1:8443"
+DEFAULT_SOCKET_MODE = 0o660
+DEFAULT_POLL_INTERVAL = 60.0
+LOG_FORMATS = ("json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names it."""
+
+
+def default_runtime_dir() -> Path:
+    # systemd's RuntimeDirectory= first; then the system location when we may write there; then the
+    # per-user runtime directory so that a first run from a checkout needs no privileges.
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+    system = Path("/run/staticadm")
+    if _writable_or_creatable(system):
+        return system
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "staticadm"
+    return Path("/tmp") / f"staticadm-{os.getuid()}"
+
+
+def default_state_dir() -> Path:
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    system = Path("/var/lib/staticadm")
+    if _writable_or_creatable(system):
+        return system
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "staticadm"
+
+
+def _writable_or_creatable(path: Path) -> bool:
+    if path.exists():
+        return os.access(path, os.W_OK | os.X_OK)
+    return os.access(path.parent, os.W_OK | os.X_OK)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    manifests: Path = Path("manifests")
+    #: None disables the unix socket listener.
+    socket: Path | None = None
+    socket_mode: int = DEFAULT_SOCKET_MODE
+    #: (host, port); None disables the HTTPS listener.
+    listen: tuple[str, int] | None = ("127.0.0.1", 8443)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    namespaces: Path | None = None
+    state_dir: Path | None = None
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    log_format: str = "json"
+    log_level: str = "info"
+    #: Bound on finishing in-flight requests after SIGTERM (config file only: ``shutdown-grace``).
+    shutdown_grace: float = 10.0
+    #: Bound on receiving a request body, against slow clients (config file only: ``body-timeout``).
+    body_timeout: float = 10.0
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--manifests", metavar="DIR", default=None,
+        help="directory of static ValidatingAdmissionPolicy manifests (default: manifests, relative to the "
+             "working directory)")
+    add("--socket", metavar="PATH", default=None,
+        help="unix socket to serve plain HTTP on; '' disables it (default: staticadm.sock under "
+             "$RUNTIME_DIRECTORY, /run/staticadm or the user's runtime directory)")
+    add("--socket-mode", metavar="OCTAL", default=None,
+        help=f"permission bits of the unix socket (default: {DEFAULT_SOCKET_MODE:04o})")
+    add("--listen", metavar="HOST:PORT", default=None,
+        help=f"HTTPS listener address; '' disables it (default: {DEFAULT_LISTEN})")
+    add("--tls-cert", metavar="FILE", default=None,
+        help="serving certificate chain (PEM), reloaded when it changes (default: a certificate signed by a "
+             "self-signed CA created in the state directory)")
+    add("--tls-key", metavar="FILE", default=None, help="private key for --tls-cert (default: generated with it)")
+    add("--client-ca", metavar="FILE", default=None,
+        help="require HTTPS clients to present a certificate signed by this CA (default: no client certificates)")
+    add("--namespaces", metavar="FILE", default=None,
+        help="Namespace objects (YAML/JSON) for namespaceSelector and namespaceObject (default: none)")
+    add("--config", metavar="FILE", default=None,
+        help="YAML file with any of these options under the same names; flags win (default: none)")
+    add("--state-dir", metavar="DIR", default=None,
+        help="where the generated CA and serving certificate live (default: $STATE_DIRECTORY, "
+             "/var/lib/staticadm or ~/.local/state/staticadm)")
+    add("--poll-interval", metavar="SECONDS", default=None,
+        help=f"re-read the manifest directory this often even without file events (default: "
+             f"{DEFAULT_POLL_INTERVAL:g})")
+    add("--log-format", choices=LOG_FORMATS, default=None, help="log line format (default: json)")
+    add("--log-level", choices=LOG_LEVELS, default=None,
+        help="least severe level logged; allowed requests are logged at debug (default: info)")
+
+
+_OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tls-key", "client-ca", "namespaces",
+                 "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
+                 "body-timeout")
+
+
+def resolve(args: argparse.Namespace) -> ServeConfig:
+    """Flags over the config file over defaults; raises :class:`ConfigError` naming the bad setting."""
+    merged: dict[str, Any] = {}
+    if args.config is not None:
+        merged.update(_read_config_file(Path(args.config)))
+    for name in _OPTION_NAMES:
+        value = getattr(args, name.replace("-", "_"), None)
+        if value is not None:
+            merged[name] = value
+    return _build(merged)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"--config {path}: {error.strerror or error}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--config {path}: invalid YAML: {error}") from error
+    if document is None:
+        return {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"--config {path}: expected a mapping of option names to values")
+    result: dict[str, Any] = {}
+    for key, value in document.items():
+        name = str(key).replace("_", "-")
+        if name not in _OPTION_NAMES:
+            raise ConfigError(f"--config {path}: unknown option {key!r} (known: {', '.join(_OPTION_NAMES)})")
+        result[name] = value
+    return result
+
+
+def _build(values: Mapping[str, Any]) -> ServeConfig:
+    config = ServeConfig()
+    updates: dict[str, Any] = {}
+    if "manifests" in values:
+        updates["manifests"] = Path(str(values["manifests"]))
+    socket = values.get("socket")
+    if socket is None:
+        updates["socket"] = default_runtime_dir() / "staticadm.sock"
+    else:
+        updates["socket"] = Path(str(socket)) if str(socket) else None
+    if "socket-mode" in values:
+        updates["socket_mode"] = _parse_mode(values["socket-mode"])
+    if "listen" in values:
+        updates["listen"] = parse_listen(str(values["listen"])) if values["listen"] not in ("", None) else None
+    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "state-dir"):
+        if values.get(name) not in (None, ""):
+            updates[name.replace("-", "_")] = Path(str(values[name]))
+    for name in ("poll-interval", "shutdown-grace", "body-timeout"):
+        if name in values:
+            updates[name.replace("-", "_")] = _parse_seconds(name, values[name])
+    if "log-format" in values:
+        updates["log_format"] = _choice("log-format", values["log-format"], LOG_FORMATS)
+    if "log-level" in values:
+        updates["log_level"] = _choice("log-level", values["log-level"], LOG_LEVELS)
+    if updates.get("state_dir") is None:
+        updates["state_dir"] = default_state_dir()
+    config = replace(config, **updates)
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key must be given together")
+    return config
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--listen {text!r}: expected HOST:PORT")
+    # [::1]:8443 is how an IPv6 host is written with a port.
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host, int(port)
+
+
+def _parse_mode(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # PyYAML (YAML 1.1) already reads an unquoted 0660 as octal.
+        mode = value
+    else:
+        try:
+            mode = int(str(value), 8)
+        except ValueError as error:
+            raise ConfigError(f"--socket-mode {value!r}: expected octal permission bits such as 0660") from error
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(f"--socket-mode {value!r}: expected permission bits between 0000 and 0777")
+    return mode
+
+
+def _parse_seconds(name: str, value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"--{name} {value!r}: expected a number of seconds") from error
+    if not seconds > 0:
+        raise ConfigError(f"--{name} {value!r}: must be greater than zero")
+    return seconds
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"--{name} {value!r}: expected one of {', '.join(choices)}")
+    return str(value)
+

@@ -1,0 +1,90 @@
+"""Prometheus metrics in a private registry.
+
+A private :class:`CollectorRegistry` (not the process-global default) keeps tests and embedders from
+seeing each other's series and keeps the exposition to what we define. Names mirror kube-apiserver's
+so that dashboards written for in-process static admission carry over with the prefix swapped.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+PREFIX = "staticadm"
+
+# Evaluation of a compiled policy takes microseconds to a few milliseconds; the default Prometheus
+# buckets start at 5 ms and would put almost every request in the first bucket.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """Every series the daemon exports; one instance per process (or per test)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            f"{PREFIX}_admission_requests_total",
+            "AdmissionReview HTTP requests by endpoint, HTTP status code and admission decision.",
+            ("endpoint", "code", "decision"), registry=self.registry)
+        self.request_duration = Histogram(
+            f"{PREFIX}_admission_request_duration_seconds",
+            "Time from receiving an AdmissionReview request to writing its answer.",
+            ("endpoint",), buckets=LATENCY_BUCKETS, registry=self.registry)
+        policy_labels = ("policy", "policy_binding", "error_type", "enforcement_action")
+        self.policy_checks = Counter(
+            f"{PREFIX}_validating_admission_policy_check_total",
+            "Validation admission policy check total, labeled by policy and binding; mirrors "
+            "apiserver_validating_admission_policy_check_total.",
+            policy_labels, registry=self.registry)
+        self.policy_check_duration = Histogram(
+            f"{PREFIX}_validating_admission_policy_check_duration_seconds",
+            "Validation admission latency for individual validation expressions in seconds, labeled by policy "
+            "and binding; mirrors apiserver_validating_admission_policy_check_duration_seconds.",
+            policy_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        reload_prefix = f"{PREFIX}_manifest_admission_config_controller"
+        self.reloads = Counter(
+            f"{reload_prefix}_automatic_reloads_total",
+            "Total number of manifest directory reload attempts that ended with the given status.",
+            ("status",), registry=self.registry)
+        self.reload_timestamp = Gauge(
+            f"{reload_prefix}_automatic_reload_last_timestamp_seconds",
+            "Unix time of the last manifest directory reload with the given status.",
+            ("status",), registry=self.registry)
+        self.config_info = Gauge(
+            f"{reload_prefix}_last_config_info",
+            "The content hash of the manifest directory currently served; always 1.",
+            ("hash",), registry=self.registry)
+        self._config_hash: str | None = None
+        # Pre-create the status series so a scrape shows 0 rather than nothing before the first failure.
+        for status in ("success", "failure"):
+            self.reloads.labels(status=status)
+
+    def record_reload(self, status: str, timestamp: float, content_hash: str | None = None) -> None:
+        self.reloads.labels(status=status).inc()
+        self.reload_timestamp.labels(status=status).set(timestamp)
+        if content_hash is not None:
+            self.set_config_hash(content_hash)
+
+    def set_config_hash(self, content_hash: str) -> None:
+        # Exactly one series at a time: an old hash left at 1 would look like drift between replicas.
+        if self._config_hash is not None and self._config_hash != content_hash:
+            self.config_info.remove(self._config_hash)
+        self._config_hash = content_hash
+        self.config_info.labels(hash=content_hash).set(1)
+
+    def record_request(self, endpoint: str, code: int, decision: str, seconds: float | None) -> None:
+        self.requests.labels(endpoint=endpoint, code=str(code), decision=decision).inc()
+        if seconds is not None:
+            self.request_duration.labels(endpoint=endpoint).observe(seconds)
+
+    def record_policy_check(self, policy: str, binding: str, error_type: str, action: str, seconds: float) -> None:
+        labels = {"policy": policy, "policy_binding": binding, "error_type": error_type, "enforcement_action": action}
+        self.policy_checks.labels(**labels).inc()
+        self.policy_check_duration.labels(**labels).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

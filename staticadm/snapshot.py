@@ -1,0 +1,213 @@
+"""The immutable, compiled configuration one request is evaluated against.
+
+A snapshot is built once per successful (re)load and then only read, so requests never see a
+half-applied configuration. It keeps Kubernetes' evaluation order (policies by name, each policy's
+bindings by name) and a match index so that a request only looks at policies whose matchConstraints
+could match its operation, group and resource: a request no policy matches costs the same with 1000
+policies as with 10.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, compile_expression
+from staticadm.model import (
+    AuditAnnotation,
+    MatchCondition,
+    MutatingAdmissionPolicy,
+    MutatingAdmissionPolicyBinding,
+    NamedRuleWithOperations,
+    ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+    Validation,
+)
+
+Program = CompiledExpression | CompileError
+
+_NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
+_VAP_KIND = ValidatingAdmissionPolicy.KIND
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidation:
+    validation: Validation
+    expression: Program
+    #: None when the validation has no messageExpression.
+    message_expression: Program | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidatingPolicy:
+    policy: ValidatingAdmissionPolicy
+    #: This policy's bindings, by name (the order kube-apiserver evaluates them in).
+    bindings: tuple[ValidatingAdmissionPolicyBinding, ...]
+    match_conditions: tuple[tuple[MatchCondition, Program], ...]
+    #: Variables in declaration order; a failed compile stays as its error for the message.
+    variables: Mapping[str, Program]
+    validations: tuple[CompiledValidation, ...]
+    audit_annotations: tuple[tuple[AuditAnnotation, Program], ...]
+    #: Whether any expression reads ``namespaceObject`` (textually: a false positive only makes an
+    #: unknown namespace an error instead of a silent null).
+    uses_namespace_object: bool
+
+    @property
+    def name(self) -> str:
+        return self.policy.metadata.name
+
+    @property
+    def failure_policy(self) -> str:
+        return self.policy.spec.failure_policy or "Fail"
+
+    def runtime_variables(self) -> dict[str, CompiledExpression]:
+        return {name: program for name, program in self.variables.items()
+                if isinstance(program, CompiledExpression)}
+
+
+IndexKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    validating: tuple[CompiledValidatingPolicy, ...] = ()
+    mutating_policies: tuple[MutatingAdmissionPolicy, ...] = ()
+    mutating_bindings: tuple[MutatingAdmissionPolicyBinding, ...] = ()
+    content_hash: str = ""
+    #: (operation or "*", API group or "*", resource or "*") -> indexes into ``validating``.
+    match_index: Mapping[IndexKey, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    directory: str = ""
+
+    @classmethod
+    def empty(cls) -> Snapshot:
+        return cls()
+
+    @property
+    def validating_policy_count(self) -> int:
+        return len(self.validating)
+
+    @property
+    def validating_binding_count(self) -> int:
+        return sum(len(p.bindings) for p in self.validating)
+
+    @property
+    def mutating_policy_count(self) -> int:
+        return len(self.mutating_policies)
+
+    @property
+    def mutating_binding_count(self) -> int:
+        return len(self.mutating_bindings)
+
+    def candidates(self, operation: str, resources: Iterable[tuple[str, str]]) -> tuple[int, ...]:
+        """Indexes of the policies that could match, in evaluation order.
+
+        ``resources`` are the (group, resource) pairs the request may be matched as: the original
+        one and the version the webhook received.
+        """
+        found: set[int] = set()
+        for group, resource in resources:
+            for op in (operation, "*"):
+                for g in (group, "*"):
+                    for r in (resource, "*"):
+                        found.update(self.match_index.get((op, g, r), ()))
+        return tuple(sorted(found))
+
+
+def _lookup(compiled: Mapping[str, Any], name: str, path: str, source: str, kind: ExpressionKind,
+            variable_names: Iterable[str]) -> Program:
+    program = compiled.get(f"{_VAP_KIND}/{name}/{path}")
+    if isinstance(program, CompiledExpression):
+        return program
+    # The loader keeps every program it compiled; compiling here only covers a loader without one.
+    return compile_expression(source, kind, variable_names=list(variable_names))
+
+
+def compile_validating_policy(policy: ValidatingAdmissionPolicy,
+                              bindings: tuple[ValidatingAdmissionPolicyBinding, ...],
+                              compiled: Mapping[str, Any]) -> CompiledValidatingPolicy:
+    spec, name = policy.spec, policy.metadata.name
+    variable_names = [v.name for v in spec.variables]
+    variables: dict[str, Program] = {}
+    for i, variable in enumerate(spec.variables):
+        variables[variable.name] = _lookup(compiled, name, f"spec.variables[{i}].expression", variable.expression,
+                                           ExpressionKind.VARIABLE, variable_names[:i])
+    match_conditions = tuple(
+        (condition, _lookup(compiled, name, f"spec.matchConditions[{i}].expression", condition.expression.strip(),
+                            ExpressionKind.MATCH_CONDITION, ()))
+        for i, condition in enumerate(spec.match_conditions))
+    validations = []
+    for i, validation in enumerate(spec.validations):
+        message_program = None
+        if validation.message_expression.strip():
+            message_program = _lookup(compiled, name, f"spec.validations[{i}].messageExpression",
+                                      validation.message_expression, ExpressionKind.MESSAGE_EXPRESSION,
+                                      variable_names)
+        validations.append(CompiledValidation(
+            validation,
+            _lookup(compiled, name, f"spec.validations[{i}].expression", validation.expression,
+                    ExpressionKind.VALIDATION, variable_names),
+            message_program))
+    audit_annotations = tuple(
+        (annotation, _lookup(compiled, name, f"spec.auditAnnotations[{i}].valueExpression",
+                             annotation.value_expression.strip(), ExpressionKind.AUDIT_ANNOTATION, variable_names))
+        for i, annotation in enumerate(spec.audit_annotations))
+    sources = [v.expression for v in spec.variables]
+    sources += [v.expression + "\n" + v.message_expression for v in spec.validations]
+    sources += [a.value_expression for a in spec.audit_annotations]
+    return CompiledValidatingPolicy(
+        policy=policy,
+        bindings=bindings,
+        match_conditions=match_conditions,
+        variables=MappingProxyType(variables),
+        validations=tuple(validations),
+        audit_annotations=audit_annotations,
+        uses_namespace_object=any(_NAMESPACE_OBJECT.search(source) for source in sources),
+    )
+
+
+def _index_keys(rules: Iterable[NamedRuleWithOperations]) -> set[IndexKey]:
+    keys: set[IndexKey] = set()
+    for rule in rules:
+        for entry in rule.resources:
+            resource = entry.partition("/")[0]
+            for operation in rule.operations:
+                for group in rule.api_groups:
+                    keys.add((operation, group, resource))
+    return keys
+
+
+def build_snapshot(load_result: Any) -> Snapshot:
+    """Builds the snapshot of a successful load (``LoadResult`` without errors)."""
+    policies: tuple[ValidatingAdmissionPolicy, ...] = tuple(
+        sorted(load_result.validating_policies, key=lambda p: p.metadata.name))
+    bindings: tuple[ValidatingAdmissionPolicyBinding, ...] = tuple(
+        sorted(load_result.validating_bindings, key=lambda b: b.metadata.name))
+    compiled: Mapping[str, Any] = getattr(load_result, "compiled", None) or {}
+    by_policy: dict[str, list[ValidatingAdmissionPolicyBinding]] = {}
+    for binding in bindings:
+        by_policy.setdefault(binding.spec.policy_name, []).append(binding)
+    validating = []
+    index: dict[IndexKey, list[int]] = {}
+    for policy in policies:
+        policy_bindings = tuple(by_policy.get(policy.metadata.name, ()))
+        position = len(validating)
+        validating.append(compile_validating_policy(policy, policy_bindings, compiled))
+        if not policy_bindings:
+            # A policy without bindings never fires; leaving it out of the index keeps it free.
+            continue
+        constraints = policy.spec.match_constraints
+        rules = constraints.resource_rules if constraints is not None else ()
+        keys = _index_keys(rules) if rules else {("*", "*", "*")}
+        for key in keys:
+            index.setdefault(key, []).append(position)
+    return Snapshot(
+        validating=tuple(validating),
+        mutating_policies=tuple(sorted(load_result.mutating_policies, key=lambda p: p.metadata.name)),
+        mutating_bindings=tuple(sorted(load_result.mutating_bindings, key=lambda b: b.metadata.name)),
+        content_hash=load_result.content_hash,
+        match_index=MappingProxyType({key: tuple(value) for key, value in index.items()}),
+        directory=getattr(load_result, "directory", ""),
+    )

@@ -1,0 +1,57 @@
+"""AdmissionReview parsing: every malformed input is an error naming the field, never an exception."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
+from tests.admission.helpers import review
+
+
+def _broken(**changes: Any) -> dict[str, Any]:
+    raw = review()
+    raw["request"].update(changes)
+    return raw
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (None, "an AdmissionReview must be a JSON object, got null"),
+    ([], "an AdmissionReview must be a JSON object, got array"),
+    ({"apiVersion": "v1", "kind": "AdmissionReview"},
+     "apiVersion must be one of admission.k8s.io/v1, admission.k8s.io/v1beta1, got 'v1'"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}, "kind must be AdmissionReview, got 'Pod'"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request is required"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": 3},
+     "request must be an object, got number"),
+    (_broken(uid=5), "request.uid must be a string"),
+    (_broken(uid=""), "request.uid must not be empty"),
+    (_broken(kind=None), "request.kind is required"),
+    (_broken(kind={"group": "apps", "version": "v1"}), "request.kind.kind must not be empty"),
+    (_broken(resource={"group": "apps", "version": "", "resource": "x"}), "request.resource.version must not be empty"),
+    (_broken(operation="PATCH"), "request.operation must be one of CREATE, UPDATE, DELETE, CONNECT, got 'PATCH'"),
+    (_broken(name=1), "request.name must be a string, got number"),
+    (_broken(object="x"), "request.object must be an object, got string"),
+    (_broken(dryRun="yes"), "request.dryRun must be a boolean, got string"),
+    (_broken(userInfo={"groups": "admins"}), "request.userInfo.groups must be an array of strings"),
+    (_broken(userInfo={"extra": {"k": "v"}}), "request.userInfo.extra[k] must be an array of strings"),
+    (_broken(requestSubResource=1), "request.requestSubResource must be a string, got number"),
+])
+def test_errors_name_the_field(raw: Any, message: str) -> None:
+    result = parse_admission_review(raw)
+    assert isinstance(result, RequestError)
+    assert result.message == message
+
+
+def test_valid_review_parses() -> None:
+    result = parse_admission_review(review(sub="scale"))
+    assert isinstance(result, AdmissionRequest)
+    assert result.uid and result.original_sub_resource == "scale" and result.user_info.username == "alice"
+
+
+def test_missing_request_sub_resource_falls_back_to_sub_resource() -> None:
+    raw = review()
+    raw["request"]["subResource"] = "scale"
+    result = parse_admission_review(raw)
+    assert isinstance(result, AdmissionRequest) and result.original_sub_resource == "scale"

@@ -1,0 +1,113 @@
+"""Runs every documentation scenario through ``python -m staticadm review -o json``, as a subprocess.
+
+Each scenario loads only its own policy files (several define overlapping policies), gets its
+Namespace as the namespaces file, and must reach the documented decision. Scenarios that cannot pass
+are listed with their reason in ``known_gaps.json``; a listed scenario that starts passing fails too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+SCENARIOS_DIR = SHARED / "conformance" / "scenarios"
+KNOWN_GAPS: dict[str, str] = json.loads((Path(__file__).parent / "known_gaps.json").read_text())["scenarios"]
+
+
+def _scenarios() -> list[dict[str, Any]]:
+    path = SCENARIOS_DIR / "docs_scenarios.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+ALL_SCENARIOS = _scenarios()
+
+
+def _group_key(scenario: dict[str, Any]) -> str:
+    return json.dumps([scenario["policy_files"], scenario["namespace_object"]], sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def responses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
+    """One CLI process per (policy files, namespace) group; every request of a group in one call."""
+    if not ALL_SCENARIOS:
+        pytest.fail(f"the scenario corpus is expected at {SCENARIOS_DIR}")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for scenario in ALL_SCENARIOS:
+        groups.setdefault(_group_key(scenario), []).append(scenario)
+    results: dict[str, dict[str, Any]] = {}
+    for number, members in enumerate(groups.values()):
+        work = tmp_path_factory.mktemp(f"group{number}")
+        manifests = work / "manifests"
+        manifests.mkdir()
+        for relative in members[0]["policy_files"]:
+            shutil.copy(SCENARIOS_DIR / relative, manifests / Path(relative).name)
+        command = [sys.executable, "-m", "staticadm", "review", "--manifests", str(manifests), "-o", "json"]
+        if members[0]["namespace_object"] is not None:
+            namespaces = work / "namespaces.json"
+            namespaces.write_text(json.dumps(members[0]["namespace_object"]))
+            command += ["--namespaces", str(namespaces)]
+        for scenario in members:
+            request = work / f"{scenario['id']}.json"
+            request.write_text(json.dumps(scenario["request"]))
+            command.append(str(request))
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        lines = completed.stdout.splitlines()
+        for index, scenario in enumerate(members):
+            if completed.returncode != 0 or index >= len(lines):
+                results[scenario["id"]] = {"error": f"exit {completed.returncode}: {completed.stderr}"}
+            else:
+                results[scenario["id"]] = json.loads(lines[index])
+    yield results
+
+
+def _problems(scenario: dict[str, Any], review: dict[str, Any]) -> list[str]:
+    if "error" in review:
+        return [review["error"]]
+    problems = []
+    response = review.get("response", {})
+    if review.get("apiVersion") != scenario["request"]["apiVersion"] or review.get("kind") != "AdmissionReview":
+        problems.append(f"not an AdmissionReview in the request's apiVersion: {review}")
+    if response.get("uid") != scenario["request"]["request"]["uid"]:
+        problems.append(f"uid not echoed: {response.get('uid')!r}")
+    if response.get("allowed") is not scenario["expect_allowed"]:
+        problems.append(f"allowed={response.get('allowed')!r}, expected {scenario['expect_allowed']!r}: {response}")
+    expected_message = scenario["expect_message_contains"]
+    if expected_message is not None:
+        message = response.get("status", {}).get("message", "")
+        if expected_message not in message:
+            problems.append(f"message {message!r} does not contain {expected_message!r}")
+    if not scenario["expect_allowed"]:
+        status = response.get("status", {})
+        if status.get("code") not in (403, 413, 422) or not status.get("reason"):
+            problems.append(f"a denial needs a 403/413/422 code and a reason: {status}")
+        if not status.get("message", "").startswith("ValidatingAdmissionPolicy '"):
+            problems.append(f"message is not in Kubernetes' format: {status.get('message')!r}")
+    for expected_warning in scenario["expect_warnings_contains"] or ():
+        if not any(expected_warning in warning for warning in response.get("warnings", ())):
+            problems.append(f"no warning contains {expected_warning!r}: {response.get('warnings')}")
+    if scenario["expect_warnings_contains"] is None and scenario["expect_allowed"] and response.get("warnings"):
+        problems.append(f"unexpected warnings: {response['warnings']}")
+    return problems
+
+
+@pytest.mark.parametrize("scenario", ALL_SCENARIOS, ids=[s["id"] for s in ALL_SCENARIOS])
+def test_scenario(scenario: dict[str, Any], responses: dict[str, dict[str, Any]]) -> None:
+    problems = _problems(scenario, responses[scenario["id"]])
+    gap = KNOWN_GAPS.get(scenario["id"])
+    if gap is None:
+        assert not problems, "\n".join(problems)
+    else:
+        assert problems, f"listed as a known gap ({gap}) but passes now: remove it from known_gaps.json"
+
+
+def test_known_gaps_name_real_scenarios() -> None:
+    ids = {scenario["id"] for scenario in ALL_SCENARIOS}
+    assert set(KNOWN_GAPS) <= ids

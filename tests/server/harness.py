@@ -1,0 +1,264 @@
+"""The real daemon as a subprocess, and aiohttp clients over its unix socket and its HTTPS port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 30.0
+
+
+def policy_yaml(message: str, *, name: str = "deny-label", label: str = "deny") -> str:
+    """A policy denying pods labelled ``<label>=true``, with its binding, in one file (atomic together)."""
+    full = f"{name}.static.k8s.io"
+    return f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {full}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["pods"]
+  validations:
+  - expression: >-
+      !has(object.metadata.labels) || !('{label}' in object.metadata.labels)
+      || object.metadata.labels['{label}'] != 'true'
+    message: "{message}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {full}
+spec:
+  policyName: {full}
+  validationActions: [Deny]
+"""
+
+
+def review(labels: dict[str, str] | None = None, *, uid: str = "uid-1", api_version: str = "admission.k8s.io/v1",
+           name: str = "web") -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "name": name,
+            "namespace": "default",
+            "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "namespace": "default", "labels": labels or {}}},
+        },
+    }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.parent.parent / f".{path.name}.tmp"
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+@dataclass
+class Daemon:
+    workdir: Path
+    manifests: Path
+    socket_path: Path | None
+    port: int | None
+    state_dir: Path
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    launcher: list[str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    ca_file: Path | None = None
+    client_cert: tuple[Path, Path] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "daemon.log"
+
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "staticadm", "serve", "--manifests", str(self.manifests),
+                   "--state-dir", str(self.state_dir), "--log-level", "debug", "--poll-interval", "3600"]
+        command += ["--socket", str(self.socket_path) if self.socket_path else ""]
+        command += ["--listen", f"127.0.0.1:{self.port}" if self.port else ""]
+        return (self.launcher or []) + command + self.args
+
+    def start(self, *, wait: bool = True) -> Daemon:
+        env = {**os.environ, **self.env}
+        # Import the checkout under test, whatever is installed in the environment.
+        env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=log)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        via = "unix" if self.socket_path else "https"
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
+            if via == "https" and self.ca_file is None:
+                ca = self.state_dir / "tls" / "ca.crt"
+                if ca.exists():
+                    self.ca_file = ca
+                else:
+                    time.sleep(0.05)
+                    continue
+            try:
+                if self.get("/readyz", via=via).status == 200:
+                    return
+            except (TimeoutError, OSError, aiohttp.ClientError):
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    # -- clients -------------------------------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ca = self.ca_file or self.state_dir / "tls" / "ca.crt"
+        context = ssl.create_default_context(cafile=str(ca))
+        if self.client_cert is not None:
+            context.load_cert_chain(str(self.client_cert[0]), str(self.client_cert[1]))
+        return context
+
+    def request(self, method: str, path: str, *, via: str = "unix", body: bytes | None = None,
+                json: Any = None, headers: dict[str, str] | None = None,
+                ssl_context: ssl.SSLContext | None = None) -> Response:
+        return asyncio.run(self._request(method, path, via, body, json, headers, ssl_context))
+
+    def get(self, path: str, *, via: str = "unix") -> Response:
+        return self.request("GET", path, via=via)
+
+    def validate(self, document: Any, *, via: str = "unix", path: str = "/validate") -> Response:
+        return self.request("POST", path, via=via, json=document)
+
+    async def _request(self, method: str, path: str, via: str, body: bytes | None, json: Any,
+                       headers: dict[str, str] | None, ssl_context: ssl.SSLContext | None) -> Response:
+        timeout = aiohttp.ClientTimeout(total=10)
+        if via == "unix":
+            assert self.socket_path is not None
+            connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=str(self.socket_path))
+            url = f"http://localhost{path}"
+        else:
+            connector = aiohttp.TCPConnector(ssl=ssl_context or self.ssl_context(), force_close=True)
+            url = f"https://127.0.0.1:{self.port}{path}"
+        if json is not None:
+            body = orjson.dumps(json)
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session, \
+                session.request(method, url, data=body, headers=headers) as response:
+            return Response(response.status, dict(response.headers), await response.read())
+
+    def metric(self, name: str, labels: dict[str, str] | None = None, *, via: str = "unix") -> float:
+        text = self.get("/metrics", via=via).body.decode()
+        return metric_value(text, name, labels or {})
+
+
+def metric_value(text: str, name: str, labels: dict[str, str]) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, _, value = line.rpartition(" ")
+        sample_name, _, label_text = series.partition("{")
+        if sample_name != name:
+            continue
+        if all(f'{key}="{val}"' in label_text for key, val in labels.items()):
+            total += float(value)
+    return total
+
+
+def raw_http(socket_path: Path, payload: Sequence[bytes], *, pause: float = 0.0, shutdown_write: bool = False,
+             timeout: float = 15.0) -> bytes:
+    """Send ``payload`` pieces over the unix socket (pausing between them) and read the whole answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(socket_path))
+        for index, piece in enumerate(payload):
+            if index and pause:
+                time.sleep(pause)
+            sock.sendall(piece)
+        if shutdown_write:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if b"\r\n\r\n" in b"".join(chunks) and _complete(b"".join(chunks)):
+                break
+        return b"".join(chunks)
+
+
+def _complete(data: bytes) -> bool:
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":", 1)[1])
+    return False
+
+
+def status_of(raw: bytes) -> int:
+    return int(raw.split(b" ", 2)[1])
+
+
+def body_of(raw: bytes) -> bytes:
+    return raw.partition(b"\r\n\r\n")[2]
