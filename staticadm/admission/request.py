@@ -149,36 +149,30 @@ def _object(container: Mapping[str, Any], key: str, path: str) -> dict[str, Any]
     return value
 
 
-def _gvk(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionKind | None:
+def _group_version(container: Mapping[str, Any], key: str, last_field: str, *,
+                   required: bool) -> tuple[str, str, str] | None:
+    """Reads a {group, version, <kind|resource>} object; version and the last field must be non-empty."""
     path = f"request.{key}"
     value = _object(container, key, "request")
     if value is None:
         if required:
             raise _Invalid(f"{path} is required")
         return None
-    gvk = GroupVersionKind(_string(value, "group", path), _string(value, "version", path),
-                           _string(value, "kind", path))
-    if not gvk.version:
-        raise _Invalid(f"{path}.version must not be empty")
-    if not gvk.kind:
-        raise _Invalid(f"{path}.kind must not be empty")
-    return gvk
+    parts = (_string(value, "group", path), _string(value, "version", path), _string(value, last_field, path))
+    for name, text in (("version", parts[1]), (last_field, parts[2])):
+        if not text:
+            raise _Invalid(f"{path}.{name} must not be empty")
+    return parts
+
+
+def _gvk(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionKind | None:
+    parts = _group_version(container, key, "kind", required=required)
+    return None if parts is None else GroupVersionKind(*parts)
 
 
 def _gvr(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionResource | None:
-    path = f"request.{key}"
-    value = _object(container, key, "request")
-    if value is None:
-        if required:
-            raise _Invalid(f"{path} is required")
-        return None
-    gvr = GroupVersionResource(_string(value, "group", path), _string(value, "version", path),
-                               _string(value, "resource", path))
-    if not gvr.version:
-        raise _Invalid(f"{path}.version must not be empty")
-    if not gvr.resource:
-        raise _Invalid(f"{path}.resource must not be empty")
-    return gvr
+    parts = _group_version(container, key, "resource", required=required)
+    return None if parts is None else GroupVersionResource(*parts)
 
 
 def _user_info(request: Mapping[str, Any]) -> UserInfo:
