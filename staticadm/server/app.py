@@ -17,11 +17,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
-from staticadm.admission.response import review_response
-from staticadm.admission.validating import evaluate_validating
-from staticadm.reload import ManifestSource, Served
+from staticadm.reload import ManifestSource
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
 
@@ -73,45 +72,6 @@ class BadRequest(Exception):
         self.reason = reason
         self.message = message
         self.uid = uid
-
-
-# -- the seam to admission evaluation --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyCheck:
-    """One (policy, binding) evaluation, for metrics and the per-decision log line."""
-
-    policy: str
-    binding: str
-    action: str
-    error_type: str
-    seconds: float
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Review:
-    #: The whole AdmissionReview to answer with, in the request's apiVersion.
-    review: dict[str, Any]
-    checks: tuple[PolicyCheck, ...]
-
-
-def _evaluate_validating(served: Served, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    started = time.perf_counter()
-    outcome = evaluate_validating(served.snapshot, namespaces, request)
-    # evaluate_validating does not time each binding; every check is charged the whole evaluation, an
-    # upper bound, so the duration histogram can only overstate a policy's cost.
-    seconds = time.perf_counter() - started
-    checks = tuple(PolicyCheck(record.policy, record.binding or "", record.action, record.error_type, seconds,
-                               record.message) for record in outcome.decisions)
-    return Review(dict(outcome.response), checks)
-
-
-def _evaluate_mutating(_served: Served, _namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    # Mutating admission policies are loaded but not evaluated yet: until they are, /mutate allows
-    # every request unchanged (no patch), which is what kube-apiserver does with no MAP bindings.
-    return Review(review_response(request.review_api_version, request.uid, allowed=True), ())
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -191,9 +151,6 @@ async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
 # -- admission endpoints ---------------------------------------------------------------------------
 
 
-Evaluator = Callable[[Served, NamespaceSource, AdmissionRequest], Review]
-
-
 def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
@@ -247,7 +204,7 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
     loop = asyncio.get_running_loop()
     # CEL evaluation is CPU work in a C extension; a worker thread keeps health checks and other
     # requests moving while one large object is evaluated.
-    future = loop.run_in_executor(state.executor, evaluate, served, state.namespaces, parsed)
+    future = loop.run_in_executor(state.executor, evaluate, served.snapshot, state.namespaces, parsed)
     try:
         review = await asyncio.wait_for(future, timeout=max(remaining, 0.001))
     except TimeoutError:
@@ -360,8 +317,8 @@ def create_app(state: ServerState) -> web.Application:
     # the same limit and a deadline.
     app = web.Application(client_max_size=state.max_body_bytes, middlewares=[_errors])
     app[STATE] = state
-    app.router.add_route("*", "/validate", review_handler("validate", _evaluate_validating))
-    app.router.add_route("*", "/mutate", review_handler("mutate", _evaluate_mutating))
+    for endpoint, evaluate in ENDPOINTS.items():
+        app.router.add_route("*", f"/{endpoint}", review_handler(endpoint, evaluate))
     app.router.add_route("*", "/livez", _health("livez", _liveness))
     app.router.add_route("*", "/readyz", _health("readyz", _readiness))
     app.router.add_route("*", "/healthz", _health("healthz", _health_checks))
