@@ -21,6 +21,7 @@ from staticadm.model import (
     MatchCondition,
     MutatingAdmissionPolicy,
     MutatingAdmissionPolicyBinding,
+    Mutation,
     NamedRuleWithOperations,
     ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
@@ -30,7 +31,8 @@ from staticadm.model import (
 Program = CompiledExpression | CompileError
 
 _NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
-_VAP_KIND = ValidatingAdmissionPolicy.KIND
+_VAP = ValidatingAdmissionPolicy.KIND
+_MAP = MutatingAdmissionPolicy.KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +70,62 @@ class CompiledValidatingPolicy:
                 if isinstance(program, CompiledExpression)}
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledMutation:
+    mutation: Mutation
+    #: The applyConfiguration or jsonPatch expression.
+    expression: Program
+
+    @property
+    def source(self) -> str:
+        spec = self.mutation.apply_configuration or self.mutation.json_patch
+        return spec.expression if spec is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMutatingPolicy:
+    policy: MutatingAdmissionPolicy
+    bindings: tuple[MutatingAdmissionPolicyBinding, ...]
+    match_conditions: tuple[tuple[MatchCondition, Program], ...]
+    #: Compiled in the mutating environment: mutation expressions read them lazily from their own context.
+    variables: Mapping[str, Program]
+    mutations: tuple[CompiledMutation, ...]
+    uses_namespace_object: bool
+
+    @property
+    def name(self) -> str:
+        return self.policy.metadata.name
+
+    @property
+    def failure_policy(self) -> str:
+        return self.policy.spec.failure_policy or "Fail"
+
+    @property
+    def reinvocation_policy(self) -> str:
+        return self.policy.spec.reinvocation_policy or "Never"
+
+    def runtime_variables(self) -> dict[str, CompiledExpression]:
+        return {name: program for name, program in self.variables.items()
+                if isinstance(program, CompiledExpression)}
+
+
 IndexKey = tuple[str, str, str]
+MatchIndex = Mapping[IndexKey, tuple[int, ...]]
+
+
+def _empty_index() -> MatchIndex:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     validating: tuple[CompiledValidatingPolicy, ...] = ()
-    mutating_policies: tuple[MutatingAdmissionPolicy, ...] = ()
-    mutating_bindings: tuple[MutatingAdmissionPolicyBinding, ...] = ()
+    mutating: tuple[CompiledMutatingPolicy, ...] = ()
     content_hash: str = ""
     #: (operation or "*", API group or "*", resource or "*") -> indexes into ``validating``.
-    match_index: Mapping[IndexKey, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    match_index: MatchIndex = field(default_factory=_empty_index)
+    #: The same for ``mutating``.
+    mutating_match_index: MatchIndex = field(default_factory=_empty_index)
     directory: str = ""
 
     @classmethod
@@ -95,34 +142,40 @@ class Snapshot:
 
     @property
     def mutating_policy_count(self) -> int:
-        return len(self.mutating_policies)
+        return len(self.mutating)
 
     @property
     def mutating_binding_count(self) -> int:
-        return len(self.mutating_bindings)
+        return sum(len(p.bindings) for p in self.mutating)
 
-    def candidates(self, operation: str, resources: Iterable[tuple[str, str]]) -> tuple[int, ...]:
+    def candidates(self, operation: str, resources: Iterable[tuple[str, str]], *,
+                   mutating: bool = False) -> tuple[int, ...]:
         """Indexes of the policies that could match, in evaluation order.
 
         ``resources`` are the (group, resource) pairs the request may be matched as: the original
         one and the version the webhook received.
         """
+        index = self.mutating_match_index if mutating else self.match_index
         found: set[int] = set()
         for group, resource in resources:
             for op in (operation, "*"):
                 for g in (group, "*"):
                     for r in (resource, "*"):
-                        found.update(self.match_index.get((op, g, r), ()))
+                        found.update(index.get((op, g, r), ()))
         return tuple(sorted(found))
 
 
-def _lookup(compiled: Mapping[str, Any], name: str, path: str, source: str, kind: ExpressionKind,
-            variable_names: Iterable[str]) -> Program:
-    program = compiled.get(f"{_VAP_KIND}/{name}/{path}")
+def _lookup(compiled: Mapping[str, Any], policy_kind: str, name: str, path: str, source: str, kind: ExpressionKind,
+            variable_names: Iterable[str], *, mutating: bool = False) -> Program:
+    program = compiled.get(f"{policy_kind}/{name}/{path}")
     if isinstance(program, CompiledExpression):
         return program
     # The loader keeps every program it compiled; compiling here only covers a loader without one.
-    return compile_expression(source, kind, variable_names=list(variable_names))
+    return compile_expression(source, kind, variable_names=list(variable_names), mutating=mutating)
+
+
+def _uses_namespace_object(sources: Iterable[str]) -> bool:
+    return any(_NAMESPACE_OBJECT.search(source) for source in sources)
 
 
 def compile_validating_policy(policy: ValidatingAdmissionPolicy,
@@ -132,26 +185,26 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
     variable_names = [v.name for v in spec.variables]
     variables: dict[str, Program] = {}
     for i, variable in enumerate(spec.variables):
-        variables[variable.name] = _lookup(compiled, name, f"spec.variables[{i}].expression", variable.expression,
+        variables[variable.name] = _lookup(compiled, _VAP, name, f"spec.variables[{i}].expression", variable.expression,
                                            ExpressionKind.VARIABLE, variable_names[:i])
     match_conditions = tuple(
-        (condition, _lookup(compiled, name, f"spec.matchConditions[{i}].expression", condition.expression.strip(),
+        (condition, _lookup(compiled, _VAP, name, f"spec.matchConditions[{i}].expression", condition.expression.strip(),
                             ExpressionKind.MATCH_CONDITION, ()))
         for i, condition in enumerate(spec.match_conditions))
     validations = []
     for i, validation in enumerate(spec.validations):
         message_program = None
         if validation.message_expression.strip():
-            message_program = _lookup(compiled, name, f"spec.validations[{i}].messageExpression",
+            message_program = _lookup(compiled, _VAP, name, f"spec.validations[{i}].messageExpression",
                                       validation.message_expression, ExpressionKind.MESSAGE_EXPRESSION,
                                       variable_names)
         validations.append(CompiledValidation(
             validation,
-            _lookup(compiled, name, f"spec.validations[{i}].expression", validation.expression,
+            _lookup(compiled, _VAP, name, f"spec.validations[{i}].expression", validation.expression,
                     ExpressionKind.VALIDATION, variable_names),
             message_program))
     audit_annotations = tuple(
-        (annotation, _lookup(compiled, name, f"spec.auditAnnotations[{i}].valueExpression",
+        (annotation, _lookup(compiled, _VAP, name, f"spec.auditAnnotations[{i}].valueExpression",
                              annotation.value_expression.strip(), ExpressionKind.AUDIT_ANNOTATION, variable_names))
         for i, annotation in enumerate(spec.audit_annotations))
     sources = [v.expression for v in spec.variables]
@@ -164,7 +217,43 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
         variables=MappingProxyType(variables),
         validations=tuple(validations),
         audit_annotations=audit_annotations,
-        uses_namespace_object=any(_NAMESPACE_OBJECT.search(source) for source in sources),
+        uses_namespace_object=_uses_namespace_object(sources),
+    )
+
+
+def compile_mutating_policy(policy: MutatingAdmissionPolicy, bindings: tuple[MutatingAdmissionPolicyBinding, ...],
+                            compiled: Mapping[str, Any]) -> CompiledMutatingPolicy:
+    spec, name = policy.spec, policy.metadata.name
+    variable_names = [v.name for v in spec.variables]
+    variables: dict[str, Program] = {}
+    for i, variable in enumerate(spec.variables):
+        variables[variable.name] = _lookup(compiled, _MAP, name, f"spec.variables[{i}].expression",
+                                           variable.expression, ExpressionKind.VARIABLE, variable_names[:i],
+                                           mutating=True)
+    match_conditions = tuple(
+        (condition, _lookup(compiled, _MAP, name, f"spec.matchConditions[{i}].expression",
+                            condition.expression.strip(), ExpressionKind.MATCH_CONDITION, ()))
+        for i, condition in enumerate(spec.match_conditions))
+    mutations = []
+    for i, mutation in enumerate(spec.mutations):
+        if mutation.patch_type == "JSONPatch" and mutation.json_patch is not None:
+            path, source, kind = (f"spec.mutations[{i}].jsonPatch.expression", mutation.json_patch.expression,
+                                  ExpressionKind.JSON_PATCH)
+        elif mutation.apply_configuration is not None:
+            path, source, kind = (f"spec.mutations[{i}].applyConfiguration.expression",
+                                  mutation.apply_configuration.expression, ExpressionKind.APPLY_CONFIGURATION)
+        else:
+            continue
+        mutations.append(CompiledMutation(mutation, _lookup(compiled, _MAP, name, path, source.strip(), kind,
+                                                            variable_names, mutating=True)))
+    sources = [v.expression for v in spec.variables] + [m.source for m in mutations]
+    return CompiledMutatingPolicy(
+        policy=policy,
+        bindings=bindings,
+        match_conditions=match_conditions,
+        variables=MappingProxyType(variables),
+        mutations=tuple(mutations),
+        uses_namespace_object=_uses_namespace_object(sources),
     )
 
 
@@ -179,35 +268,42 @@ def _index_keys(rules: Iterable[NamedRuleWithOperations]) -> set[IndexKey]:
     return keys
 
 
-def build_snapshot(load_result: Any) -> Snapshot:
-    """Builds the snapshot of a successful load (``LoadResult`` without errors)."""
-    policies: tuple[ValidatingAdmissionPolicy, ...] = tuple(
-        sorted(load_result.validating_policies, key=lambda p: p.metadata.name))
-    bindings: tuple[ValidatingAdmissionPolicyBinding, ...] = tuple(
-        sorted(load_result.validating_bindings, key=lambda b: b.metadata.name))
-    compiled: Mapping[str, Any] = getattr(load_result, "compiled", None) or {}
-    by_policy: dict[str, list[ValidatingAdmissionPolicyBinding]] = {}
-    for binding in bindings:
-        by_policy.setdefault(binding.spec.policy_name, []).append(binding)
-    validating = []
+def _index(policies: Iterable[Any]) -> MatchIndex:
     index: dict[IndexKey, list[int]] = {}
-    for policy in policies:
-        policy_bindings = tuple(by_policy.get(policy.metadata.name, ()))
-        position = len(validating)
-        validating.append(compile_validating_policy(policy, policy_bindings, compiled))
-        if not policy_bindings:
+    for position, compiled in enumerate(policies):
+        if not compiled.bindings:
             # A policy without bindings never fires; leaving it out of the index keeps it free.
             continue
-        constraints = policy.spec.match_constraints
+        constraints = compiled.policy.spec.match_constraints
         rules = constraints.resource_rules if constraints is not None else ()
-        keys = _index_keys(rules) if rules else {("*", "*", "*")}
-        for key in keys:
+        for key in _index_keys(rules) if rules else {("*", "*", "*")}:
             index.setdefault(key, []).append(position)
+    return MappingProxyType({key: tuple(value) for key, value in index.items()})
+
+
+def _bindings_by_policy(bindings: Iterable[Any]) -> dict[str, list[Any]]:
+    by_policy: dict[str, list[Any]] = {}
+    for binding in sorted(bindings, key=lambda b: b.metadata.name):
+        by_policy.setdefault(binding.spec.policy_name, []).append(binding)
+    return by_policy
+
+
+def build_snapshot(load_result: Any) -> Snapshot:
+    """Builds the snapshot of a successful load (``LoadResult`` without errors)."""
+    compiled: Mapping[str, Any] = getattr(load_result, "compiled", None) or {}
+    validating_bindings = _bindings_by_policy(load_result.validating_bindings)
+    validating = tuple(
+        compile_validating_policy(policy, tuple(validating_bindings.get(policy.metadata.name, ())), compiled)
+        for policy in sorted(load_result.validating_policies, key=lambda p: p.metadata.name))
+    mutating_bindings = _bindings_by_policy(load_result.mutating_bindings)
+    mutating = tuple(
+        compile_mutating_policy(policy, tuple(mutating_bindings.get(policy.metadata.name, ())), compiled)
+        for policy in sorted(load_result.mutating_policies, key=lambda p: p.metadata.name))
     return Snapshot(
-        validating=tuple(validating),
-        mutating_policies=tuple(sorted(load_result.mutating_policies, key=lambda p: p.metadata.name)),
-        mutating_bindings=tuple(sorted(load_result.mutating_bindings, key=lambda b: b.metadata.name)),
+        validating=validating,
+        mutating=mutating,
         content_hash=load_result.content_hash,
-        match_index=MappingProxyType({key: tuple(value) for key, value in index.items()}),
+        match_index=_index(validating),
+        mutating_match_index=_index(mutating),
         directory=getattr(load_result, "directory", ""),
     )

@@ -8,11 +8,27 @@ decision through the binding's validationActions and reports the first denial, e
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from staticadm.admission.activation import (
+    COMPILE_ERROR,
+    INVALID_ERROR,
+    NO_ERROR,
+    OUT_OF_BUDGET,
+    DecisionRecord,
+    NotMatched,
+    aggregate_errors,
+    authorizer_data,
+    evaluate_match_conditions,
+    gvk_text,
+    namespace_name,
+    request_data,
+    run_program,
+)
 from staticadm.admission.matching import describe_request, is_excluded, matches
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
@@ -26,20 +42,15 @@ from staticadm.admission.response import (
     truncate_bytes,
     warning_message,
 )
-from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError, admission_environment
-from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
+from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.model import ValidatingAdmissionPolicyBinding
-from staticadm.snapshot import CompiledValidatingPolicy, Program, Snapshot
+from staticadm.snapshot import CompiledValidatingPolicy, Snapshot
 
 #: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
 MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
 
 ADMIT, DENY = "admit", "deny"
 EVAL_ADMIT, EVAL_DENY, EVAL_ERROR = "admit", "deny", "error"
-
-# Metric label values (apiserver_validating_admission_policy_check_total).
-NO_ERROR, COMPILE_ERROR, INVALID_ERROR, OUT_OF_BUDGET = "no_error", "compile_error", "invalid_error", "out_of_budget"
-
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
@@ -62,27 +73,6 @@ def error_type(decision: PolicyDecision) -> str:
     if decision.message.startswith("validation failed due to running out of cost budget"):
         return OUT_OF_BUDGET
     return INVALID_ERROR
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """What happened for one decision of one (policy, binding): the explain view and metrics read it."""
-
-    policy: str
-    binding: str | None
-    #: Enforcement action: allow, deny, warn or audit.
-    action: str
-    error_type: str
-    message: str = ""
-    reason: str = ""
-    expression_index: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NotMatched:
-    policy: str
-    binding: str | None
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,59 +124,6 @@ class _Dispatch:
         self.records.append(DecisionRecord(compiled.name, binding, "deny", INVALID_ERROR, message))
 
 
-def _request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
-    """``CreateAdmissionRequest`` as CEL sees it: omitempty fields left out, no uid/object/oldObject."""
-    data: dict[str, Any] = {
-        "kind": kind.to_json(),
-        "resource": resource.to_json(),
-        "requestKind": request.original_kind.to_json(),
-        "requestResource": request.original_resource.to_json(),
-        "operation": request.operation,
-        "userInfo": request.user_info.to_json(),
-        "dryRun": bool(request.dry_run),
-        "options": dict(request.options) if request.options is not None else None,
-    }
-    sub = request.original_sub_resource
-    if sub:
-        data["subResource"] = sub
-        data["requestSubResource"] = sub
-    if request.name:
-        data["name"] = request.name
-    if request.namespace:
-        data["namespace"] = request.namespace
-    return data
-
-
-def _authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
-    resource = request.original_resource
-    return {
-        "authorizer": make_authorizer(),
-        "authorizer.requestResource": make_request_resource(
-            resource.group, resource.resource, request.original_sub_resource, request.namespace, request.name),
-    }
-
-
-def _expression_error(source: str, outcome: EvalError) -> str:
-    if outcome.cost_exceeded:
-        return f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}"
-    return f"expression '{source}' resulted in error: {outcome.message}"
-
-
-def _run(program: Program, source: str, context: Any) -> tuple[Any, str | None]:
-    """(value, None) or (None, Kubernetes' error text for this expression)."""
-    if isinstance(program, CompileError):
-        return None, f"compilation error: {program.message}"
-    outcome = program.evaluate(context)
-    if isinstance(outcome, EvalError):
-        return None, _expression_error(source, outcome)
-    return outcome, None
-
-
-def _aggregate(errors: list[str]) -> str:
-    """``utilerrors.NewAggregate(errs).Error()``."""
-    return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
-
-
 def _cel_type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
@@ -229,31 +166,27 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
     variables = compiled.runtime_variables()
     objects = {"object": request.object, "oldObject": request.old_object}
-    authorizer = _authorizer_data(request)
+    authorizer = authorizer_data(request)
 
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
         data = {**objects, **authorizer, "namespaceObject": None,
-                "request": _request_data(request, request.original_resource, request.original_kind)}
-        context = environment.new_context(data, variables=variables)
-        errors: list[str] = []
-        for condition, program in compiled.match_conditions:
-            value, error = _run(program, condition.expression, context)
-            if error is not None:
-                errors.append(error)
-            elif value is False:
-                return _ValidateResult(skipped_by=condition.name)
+                "request": request_data(request, request.original_resource, request.original_kind)}
+        false_condition, errors = evaluate_match_conditions(compiled.match_conditions,
+                                                           environment.new_context(data, variables=variables))
+        if false_condition is not None:
+            return _ValidateResult(skipped_by=false_condition)
         if errors:
             if error_action == ADMIT:
                 return _ValidateResult(skipped_by="")
-            return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, _aggregate(errors)),))
+            return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, aggregate_errors(errors)),))
 
-    request_data = _request_data(request, resource, kind)
+    request_fields = request_data(request, resource, kind)
     base = {**objects, "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
-            "request": request_data}
+            "request": request_fields}
     context = environment.new_context({**base, **authorizer}, variables=variables)
     outcomes: list[tuple[Any, str | None]] = [
-        _run(validation.expression, validation.validation.expression, context)
+        run_program(validation.expression, validation.validation.expression, context)
         for validation in compiled.validations]
 
     message_context = None
@@ -288,7 +221,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     if compiled.audit_annotations:
         audit_context = environment.new_context(base, variables=variables)
         for annotation, program in compiled.audit_annotations:
-            value, error = _run(program, annotation.value_expression, audit_context)
+            value, error = run_program(program, annotation.value_expression, audit_context)
             if error is not None:
                 action = "exclude" if error_action == ADMIT else "error"
                 audit.append(_AuditResult(annotation.key, action, error=error))
@@ -305,14 +238,6 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     return _ValidateResult(tuple(decisions), tuple(audit))
 
 
-def _namespace_name(request: AdmissionRequest) -> str:
-    kind = request.original_kind
-    # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
-    if kind.group == "" and kind.version == "v1" and kind.kind == "Namespace":
-        return ""
-    return request.namespace
-
-
 def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, binding: ValidatingAdmissionPolicyBinding,
                       request: AdmissionRequest, namespaces: NamespaceSource, resource: GroupVersionResource,
                       kind: GroupVersionKind, collector: dict[str, list[str]]) -> None:
@@ -325,12 +250,12 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
         state.not_matched.append(NotMatched(policy_name, binding_name, outcome.reason))
         return
     namespace_object = None
-    namespace_name = _namespace_name(request)
-    if namespace_name:
-        info = namespaces.lookup(namespace_name)
+    namespace = namespace_name(request)
+    if namespace:
+        info = namespaces.lookup(namespace)
         if info.object is None and compiled.uses_namespace_object:
             state.config_error(compiled, binding_name, (
-                f'namespace "{namespace_name}" is not known to staticadm, so namespaceObject is unavailable '
+                f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
                 "(give its Namespace object to the namespace source)"))
             return
         namespace_object = info.object
@@ -419,18 +344,17 @@ def _dispatch_policy(state: _Dispatch, compiled: CompiledValidatingPolicy, reque
     if outcome.kind != request.kind and (request.object is not None or request.old_object is not None):
         # The webhook only has the object in the version kube-apiserver sent; another needs a conversion.
         state.config_error(compiled, None, (
-            f"failed to convert object version: staticadm received {_gvk_text(request.kind)} and cannot convert "
-            f"it to {_gvk_text(outcome.kind)}"))
+            f"failed to convert object version: staticadm received {gvk_text(request.kind)} and cannot convert "
+            f"it to {gvk_text(outcome.kind)}"))
         return
     collector: dict[str, list[str]] = {}
     for binding in compiled.bindings:
+        first_record, started = len(state.records), time.perf_counter()
         _dispatch_binding(state, compiled, binding, request, namespaces, outcome.resource, outcome.kind, collector)
+        seconds = time.perf_counter() - started
+        state.records[first_record:] = [replace(record, seconds=seconds) for record in state.records[first_record:]]
     for key, values in collector.items():
         state.published[f"{compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
-
-
-def _gvk_text(kind: GroupVersionKind) -> str:
-    return f"{kind.group}/{kind.version}, Kind={kind.kind}" if kind.group else f"/{kind.version}, Kind={kind.kind}"
 
 
 def explain_unmatched(snapshot: Snapshot, request: AdmissionRequest,

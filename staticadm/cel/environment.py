@@ -17,7 +17,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
-from staticadm.cel import ast, collisions, rewrite, validators
+from staticadm.cel import ast, collisions, rewrite, structs, validators
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
     CostLimitExceeded,
@@ -54,8 +54,8 @@ RESULT_TYPES: dict[ExpressionKind, tuple[str, ...] | None] = {
     ExpressionKind.MESSAGE_EXPRESSION: ("string",),
     ExpressionKind.AUDIT_ANNOTATION: ("string", "null_type"),
     ExpressionKind.VARIABLE: None,
-    ExpressionKind.APPLY_CONFIGURATION: None,
-    ExpressionKind.JSON_PATCH: None,
+    ExpressionKind.APPLY_CONFIGURATION: ("Object",),
+    ExpressionKind.JSON_PATCH: ("list(JSONPatch)",),
     ExpressionKind.STANDALONE: None,
 }
 
@@ -156,6 +156,7 @@ class CelEnvironment:
         functions = collisions.alias_functions([Function(name, tuple(o)) for name, o in merged.items()])
         opaque_types: list[OpaqueType] = [t for library in libraries for t in getattr(library, "TYPES", ())]
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
+        self.struct_syntax = any(getattr(library, "STRUCT_SYNTAX", False) for library in libraries)
         opaque_names = frozenset(self.opaque_types)
         self._optional_functions = frozenset(
             function.name
@@ -335,11 +336,17 @@ class CelEnvironment:
         ``variable_names`` are the policy variables visible to the expression; ``None`` skips the check
         (the playground, where ``variables`` is just a map).
         """
-        checker_source = collisions.alias_member_calls(source)
+        rewritten = source
+        if self.struct_syntax:
+            try:
+                rewritten = structs.rewrite_struct_creation(source)
+            except structs.StructSyntaxError as error:
+                return CompileError(f"ERROR: <input>:1:1: {error}")
+        checker_source = collisions.alias_member_calls(rewritten)
         try:
             checked_program = self._checker.compile(checker_source)
         except RuntimeError as error:
-            return CompileError(collisions.restore_names(engine_error_text(str(error)), checker_source, source))
+            return CompileError(collisions.restore_names(engine_error_text(str(error)), checker_source, rewritten))
         checked = ast.decode(checked_program.serialize())
         issues = [
             *validators.check_homogeneous_literals(checked),
@@ -350,7 +357,7 @@ class CelEnvironment:
             rendered = []
             for issue in sorted(issues, key=lambda i: ast.position_of(checked, i.node_id)):
                 line, column = ast.position_of(checked, issue.node_id)
-                rendered.append(validators.format_issue(source, line, column, issue.message))
+                rendered.append(validators.format_issue(rewritten, line, column, issue.message))
             return CompileError("\n".join(rendered))
         result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]

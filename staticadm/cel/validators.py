@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cel import ast
+from staticadm.cel import ast, structs
 
 # The object types Kubernetes declares for admission variables: field name -> nested schema (None = leaf).
 Schema = Mapping[str, "Schema | None"]
@@ -79,6 +79,9 @@ def check_homogeneous_literals(checked: Any) -> list[Issue]:
     for node in ast.walk(checked.expr):
         if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function == "format":
             exempt.update(child.id for arg in node.call_expr.args for child in ast.walk(arg))
+        elif node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in structs.RESERVED_NAMES:
+            # The field map of a rewritten Object{...}/JSONPatch{...}: struct fields have their own types.
+            exempt.update(arg.id for arg in node.call_expr.args)
     for node in ast.walk(checked.expr):
         kind = node.WhichOneof("expr_kind")
         if node.id in exempt:

@@ -273,6 +273,15 @@ class _Load:
             return f"internal error compiling expression: {type(err).__name__}: {err}"
         if error is not None:
             return error
+        if kind == MutatingAdmissionPolicy.KIND and expr is Expr.VARIABLE:
+            # Kubernetes checks MAP variables without the patch types, but mutation expressions read them
+            # lazily from their own context, so the program kept for evaluation comes from that environment.
+            try:
+                program, error = self.cel(source, expr.value, names, True)
+            except Exception as err:
+                return f"internal error compiling expression: {type(err).__name__}: {err}"
+            if error is not None:
+                return error
         self.compiled.setdefault(compiled_key(kind, name, field_path), program)
         return None
 

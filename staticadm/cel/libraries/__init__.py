@@ -11,6 +11,7 @@ from staticadm.cel.libraries import (
     ip,
     jsonpatch,
     lists,
+    objects,
     quantity,
     regex,
     semver,
@@ -20,4 +21,4 @@ from staticadm.cel.libraries import (
 #: Libraries every admission expression sees.
 BASE_LIBRARIES: tuple[ModuleType, ...] = (lists, regex, urls, quantity, ip, cidr, format, semver, authz)
 #: Libraries only MutatingAdmissionPolicy mutation expressions see.
-MUTATION_LIBRARIES: tuple[ModuleType, ...] = (jsonpatch,)
+MUTATION_LIBRARIES: tuple[ModuleType, ...] = (jsonpatch, objects)

@@ -1,0 +1,124 @@
+"""What one admission request looks like to CEL, shared by the validating and mutating dispatchers.
+
+Kubernetes builds the same activation for both plugins (``CreateAdmissionRequest``, the authorizer, the
+namespace object); the records here are what the explain view, logs and metrics read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
+from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
+from staticadm.model import MatchCondition
+from staticadm.snapshot import Program
+
+# Metric label values (apiserver_validating_admission_policy_check_total).
+NO_ERROR, COMPILE_ERROR, INVALID_ERROR, OUT_OF_BUDGET = "no_error", "compile_error", "invalid_error", "out_of_budget"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """What happened for one decision of one (policy, binding): the explain view and metrics read it."""
+
+    policy: str
+    binding: str | None
+    #: Enforcement action: allow, deny, warn or audit.
+    action: str
+    error_type: str
+    message: str = ""
+    reason: str = ""
+    expression_index: int | None = None
+    #: Wall time spent on this (policy, binding), for the check-duration histogram.
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NotMatched:
+    policy: str
+    binding: str | None
+    reason: str
+
+
+def request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
+    """``CreateAdmissionRequest`` as CEL sees it: omitempty fields left out, no uid/object/oldObject."""
+    data: dict[str, Any] = {
+        "kind": kind.to_json(),
+        "resource": resource.to_json(),
+        "requestKind": request.original_kind.to_json(),
+        "requestResource": request.original_resource.to_json(),
+        "operation": request.operation,
+        "userInfo": request.user_info.to_json(),
+        "dryRun": bool(request.dry_run),
+        "options": dict(request.options) if request.options is not None else None,
+    }
+    sub = request.original_sub_resource
+    if sub:
+        data["subResource"] = sub
+        data["requestSubResource"] = sub
+    if request.name:
+        data["name"] = request.name
+    if request.namespace:
+        data["namespace"] = request.namespace
+    return data
+
+
+def authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
+    resource = request.original_resource
+    return {
+        "authorizer": make_authorizer(),
+        "authorizer.requestResource": make_request_resource(
+            resource.group, resource.resource, request.original_sub_resource, request.namespace, request.name),
+    }
+
+
+def expression_error(source: str, outcome: EvalError) -> str:
+    if outcome.cost_exceeded:
+        return f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}"
+    return f"expression '{source}' resulted in error: {outcome.message}"
+
+
+def run_program(program: Program, source: str, context: Any) -> tuple[Any, str | None]:
+    """(value, None) or (None, Kubernetes' error text for this expression)."""
+    if isinstance(program, CompileError):
+        return None, f"compilation error: {program.message}"
+    outcome = program.evaluate(context)
+    if isinstance(outcome, EvalError):
+        return None, expression_error(source, outcome)
+    return outcome, None
+
+
+def aggregate_errors(errors: list[str]) -> str:
+    """``utilerrors.NewAggregate(errs).Error()``."""
+    return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+
+
+def namespace_name(request: AdmissionRequest) -> str:
+    kind = request.original_kind
+    # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
+    if kind.group == "" and kind.version == "v1" and kind.kind == "Namespace":
+        return ""
+    return request.namespace
+
+
+def gvk_text(kind: GroupVersionKind) -> str:
+    return f"{kind.group}/{kind.version}, Kind={kind.kind}" if kind.group else f"/{kind.version}, Kind={kind.kind}"
+
+
+def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]],
+                              context: Any) -> tuple[str | None, list[str]]:
+    """(name of the first condition that is false, or None; the errors of those that failed).
+
+    A false condition wins over errors: the policy simply does not apply.
+    """
+    errors: list[str] = []
+    for condition, program in conditions:
+        value, error = run_program(program, condition.expression, context)
+        if error is not None:
+            errors.append(error)
+        elif value is False:
+            return condition.name, errors
+    return None, errors

@@ -1,0 +1,102 @@
+"""The ``Object`` and ``JSONPatch`` types of MutatingAdmissionPolicy mutation expressions.
+
+``structs.py`` rewrites ``Object.<path>{...}`` and ``JSONPatch{...}`` into the calls declared here. At
+runtime both are tagged maps (see ``values.py``): ``{"@k8s": "Object", "name": "Object.spec", "fields":
+{...}}`` and ``{"@k8s": "JSONPatch", "fields": {...}}``. ``to_plain`` turns a result into JSON values
+with Kubernetes' checks (``ObjectVal.CheckTypeNamesMatchFieldPathNames``, ``JSONPatchType.Val``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from staticadm.cel import structs
+from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
+from staticadm.cel.values import make_opaque, opaque_type_name
+
+#: Lets the environment know it must rewrite struct creation syntax for these types.
+STRUCT_SYNTAX = True
+
+_GO_TYPE_NAMES = {bool: "bool", int: "int64", float: "float64", str: "string", bytes: "[]uint8",
+                  list: "[]ref.Val", dict: "map[ref.Val]ref.Val", type(None): "structpb.NullValue"}
+
+
+class ConversionError(Exception):
+    """A mutation result Kubernetes would refuse to turn into a patch; the text is Kubernetes'."""
+
+
+def make_object(type_name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return make_opaque(structs.OBJECT_TYPE, name=type_name, fields=fields)
+
+
+def make_jsonpatch(fields: dict[str, Any]) -> dict[str, Any]:
+    for name in ("op", "path", "from"):
+        if name in fields and not isinstance(fields[name], str):
+            go_type = _GO_TYPE_NAMES.get(type(fields[name]), type(fields[name]).__name__)
+            raise CelFunctionError(f"unexpected type {go_type} for JSONPatchType '{name}' field")
+    return make_opaque(structs.JSONPATCH_TYPE, fields=fields)
+
+
+def is_object(value: Any) -> bool:
+    return opaque_type_name(value) == structs.OBJECT_TYPE
+
+
+def is_jsonpatch(value: Any) -> bool:
+    return opaque_type_name(value) == structs.JSONPATCH_TYPE
+
+
+def to_plain(value: Any, path: str | None = None, errors: list[str] | None = None) -> Any:
+    """The JSON value of a CEL result: Objects become maps, checking nested type names against ``path``.
+
+    ``path`` is the type name the value must have when it is an Object (None: its own name, as at
+    the root); mismatches are appended to ``errors`` in Kubernetes' wording.
+    """
+    if errors is None:
+        errors = []
+    if is_object(value):
+        name = value["name"]
+        expected = name if path is None else path
+        if name != expected:
+            errors.append(f'unexpected type name "{name}", expected "{expected}", which matches field name path '
+                          "from root Object type")
+        return {key: to_plain(field, f"{expected}.{key}", errors) for key, field in value["fields"].items()}
+    if isinstance(value, list):
+        return [to_plain(item, path, errors) for item in value]
+    if isinstance(value, dict):
+        if opaque_type_name(value) is not None:
+            raise ConversionError(f"a {opaque_type_name(value)} value cannot be written into an object")
+        plain: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConversionError(f"map key {key!r} is of type {_GO_TYPE_NAMES.get(type(key), 'unknown')}, "
+                                      "not string")
+            plain[key] = to_plain(item, path, errors)
+        return plain
+    if isinstance(value, bytes):
+        raise ConversionError("bytes values cannot be written into an object")
+    if not isinstance(value, bool | int | float | str | type(None)):
+        # Durations and timestamps have no JSON form in Kubernetes' conversion (structpb.Value).
+        raise ConversionError(f"a {type(value).__name__} value cannot be written into an object")
+    return value
+
+
+def _object_string(value: dict[str, Any]) -> str:
+    return orjson.dumps(to_plain(value)).decode()
+
+
+def _jsonpatch_string(value: dict[str, Any]) -> str:
+    return orjson.dumps({k: to_plain(v) for k, v in value["fields"].items()}).decode()
+
+
+TYPES = (OpaqueType(structs.OBJECT_TYPE, _object_string), OpaqueType(structs.JSONPATCH_TYPE, _jsonpatch_string))
+
+FUNCTIONS = (
+    Function(structs.OBJECT_FUNCTION, (
+        Overload("staticadm_object_root", ("string", "map(string, dyn)"), structs.OBJECT_TYPE, make_object),)),
+    Function(structs.OBJECT_PART_FUNCTION, (
+        Overload("staticadm_object_part", ("string", "map(string, dyn)"), "dyn", make_object),)),
+    Function(structs.JSONPATCH_FUNCTION, (
+        Overload("staticadm_jsonpatch", ("map(string, dyn)",), structs.JSONPATCH_TYPE, make_jsonpatch),)),
+)

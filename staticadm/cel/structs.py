@@ -1,0 +1,167 @@
+"""``Object{...}`` and ``JSONPatch{...}`` in MutatingAdmissionPolicy expressions.
+
+Kubernetes resolves these struct types dynamically (any ``Object.<path>`` name, every field ``dyn``).
+cel-expr-python only knows protobuf message types, so before type-checking we rewrite each struct
+creation into a call the environment declares::
+
+    Object.spec{replicas: 3, ?paused: x}  ->  __staticadm_object_part__("Object.spec", {"replicas": 3, ?"paused": x})
+    Object{spec: ...}                      ->  __staticadm_object__("Object", {"spec": ...})
+    JSONPatch{op: "add", path: p}          ->  __staticadm_jsonpatch__({"op": "add", "path": p})
+
+The root ``Object`` call is typed ``Object`` and ``JSONPatch`` is typed ``JSONPatch`` (abstract types), so
+Kubernetes' result-type rules (``Object`` for ApplyConfiguration, ``list(JSONPatch)`` for JSONPatch)
+hold; nested ``Object.<path>`` values are ``dyn``. The rewrite works on tokens, so string literals and
+comments are never touched, and it keeps every character of the source outside the struct syntax.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+OBJECT_FUNCTION = "__staticadm_object__"
+OBJECT_PART_FUNCTION = "__staticadm_object_part__"
+JSONPATCH_FUNCTION = "__staticadm_jsonpatch__"
+RESERVED_NAMES = (OBJECT_FUNCTION, OBJECT_PART_FUNCTION, JSONPATCH_FUNCTION)
+
+OBJECT_TYPE = "Object"
+JSONPATCH_TYPE = "JSONPatch"
+JSONPATCH_FIELDS = ("op", "path", "from", "value")
+
+_STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # "ident", "string", "punct", "other"
+    text: str
+    start: int
+    end: int
+
+
+class StructSyntaxError(Exception):
+    """A struct creation we cannot rewrite; the message is shown as a compile error."""
+
+
+def _tokens(source: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    position, length = 0, len(source)
+    while position < length:
+        char = source[position]
+        if char.isspace():
+            position = _SPACE.match(source, position).end()  # type: ignore[union-attr]
+            continue
+        if source.startswith("//", position):
+            newline = source.find("\n", position)
+            position = length if newline < 0 else newline + 1
+            continue
+        string = _STRING_START.match(source, position)
+        if string is not None:
+            prefix = source[position:string.start(1)]
+            end = _string_end(source, string.end(), string.group(1), raw="r" in prefix.lower())
+            tokens.append(_Token("string", source[position:end], position, end))
+            position = end
+            continue
+        identifier = _IDENT.match(source, position)
+        if identifier is not None:
+            tokens.append(_Token("ident", identifier.group(0), position, identifier.end()))
+            position = identifier.end()
+            continue
+        tokens.append(_Token("punct", char, position, position + 1))
+        position += 1
+    return tokens
+
+
+def _string_end(source: str, position: int, quote: str, *, raw: bool) -> int:
+    length = len(source)
+    while position < length:
+        if not raw and source[position] == "\\":
+            position += 2
+            continue
+        if source.startswith(quote, position):
+            return position + len(quote)
+        if len(quote) == 1 and source[position] == "\n":
+            break
+        position += 1
+    # Unterminated: leave the rest to the parser, which reports it properly.
+    return length
+
+
+def _struct_at(tokens: list[_Token], index: int) -> tuple[str, int] | None:
+    """(type name, index of its ``{``) when a struct creation starts at ``index``."""
+    first = tokens[index]
+    if first.kind != "ident" or first.text not in (OBJECT_TYPE, JSONPATCH_TYPE):
+        return None
+    if index > 0 and tokens[index - 1].text == "." and tokens[index - 1].kind == "punct":
+        # A field selection (``x.Object``) or a leading-dot qualified name; the latter is not supported.
+        return None
+    parts = [first.text]
+    cursor = index + 1
+    while (cursor + 1 < len(tokens) and tokens[cursor].text == "." and tokens[cursor + 1].kind == "ident"
+           and first.text == OBJECT_TYPE):
+        parts.append(tokens[cursor + 1].text)
+        cursor += 2
+    if cursor < len(tokens) and tokens[cursor].text == "{" and tokens[cursor].kind == "punct":
+        return ".".join(parts), cursor
+    return None
+
+
+def rewrite_struct_creation(source: str) -> str:
+    """The source with every ``Object``/``JSONPatch`` creation turned into a declared call."""
+    tokens = _tokens(source)
+    for token in tokens:
+        if token.kind == "ident" and token.text in RESERVED_NAMES:
+            raise StructSyntaxError(f"undeclared reference to '{token.text}'")
+    replacements: list[tuple[int, int, str]] = []
+    # Open brackets: (closing char, struct type name or None, whether a field name may come next).
+    stack: list[list[object]] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        struct = _struct_at(tokens, index)
+        if struct is not None:
+            type_name, brace = struct
+            if type_name == JSONPATCH_TYPE:
+                opening = f"{JSONPATCH_FUNCTION}({{"
+            elif type_name == OBJECT_TYPE:
+                opening = f'{OBJECT_FUNCTION}("{type_name}", {{'
+            else:
+                opening = f'{OBJECT_PART_FUNCTION}("{type_name}", {{'
+            replacements.append((token.start, tokens[brace].end, opening))
+            stack.append(["}", type_name, True])
+            index = brace + 1
+            continue
+        if token.kind == "punct" and token.text in "([{":
+            stack.append([{"(": ")", "[": "]", "{": "}"}[token.text], None, False])
+        elif token.kind == "punct" and token.text in ")]}":
+            if stack and stack[-1][0] == token.text:
+                closed = stack.pop()
+                if closed[1] is not None:
+                    replacements.append((token.start, token.end, "})"))
+        elif stack and stack[-1][1] is not None:
+            top = stack[-1]
+            if token.kind == "punct" and token.text == ",":
+                top[2] = True
+            elif top[2]:
+                if token.kind == "punct" and token.text == "?":
+                    pass
+                elif token.kind == "ident" and index + 1 < len(tokens) and tokens[index + 1].text == ":":
+                    if top[1] == JSONPATCH_TYPE and token.text not in JSONPATCH_FIELDS:
+                        raise StructSyntaxError(f"undefined field '{token.text}'")
+                    replacements.append((token.start, token.end, f'"{token.text}"'))
+                    top[2] = False
+                else:
+                    top[2] = False
+        index += 1
+    if not replacements:
+        return source
+    pieces: list[str] = []
+    cursor = 0
+    for start, end, text in sorted(replacements):
+        pieces.append(source[cursor:start])
+        pieces.append(text)
+        cursor = end
+    pieces.append(source[cursor:])
+    return "".join(pieces)

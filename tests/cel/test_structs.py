@@ -1,0 +1,108 @@
+"""Object{...} and JSONPatch{...} in mutation expressions: the rewrite, the types and the values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from staticadm.cel import (
+    CompiledExpression,
+    CompileError,
+    EvalError,
+    ExpressionKind,
+    admission_environment,
+    compile_expression,
+)
+from staticadm.cel.libraries.objects import ConversionError, to_plain
+from staticadm.cel.structs import StructSyntaxError, rewrite_struct_creation
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "web"}},
+       "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+
+
+def evaluate(source: str, kind: ExpressionKind, obj: Any = POD) -> Any:
+    compiled = compile_expression(source, kind, mutating=True)
+    assert isinstance(compiled, CompiledExpression), compiled
+    context = admission_environment(True).new_context(
+        {"object": obj, "oldObject": None, "request": {}, "namespaceObject": None})
+    return compiled.evaluate(context)
+
+
+def test_rewrite_leaves_strings_comments_and_selections_alone() -> None:
+    source = '"Object{a: 1}" + r\'JSONPatch{\' // Object{x: 1}\n + object.Object'
+    assert rewrite_struct_creation(source) == source
+
+
+def test_rewrite_quotes_field_names_at_struct_level_only() -> None:
+    rewritten = rewrite_struct_creation('Object{spec: Object.spec{?x: y, m: {"k": a ? b : c}}}')
+    assert rewritten == ('__staticadm_object__("Object", {"spec": __staticadm_object_part__("Object.spec", '
+                         '{?"x": y, "m": {"k": a ? b : c}})})')
+
+
+def test_reserved_names_and_unknown_jsonpatch_fields_are_rejected() -> None:
+    with pytest.raises(StructSyntaxError, match="undeclared reference"):
+        rewrite_struct_creation('__staticadm_object__("Object", {})')
+    with pytest.raises(StructSyntaxError, match="undefined field 'bad'"):
+        rewrite_struct_creation('JSONPatch{op: "add", bad: 1}')
+
+
+def test_apply_configuration_builds_nested_objects() -> None:
+    value = evaluate('Object{metadata: Object.metadata{labels: {"team": "a"}}, spec: Object.spec{containers: '
+                     '[Object.spec.containers{name: "sidecar", image: "proxy:1", ports: [1, 2]}]}}',
+                     ExpressionKind.APPLY_CONFIGURATION)
+    assert to_plain(value) == {"metadata": {"labels": {"team": "a"}},
+                               "spec": {"containers": [{"name": "sidecar", "image": "proxy:1", "ports": [1, 2]}]}}
+
+
+def test_result_types_follow_kubernetes() -> None:
+    wrong_root = compile_expression("Object.spec{replicas: 1}", ExpressionKind.APPLY_CONFIGURATION, mutating=True)
+    assert isinstance(wrong_root, CompileError) and "must evaluate to Object" in wrong_root.message
+    not_a_list = compile_expression('JSONPatch{op: "remove", path: "/a"}', ExpressionKind.JSON_PATCH, mutating=True)
+    assert isinstance(not_a_list, CompileError) and "list(JSONPatch)" in not_a_list.message
+    validating = compile_expression("Object{}", ExpressionKind.VALIDATION)
+    assert isinstance(validating, CompileError)
+
+
+def test_object_fields_may_mix_types_but_list_literals_may_not() -> None:
+    mixed_fields = compile_expression('Object{spec: Object.spec{replicas: 1, paused: true, name: "x"}}',
+                                      ExpressionKind.APPLY_CONFIGURATION, mutating=True)
+    assert isinstance(mixed_fields, CompiledExpression)
+    mixed_list = compile_expression('Object{spec: Object.spec{args: [1, "x"]}}', ExpressionKind.APPLY_CONFIGURATION,
+                                    mutating=True)
+    assert isinstance(mixed_list, CompileError)
+
+
+def test_jsonpatch_values_and_escape_key() -> None:
+    value = evaluate('[JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("a/b~c"), value: "v"},'
+                     ' JSONPatch{op: "test", path: "/spec", value: null}]', ExpressionKind.JSON_PATCH)
+    assert [item["fields"] for item in value] == [
+        {"op": "add", "path": "/metadata/labels/a~1b~0c", "value": "v"},
+        {"op": "test", "path": "/spec", "value": None}]
+
+
+def test_optional_fields_are_left_out_when_absent() -> None:
+    value = evaluate('Object{metadata: Object.metadata{?labels: optional.none(), ?name: optional.of("n")}}',
+                     ExpressionKind.APPLY_CONFIGURATION)
+    assert to_plain(value) == {"metadata": {"name": "n"}}
+
+
+def test_type_names_must_match_the_field_path() -> None:
+    value = evaluate('Object{spec: Object.spec{selector: Object.spec.wrong{}}}', ExpressionKind.APPLY_CONFIGURATION)
+    errors: list[str] = []
+    to_plain(value, None, errors)
+    assert errors == ['unexpected type name "Object.spec.wrong", expected "Object.spec.selector", which matches '
+                      "field name path from root Object type"]
+
+
+def test_values_without_a_json_form_are_refused() -> None:
+    value = evaluate('Object{metadata: Object.metadata{labels: {"a": string(duration("1s"))}}, '
+                     'spec: Object.spec{x: duration("1s")}}', ExpressionKind.APPLY_CONFIGURATION)
+    with pytest.raises(ConversionError):
+        to_plain(value)
+
+
+def test_jsonpatch_string_fields_are_checked_when_built() -> None:
+    outcome = evaluate('[JSONPatch{op: "add", path: dyn(1)}]', ExpressionKind.JSON_PATCH)
+    assert isinstance(outcome, EvalError)
+    assert "unexpected type int64 for JSONPatchType 'path' field" in outcome.message
