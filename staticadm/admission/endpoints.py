@@ -6,14 +6,13 @@ per-(policy, binding) checks the server turns into metrics and log lines. Pure: 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm.admission.mutating import evaluate_mutating
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
-from staticadm.admission.response import review_response
 from staticadm.admission.validating import evaluate_validating
 from staticadm.snapshot import Snapshot
 
@@ -40,21 +39,19 @@ class Review:
 Evaluator = Callable[[Snapshot, NamespaceSource, AdmissionRequest], Review]
 
 
+def _checks(decisions: Any) -> tuple[PolicyCheck, ...]:
+    return tuple(PolicyCheck(record.policy, record.binding or "", record.action, record.error_type, record.seconds,
+                             record.message) for record in decisions)
+
+
 def validate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    started = time.perf_counter()
     outcome = evaluate_validating(snapshot, namespaces, request)
-    # evaluate_validating does not time each binding; every check is charged the whole evaluation, an
-    # upper bound, so the duration histogram can only overstate a policy's cost.
-    seconds = time.perf_counter() - started
-    checks = tuple(PolicyCheck(record.policy, record.binding or "", record.action, record.error_type, seconds,
-                               record.message) for record in outcome.decisions)
-    return Review(dict(outcome.response), checks)
+    return Review(dict(outcome.response), _checks(outcome.decisions))
 
 
-def mutate(_snapshot: Snapshot, _namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    # Mutating admission policies are loaded but not evaluated yet: until they are, /mutate allows
-    # every request unchanged (no patch), which is what kube-apiserver does with no MAP bindings.
-    return Review(review_response(request.review_api_version, request.uid, allowed=True), ())
+def mutate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
+    outcome = evaluate_mutating(snapshot, namespaces, request)
+    return Review(dict(outcome.response), _checks(outcome.decisions))
 
 
 ENDPOINTS: dict[str, Evaluator] = {"validate": validate, "mutate": mutate}

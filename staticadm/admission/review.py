@@ -6,12 +6,14 @@ would send. This is the one module of the package that does I/O, because it is a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 import yaml
 
+from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
@@ -24,6 +26,9 @@ from staticadm.snapshot import Snapshot, build_snapshot
 
 EXIT_OK = 0
 EXIT_INVALID = 2
+
+#: Which webhook endpoints to run; "both" runs them in kube-apiserver's order, mutating first.
+ENDPOINTS = ("validate", "mutate", "both")
 
 
 def _read_text(path: str, stdin: TextIO) -> str:
@@ -59,9 +64,8 @@ def _load_request(path: str, stdin: TextIO) -> AdmissionRequest | str:
     return parsed
 
 
-def _text_report(path: str, request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> str:
-    shown = "<stdin>" if path == "-" else path
-    lines = [f"{shown}: request {request.uid}"]
+def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> list[str]:
+    lines = []
     if outcome.allowed:
         lines.append("  decision: allowed")
     else:
@@ -85,11 +89,75 @@ def _text_report(path: str, request: AdmissionRequest, outcome: ValidationOutcom
     for entry in (*outcome.not_matched, *explain_unmatched(snapshot, request, outcome)):
         where = f"policy {entry.policy}" + (f" binding {entry.binding}" if entry.binding else "")
         lines.append(f"  not matched: {where}: {entry.reason}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _describe_value(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _mutation_lines(outcome: MutationOutcome) -> list[str]:
+    lines = []
+    if not outcome.allowed:
+        assert outcome.status is not None
+        lines.append(f"  mutation: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  message: {outcome.status['message']}")
+    elif outcome.patch:
+        lines.append(f"  mutation: {len(outcome.patch)} patch operation(s)")
+    else:
+        lines.append("  mutation: none (object unchanged)")
+    for operation in outcome.patch:
+        target = operation["path"] or "/"
+        if operation["op"] == "remove":
+            lines.append(f"  patch: remove {target}")
+        elif operation["op"] in ("move", "copy"):
+            lines.append(f"  patch: {operation['op']} {operation['from']} -> {target}")
+        else:
+            lines.append(f"  patch: {operation['op']} {target} = {_describe_value(operation.get('value'))}")
+    for policy, binding in outcome.invoked:
+        lines.append(f"  mutated by: policy {policy} binding {binding}")
+    for policy, binding in outcome.reinvoked:
+        lines.append(f"  reinvoked: policy {policy} binding {binding}")
+    for record in outcome.decisions:
+        if record.error_type != "no_error":
+            where = f"policy {record.policy}" + (f" binding {record.binding}" if record.binding else "")
+            lines.append(f"  {record.action}: {where} ({record.error_type}): {record.message}")
+    for entry in outcome.not_matched:
+        where = f"policy {entry.policy}" + (f" binding {entry.binding}" if entry.binding else "")
+        lines.append(f"  not matched (mutating): {where}: {entry.reason}")
+    return lines
+
+
+def _combined_response(request: AdmissionRequest, mutation: MutationOutcome | None,
+                       validation: ValidationOutcome | None) -> dict[str, Any]:
+    """One AdmissionReview for the whole chain: the mutation's denial, or the validation's answer with the
+    mutation's patch (what kube-apiserver would end up doing with both webhooks)."""
+    if validation is None or (mutation is not None and not mutation.allowed):
+        assert mutation is not None
+        return dict(mutation.response)
+    review = json.loads(json.dumps(validation.response))
+    if mutation is not None and "patch" in mutation.response["response"] and validation.allowed:
+        review["response"]["patchType"] = mutation.response["response"]["patchType"]
+        review["response"]["patch"] = mutation.response["response"]["patch"]
+    return review
+
+
+def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest,
+                   endpoint: str) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
+    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it."""
+    mutation = None
+    if endpoint in ("mutate", "both"):
+        mutation = evaluate_mutating(snapshot, namespaces, request)
+        if endpoint == "mutate" or not mutation.allowed:
+            return mutation, None
+        if mutation.patch:
+            request = dataclasses.replace(request, object=mutation.mutated_object)
+    return mutation, evaluate_validating(snapshot, namespaces, request)
 
 
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
-               stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+               stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both") -> int:
     """Exit 0 when every request was evaluated; 2 on invalid manifests or an unreadable request."""
     from staticadm.manifests.loader import load_manifest_directory
 
@@ -123,9 +191,15 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
         return EXIT_INVALID
 
     for path, request in requests:
-        outcome = evaluate_validating(snapshot, namespaces, request)
+        mutation, validation = review_request(snapshot, namespaces, request, endpoint)
         if output == "json":
-            stdout.write(json.dumps(outcome.response, ensure_ascii=False, separators=(",", ":")) + "\n")
-        else:
-            stdout.write(_text_report(path, request, outcome, snapshot))
+            answer = _combined_response(request, mutation, validation)
+            stdout.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")) + "\n")
+            continue
+        lines = [f"{'<stdin>' if path == '-' else path}: request {request.uid}"]
+        if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
+            lines.extend(_mutation_lines(mutation))
+        if validation is not None:
+            lines.extend(_validation_lines(request, validation, snapshot))
+        stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
