@@ -6,7 +6,7 @@ namespace object); the records here are what the explain view, logs and metrics 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,3 +122,44 @@ def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program
         elif value is False:
             return condition.name, errors
     return None, errors
+
+
+class RequestActivations:
+    """The engine activations of one request, built once and shared by every policy and binding.
+
+    Converting the object to CEL values is by far the largest cost of evaluating a policy, so all
+    validations of a request read one activation; match conditions (original resource, no
+    namespaceObject) and policies matched through another resource version get their own.
+    """
+
+    def __init__(self, environment: Any, request: AdmissionRequest) -> None:
+        self._environment = environment
+        self._request = request
+        self._authorizer: dict[str, Any] | None = None
+        self._cache: dict[tuple[Any, ...], Any] = {}
+
+    def _authorizer_data(self) -> dict[str, Any]:
+        if self._authorizer is None:
+            self._authorizer = authorizer_data(self._request)
+        return self._authorizer
+
+    def for_match_conditions(self) -> Any:
+        key: tuple[Any, ...] = ("match-conditions",)
+        if key not in self._cache:
+            request = self._request
+            self._cache[key] = self._environment.new_activation({
+                "object": request.object, "oldObject": request.old_object, "namespaceObject": None,
+                "request": request_data(request, request.original_resource, request.original_kind),
+                **self._authorizer_data()})
+        return self._cache[key]
+
+    def for_evaluation(self, resource: GroupVersionResource, kind: GroupVersionKind,
+                       namespace_object: Mapping[str, Any] | None) -> Any:
+        key = ("evaluation", resource, kind, id(namespace_object))
+        if key not in self._cache:
+            request = self._request
+            self._cache[key] = self._environment.new_activation({
+                "object": request.object, "oldObject": request.old_object,
+                "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
+                "request": request_data(request, resource, kind), **self._authorizer_data()})
+        return self._cache[key]

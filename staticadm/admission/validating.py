@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -21,12 +21,11 @@ from staticadm.admission.activation import (
     OUT_OF_BUDGET,
     DecisionRecord,
     NotMatched,
+    RequestActivations,
     aggregate_errors,
-    authorizer_data,
     evaluate_match_conditions,
     gvk_text,
     namespace_name,
-    request_data,
     run_program,
 )
 from staticadm.admission.matching import describe_request, is_excluded, matches
@@ -102,6 +101,7 @@ class _Denial:
 class _Dispatch:
     """The mutable bookkeeping of one dispatch; never escapes ``evaluate_validating``."""
 
+    activations: RequestActivations
     denied: list[_Denial] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     failures: list[ValidationFailure] = field(default_factory=list)
@@ -158,22 +158,19 @@ class _ValidateResult:
 
 
 def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, resource: GroupVersionResource,
-              kind: GroupVersionKind, namespace_object: Mapping[str, Any] | None) -> _ValidateResult:
+              kind: GroupVersionKind, namespace_object: Mapping[str, Any] | None,
+              activations: RequestActivations) -> _ValidateResult:
     """``validator.Validate`` for one binding."""
     # Positional on purpose: compile_expression calls admission_environment(mutating) and functools.cache
     # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
     environment = admission_environment(False)
     error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
     variables = compiled.runtime_variables()
-    objects = {"object": request.object, "oldObject": request.old_object}
-    authorizer = authorizer_data(request)
 
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
-        data = {**objects, **authorizer, "namespaceObject": None,
-                "request": request_data(request, request.original_resource, request.original_kind)}
-        false_condition, errors = evaluate_match_conditions(compiled.match_conditions,
-                                                           environment.new_context(data, variables=variables))
+        false_condition, errors = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
+            variables=variables, activation=activations.for_match_conditions()))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if errors:
@@ -181,10 +178,8 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
                 return _ValidateResult(skipped_by="")
             return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, aggregate_errors(errors)),))
 
-    request_fields = request_data(request, resource, kind)
-    base = {**objects, "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
-            "request": request_fields}
-    context = environment.new_context({**base, **authorizer}, variables=variables)
+    activation = activations.for_evaluation(resource, kind, namespace_object)
+    context = environment.new_context(variables=variables, activation=activation)
     outcomes: list[tuple[Any, str | None]] = [
         run_program(validation.expression, validation.validation.expression, context)
         for validation in compiled.validations]
@@ -203,7 +198,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
         if validation.message_expression is not None:
             if message_context is None:
                 # messageExpressions get their own activation and no authorizer.
-                message_context = environment.new_context(base, variables=variables)
+                message_context = environment.new_context(variables=variables, activation=activation)
             program = validation.message_expression
             if isinstance(program, CompiledExpression):
                 result = program.evaluate(message_context)
@@ -219,7 +214,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
 
     audit: list[_AuditResult] = []
     if compiled.audit_annotations:
-        audit_context = environment.new_context(base, variables=variables)
+        audit_context = environment.new_context(variables=variables, activation=activation)
         for annotation, program in compiled.audit_annotations:
             value, error = run_program(program, annotation.value_expression, audit_context)
             if error is not None:
@@ -259,7 +254,9 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
                 "(give its Namespace object to the namespace source)"))
             return
         namespace_object = info.object
-    result = _validate(compiled, request, resource, kind, namespace_object)
+    started = time.perf_counter()
+    result = _validate(compiled, request, resource, kind, namespace_object, state.activations)
+    seconds = time.perf_counter() - started
     if result.skipped_by is not None:
         reason = (f'matchCondition "{result.skipped_by}" evaluated to false' if result.skipped_by
                   else "matchConditions failed to evaluate and failurePolicy is Ignore")
@@ -271,7 +268,7 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
         kind_of_error = error_type(decision)
         if decision.action == ADMIT:
             state.records.append(DecisionRecord(policy_name, binding_name, "allow", kind_of_error, decision.message,
-                                                expression_index=decision.expression_index))
+                                                expression_index=decision.expression_index, seconds=seconds))
             continue
         for action in actions:
             if action == "Deny":
@@ -284,7 +281,7 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
             else:
                 continue
             state.records.append(DecisionRecord(policy_name, binding_name, action.lower(), kind_of_error,
-                                                decision.message, decision.reason, decision.expression_index))
+                                                decision.message, decision.reason, decision.expression_index, seconds))
     for annotation in result.audit:
         if annotation.action == "publish":
             value = truncate_bytes(annotation.value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
@@ -294,13 +291,14 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
         elif annotation.action == "error":
             # auditAnnotation errors deny whatever the validationActions say.
             state.denied.append(_Denial(policy_name, binding_name, annotation.error, ""))
-            state.records.append(DecisionRecord(policy_name, binding_name, "deny", INVALID_ERROR, annotation.error))
+            state.records.append(DecisionRecord(policy_name, binding_name, "deny", INVALID_ERROR, annotation.error,
+                                                seconds=seconds))
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource,
                         request: AdmissionRequest) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``."""
-    state = _Dispatch()
+    state = _Dispatch(activations=RequestActivations(admission_environment(False), request))
     excluded = is_excluded(request)
     if not excluded:
         original = request.original_resource
@@ -349,10 +347,7 @@ def _dispatch_policy(state: _Dispatch, compiled: CompiledValidatingPolicy, reque
         return
     collector: dict[str, list[str]] = {}
     for binding in compiled.bindings:
-        first_record, started = len(state.records), time.perf_counter()
         _dispatch_binding(state, compiled, binding, request, namespaces, outcome.resource, outcome.kind, collector)
-        seconds = time.perf_counter() - started
-        state.records[first_record:] = [replace(record, seconds=seconds) for record in state.records[first_record:]]
     for key, values in collector.items():
         state.published[f"{compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
 

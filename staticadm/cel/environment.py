@@ -415,15 +415,21 @@ class CelEnvironment:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
+    def new_activation(self, data: Mapping[str, Any]) -> Any:
+        """An engine activation over ``data``, to share between contexts of one request."""
+        return self._runtime.Activation(data=dict(data))
+
     def new_context(
         self,
-        data: Mapping[str, Any],
+        data: Mapping[str, Any] | None = None,
         *,
         variables: Mapping[str, CompiledExpression] | None = None,
         budget_seconds: float | None = 0.1,
+        activation: Any = None,
     ) -> EvaluationContext:
-        """One activation for all expressions of a request; the data is converted by the engine lazily."""
-        return EvaluationContext(self._runtime, self.state, data, variables, budget_seconds)
+        """A budget and variable scope over ``data`` (or over a shared ``activation`` from ``new_activation``);
+        the engine converts the data lazily."""
+        return EvaluationContext(self._runtime, self.state, data or {}, variables, budget_seconds, activation)
 
 
 #: Every kind a runtime value can have. The engine never dispatches a Python function declared with a

@@ -84,9 +84,12 @@ class EvaluationContext:
         data: Mapping[str, Any],
         variables: Mapping[str, CompiledExpression] | None = None,
         budget_seconds: float | None = DEFAULT_REQUEST_CPU_BUDGET_SECONDS,
+        activation: Any = None,
     ) -> None:
         self._state = state
-        self.activation = engine_env.Activation(data=dict(data))
+        # The engine converts a variable's Python value on its first use in an activation (~100 µs for a
+        # 5 KB Pod, then ~0.1 µs), so contexts of one request share one activation when they can.
+        self.activation = activation if activation is not None else engine_env.Activation(data=dict(data))
         self._variables = variables or {}
         self._variable_values: dict[str, Any] = {}
         self._deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds

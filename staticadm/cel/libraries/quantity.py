@@ -14,6 +14,7 @@ value (see ``_as_int64``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -146,6 +147,7 @@ def _decimal_digits(value: str) -> tuple[int, int]:
     return int(digits), len(frac)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_nanos(text: str) -> int:
     """The value of a Kubernetes quantity string in nano units; raises ``QuantityError``."""
     if not text:
@@ -193,6 +195,7 @@ def nanos_to_decimal(nanos: int) -> str:
     return f"{sign}{whole}.{frac:09d}".rstrip("0")
 
 
+@functools.lru_cache(maxsize=4096)
 def decimal_to_nanos(text: str) -> int:
     negative = text.startswith("-")
     whole, _, frac = text.lstrip("-").partition(".")
