@@ -1,0 +1,171 @@
+"""The servers under test as real subprocesses, and tiny blocking HTTP clients to poll them.
+
+Blocking http.client rather than aiohttp: the harness only polls readiness and the rename probe, and a
+fresh event loop per poll would cost more than the request being timed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: Where ``staticadm`` is imported from by the servers; run.py's --source points it at another checkout
+#: (an A/B comparison, or a clean export while the working tree is being edited).
+SOURCE_ROOT = REPO_ROOT
+READY_TIMEOUT = 120.0
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or never became ready; the message carries its log."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _insecure_context() -> ssl.SSLContext:
+    # Readiness only: wrk does not verify the certificate either, and both servers use the same one.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@dataclass
+class Server:
+    name: str
+    command: list[str]
+    log_path: Path
+    port: int
+    socket_path: Path | None = None
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    #: Seconds from spawning the process to the first 200 from /readyz.
+    ready_seconds: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout: float = READY_TIMEOUT) -> Server:
+        # SOURCE_ROOT first for staticadm, REPO_ROOT for bench (the null server) when they differ.
+        path = os.pathsep.join(dict.fromkeys([str(SOURCE_ROOT), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep)}
+        self.started_at = time.perf_counter()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.command, cwd=SOURCE_ROOT, env=env, stdout=log, stderr=log)
+        self._wait_ready(timeout)
+        self.ready_seconds = time.perf_counter() - self.started_at
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerFailed(f"{self.name} exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            try:
+                if self.request("GET", "/readyz", timeout=1.0)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.01)
+        self.stop()
+        raise ServerFailed(f"{self.name} not ready within {timeout:g} s:\n{self.log()[-4000:]}")
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.socket_path is not None:
+            return _UnixConnection(self.socket_path, timeout)
+        return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=_insecure_context())
+
+    def request(self, method: str, path: str, body: bytes | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+        connection = self._connection(timeout)
+        try:
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def review(self, path: str, body: bytes) -> dict[str, Any]:
+        status, data = self.request("POST", path, body)
+        if status != 200:
+            raise ServerFailed(f"{self.name} answered {path} with {status}: {data[:500]!r}\n{self.log()[-3000:]}")
+        return dict(orjson.loads(data))
+
+    def rss_kib(self) -> dict[str, int]:
+        """VmRSS (now) and VmHWM (peak) of the process, in KiB."""
+        figures: dict[str, int] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                figures[key] = int(value.split()[0])
+        return figures
+
+    def stop(self) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def null_server(workdir: Path, cert: Path, key: Path) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "bench.null_server", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
+               "--tls-key", str(key)]
+    return Server("null server", command, workdir / "null-server.log", port)
+
+
+def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces: Path | None,
+                     name: str = "staticadm") -> Server:
+    """``staticadm serve`` as deployed: HTTPS with the state directory's generated certificate, a unix
+    socket, JSON logs at info (allowed requests are debug, so not logged), no periodic poll during a run."""
+    port = free_port()
+    socket_path = workdir / f"{name}.sock"
+    command = [sys.executable, "-m", "staticadm", "serve", "--manifests", str(manifests), "--socket", str(socket_path),
+               "--listen", f"127.0.0.1:{port}", "--state-dir", str(state_dir), "--log-level", "info",
+               "--poll-interval", "3600"]
+    if namespaces is not None:
+        command += ["--namespaces", str(namespaces)]
+    return Server(name, command, workdir / f"{name}.log", port, socket_path)

@@ -1,0 +1,80 @@
+"""The null AdmissionReview server: staticadm's HTTP stack and TLS with no admission work.
+
+It is the benchmark's baseline, so it does what every webhook must do and nothing else: aiohttp over a
+pre-bound socket (as staticadm's SockSite), TLS 1.2+ with ALPN http/1.1 and the same certificate,
+read the body, parse it with orjson, answer ``allowed: true`` with the request's uid. The ratio
+staticadm/null is then the cost of staticadm's own work (matching, CEL, metrics, logging, thread
+handoff), not of Python HTTP or TLS.
+
+Run: python -m bench.null_server --listen 127.0.0.1:PORT --tls-cert CERT --tls-key KEY
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import ssl
+
+import orjson
+from aiohttp import web
+
+
+async def _review(request: web.Request) -> web.Response:
+    document = orjson.loads(await request.read())
+    answer = {"apiVersion": document.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
+              "response": {"uid": (document.get("request") or {}).get("uid", ""), "allowed": True}}
+    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+async def _ready(_request: web.Request) -> web.Response:
+    return web.Response(text="ok", content_type="text/plain")
+
+
+def create_app() -> web.Application:
+    app = web.Application(client_max_size=3 * 1024 * 1024 + 256 * 1024)
+    app.router.add_post("/validate", _review)
+    app.router.add_post("/mutate", _review)
+    app.router.add_get("/readyz", _ready)
+    return app
+
+
+def ssl_context(cert: str, key: str) -> ssl.SSLContext:
+    # The same settings as staticadm.server.listeners.ServingTls, so the handshake and record costs match.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def serve(host: str, port: int, cert: str, key: str) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    await web.SockSite(runner, sock, ssl_context=ssl_context(cert, key)).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="null AdmissionReview server (benchmark baseline)")
+    parser.add_argument("--listen", required=True, metavar="HOST:PORT")
+    parser.add_argument("--tls-cert", required=True)
+    parser.add_argument("--tls-key", required=True)
+    args = parser.parse_args()
+    host, _, port = args.listen.rpartition(":")
+    asyncio.run(serve(host, int(port), args.tls_cert, args.tls_key))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,479 @@
+"""The end-to-end benchmark (issue 8): staticadm serve against a null AdmissionReview server.
+
+Run: python -m bench.run            (10/100/1000 policies, 10 s per load row, ~4 minutes)
+     python -m bench.run --quick    (seconds-long smoke: 2 s rows, 10/100 policies)
+
+One run, on one machine: the null server and ``staticadm serve`` (real subprocesses, HTTPS on a free
+loopback port with the same certificate) are driven by wrk with the same bodies and concurrency; then
+CEL micro-figures, load time, daemon start to ready, rename-to-serving and RSS; then the targets with
+PASS/FAIL. ``--json OUT`` writes every figure for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import fixtures, policies
+from bench.daemons import Server, ServerFailed, null_server, staticadm_server
+from bench.load import LoadResult, run_load, wrk_available
+
+DEFAULT_SETS = (10, 100, 1000)
+QUICK_SETS = (10, 100)
+#: The set the throughput/p99 targets and the profile are about.
+TARGET_SET = 100
+RENAME_TIMEOUT = 60.0
+
+
+@dataclass
+class Options:
+    sets: tuple[int, ...]
+    duration: float
+    connections: int
+    threads: int
+    rename_iterations: int
+    force_fallback: bool
+    profile_dir: Path | None
+    json_out: Path | None
+    quick: bool
+    source: Path | None = None
+
+
+@dataclass
+class Row:
+    """One load measurement: a workload against one server at one policy count."""
+
+    workload: str
+    server: str
+    policies: int | None
+    result: LoadResult
+    matched: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "server": self.server, "policies": self.policies,
+                "matched": self.matched, **self.result.to_json()}
+
+
+@dataclass
+class SetFigures:
+    policies: int
+    load_seconds: float
+    start_to_ready_seconds: float
+    rss_kib: dict[str, int]
+    rename_ms: list[float]
+    matched: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policies": self.policies, "load_compile_seconds": round(self.load_seconds, 4),
+                "start_to_ready_seconds": round(self.start_to_ready_seconds, 4), "rss_kib": self.rss_kib,
+                "rename_to_serving_ms": [round(v, 1) for v in self.rename_ms], "matched": self.matched}
+
+
+@dataclass
+class Results:
+    options: Options
+    rows: list[Row] = field(default_factory=list)
+    sets: list[SetFigures] = field(default_factory=list)
+    cel_micro_us: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    profiles: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, workload: str, server: str, policies: int | None) -> Row | None:
+        for row in self.rows:
+            if (row.workload, row.server, row.policies) == (workload, server, policies):
+                return row
+        return None
+
+    def null(self, workload: str) -> Row | None:
+        return self.row(workload, "null", None)
+
+
+# Each workload: the endpoint, the AdmissionReview body, and which null row it is compared with.
+WORKLOADS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
+    "pod-create": ("/validate", fixtures.pod_create_request),
+    "deployment-update": ("/validate", fixtures.deployment_update_request),
+    "no-match": ("/validate", policies.no_match_request),
+}
+MUTATE_WORKLOAD = "pod-create /mutate"
+
+
+def _body(make: Callable[[], dict[str, Any]]) -> bytes:
+    return orjson.dumps(make())
+
+
+def _say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# -- measurements -----------------------------------------------------------------------------------
+
+
+def _load(url: str, body: bytes, options: Options) -> LoadResult:
+    return run_load(url, body, duration=options.duration, connections=options.connections, threads=options.threads,
+                    force_fallback=options.force_fallback)
+
+
+def _in_process_load(directory: Path, namespaces_file: Path) -> tuple[float, dict[str, int]]:
+    """Seconds to load + compile + build the snapshot (CEL environment already built), and how many
+    policies each fixture matches (checked, not assumed, so a generator change cannot skew the mix)."""
+    from staticadm.admission.namespaces import parse_namespaces
+    from staticadm.admission.request import AdmissionRequest, parse_admission_review
+    from staticadm.admission.validating import evaluate_validating
+    from staticadm.cel import admission_environment
+    from staticadm.manifests import load_manifest_directory
+    from staticadm.snapshot import build_snapshot
+
+    admission_environment(False)
+    started = time.perf_counter()
+    result = load_manifest_directory(str(directory))
+    if result.errors:
+        raise SystemExit(f"generated policy set {directory} is invalid: {result.errors[0]}")
+    snapshot = build_snapshot(result)
+    seconds = time.perf_counter() - started
+    namespaces = parse_namespaces(namespaces_file.read_text())
+    matched = {}
+    for workload, (_, make) in WORKLOADS.items():
+        parsed = parse_admission_review(make())
+        assert isinstance(parsed, AdmissionRequest)
+        outcome = evaluate_validating(snapshot, namespaces, parsed)
+        if not outcome.allowed:
+            raise SystemExit(f"{workload} is denied with {directory.name}: {outcome.status}")
+        matched[workload] = len(outcome.matched)
+    return seconds, matched
+
+
+def _rename_to_serving(server: Server, manifests: Path, staging: Path, iterations: int) -> list[float]:
+    """Milliseconds from renaming a new policy file into the directory to the first answer that shows it."""
+    body = orjson.dumps(policies.probe_request())
+    staging.mkdir(parents=True, exist_ok=True)
+    target = manifests / f"bench-probe{policies.SUFFIX}.yaml"
+    figures = []
+    for generation in range(1, iterations + 1):
+        temporary = staging / f"probe-{generation}.yaml"
+        temporary.write_text(policies.dump(policies.probe_policy(generation)))
+        expected = f"probe generation {generation}"
+        started = time.perf_counter()
+        os.replace(temporary, target)
+        while True:
+            answer = server.review("/validate", body)
+            status = (answer.get("response") or {}).get("status") or {}
+            if expected in str(status.get("message", "")):
+                break
+            if time.perf_counter() - started > RENAME_TIMEOUT:
+                raise ServerFailed(f"rename not served within {RENAME_TIMEOUT:g} s:\n{server.log()[-3000:]}")
+            time.sleep(0.002)
+        figures.append((time.perf_counter() - started) * 1000)
+        # Let the watcher settle so the next rename is not coalesced with this one.
+        time.sleep(0.3)
+    return figures
+
+
+def _profile(server: Server, body: bytes, options: Options, results: Results) -> None:
+    from bench.profile import format_summary, py_spy, start_record, summarise
+
+    if options.profile_dir is None:
+        return
+    if py_spy() is None:
+        results.notes.append("profile skipped: py-spy is not installed")
+        return
+    options.profile_dir.mkdir(parents=True, exist_ok=True)
+    duration = max(options.duration, 3.0)
+    for native in (False, True):
+        label = "native" if native else "python"
+        output = options.profile_dir / f"daemon-{TARGET_SET}-{label}.txt"
+        _say(f"py-spy record ({label}) on the daemon at {TARGET_SET} policies while wrk runs")
+        recorder = start_record(server.pid, output, duration, native=native)
+        # The wrk run outlasts the recording so every sample is taken under load.
+        run_load(server.url + "/validate", body, duration=duration + 2, connections=options.connections,
+                 threads=options.threads, force_fallback=options.force_fallback)
+        recorder_output, _ = recorder.communicate(timeout=60)
+        if recorder.returncode != 0 or not output.exists():
+            results.notes.append(f"py-spy ({label}) failed: {recorder_output.decode(errors='replace')[-300:]}")
+            continue
+        summary = summarise(output)
+        results.profiles[label] = summary.to_json()
+        results.profiles[f"{label}_text"] = format_summary(f"py-spy {label} @ {TARGET_SET} policies", summary)
+
+
+def _run_set(count: int, work: Path, state_dir: Path, namespaces: Path, bodies: dict[str, bytes],
+             options: Options, results: Results) -> None:
+    manifests = policies.write_validating_set(work / f"set-{count}" / "manifests", count)
+    _say(f"{count} policies: loading in-process")
+    load_seconds, matched = _in_process_load(manifests, namespaces)
+    _say(f"{count} policies: starting staticadm serve")
+    server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}")
+    server.start()
+    try:
+        for workload, (path, _) in WORKLOADS.items():
+            answer = server.review(path, bodies[workload])
+            if not (answer.get("response") or {}).get("allowed"):
+                raise ServerFailed(f"staticadm denied {workload}: {answer}")
+            _say(f"{count} policies: wrk {workload}")
+            result = _load(server.url + path, bodies[workload], options)
+            results.rows.append(Row(workload, "staticadm", count, result, matched[workload]))
+        if count == TARGET_SET:
+            _profile(server, bodies["pod-create"], options, results)
+        rss = server.rss_kib()
+        _say(f"{count} policies: rename-to-serving")
+        rename = _rename_to_serving(server, manifests, work / f"set-{count}" / "staging", options.rename_iterations)
+    finally:
+        server.stop()
+    results.sets.append(SetFigures(count, load_seconds, server.ready_seconds, rss, rename, matched))
+
+
+def _run_mutating(work: Path, state_dir: Path, namespaces: Path, body: bytes, options: Options,
+                  results: Results) -> None:
+    manifests = policies.write_mutating_set(work / "mutating" / "manifests")
+    server = staticadm_server(work / "mutating", manifests, state_dir, namespaces, name="staticadm-mutating")
+    try:
+        server.start()
+    except ServerFailed as error:
+        first = next((line.strip() for line in str(error).splitlines() if "error" in line.lower()), str(error))
+        results.notes.append(f"{MUTATE_WORKLOAD} skipped: the daemon rejected the MutatingAdmissionPolicy set "
+                             f"(mutating admission not implemented yet?): {first[:300]}")
+        return
+    try:
+        answer = server.review("/mutate", body)
+        response = answer.get("response") or {}
+        if not response.get("patch"):
+            results.notes.append(f"{MUTATE_WORKLOAD}: the daemon answered without a patch, so the row measures "
+                                 "/mutate's overhead, not MAP evaluation")
+        _say("mutating set: wrk /mutate")
+        result = _load(server.url + "/mutate", body, options)
+        results.rows.append(Row(MUTATE_WORKLOAD, "staticadm", len(list(manifests.iterdir())), result))
+    finally:
+        server.stop()
+
+
+def run(options: Options) -> Results:
+    from bench import cel_micro
+    from staticadm.server.listeners import ensure_self_signed
+
+    results = Results(options)
+    if not wrk_available() or options.force_fallback:
+        results.notes.append("wrk not found: load rows come from the Python fallback client, which does NOT "
+                             "saturate the servers; figures are for the smoke test only (apt-get install wrk)")
+    _say("CEL micro-benchmark")
+    results.cel_micro_us = cel_micro.measure(repeat=300 if options.quick else 2000)
+    with tempfile.TemporaryDirectory(prefix="staticadm-bench-") as temp:
+        work = Path(temp)
+        state_dir = work / "state"
+        # Generated once and shared: staticadm finds it in its state directory, the null server is given
+        # the same pair, so both pay for the same certificate and key type.
+        tls = ensure_self_signed(state_dir)
+        namespaces = policies.write_namespaces(work / "namespaces.yaml")
+        bodies = {name: _body(make) for name, (_, make) in WORKLOADS.items()}
+        _say("null server")
+        null = null_server(work, tls.cert, tls.key).start()
+        try:
+            for workload, (path, _) in WORKLOADS.items():
+                _say(f"null server: wrk {workload}")
+                results.rows.append(Row(workload, "null", None, _load(null.url + path, bodies[workload], options)))
+        finally:
+            null.stop()
+        for count in options.sets:
+            _run_set(count, work, state_dir, namespaces, bodies, options, results)
+        _run_mutating(work, state_dir, namespaces, bodies["pod-create"], options, results)
+    return results
+
+
+# -- report -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    figure: str
+    passed: bool | None  # None: not measured in this run
+
+    @property
+    def verdict(self) -> str:
+        return "n/a" if self.passed is None else ("PASS" if self.passed else "FAIL")
+
+
+def targets(results: Results) -> list[Target]:
+    out: list[Target] = []
+    for workload in ("pod-create", "deployment-update"):
+        null, row = results.null(workload), results.row(workload, "staticadm", TARGET_SET)
+        if null is None or row is None or null.result.rps == 0:
+            out.append(Target(f"{workload} @{TARGET_SET}: req/s >= 0.6x null", "not measured", None))
+            out.append(Target(f"{workload} @{TARGET_SET}: p99 <= 2x null", "not measured", None))
+            continue
+        ratio = row.result.rps / null.result.rps
+        out.append(Target(f"{workload} @{TARGET_SET}: req/s >= 0.6x null",
+                          f"{row.result.rps:.0f}/{null.result.rps:.0f} = {ratio:.2f}x", ratio >= 0.6))
+        p99 = row.result.p99_ms / null.result.p99_ms if null.result.p99_ms else float("inf")
+        out.append(Target(f"{workload} @{TARGET_SET}: p99 <= 2x null",
+                          f"{row.result.p99_ms:.1f}/{null.result.p99_ms:.1f} ms = {p99:.2f}x", p99 <= 2.0))
+    counts = sorted(s.policies for s in results.sets)
+    if 10 in counts and 1000 in counts:
+        low, high = results.row("no-match", "staticadm", 10), results.row("no-match", "staticadm", 1000)
+        assert low is not None and high is not None
+        ratio = high.result.rps / low.result.rps if low.result.rps else 0.0
+        out.append(Target("no-match req/s 1000 vs 10 policies >= 0.9",
+                          f"{high.result.rps:.0f}/{low.result.rps:.0f} = {ratio:.2f}", ratio >= 0.9))
+    else:
+        out.append(Target("no-match req/s 1000 vs 10 policies >= 0.9", "sets 10 and 1000 not both run", None))
+    by_count = {s.policies: s for s in results.sets}
+    big = by_count.get(1000)
+    out.append(Target("load+compile 1000 policies < 2 s",
+                      f"{big.load_seconds:.2f} s (daemon start to ready {big.start_to_ready_seconds:.2f} s)"
+                      if big else "set 1000 not run", big.load_seconds < 2.0 if big else None))
+    for figures in results.sets:
+        median = statistics.median(figures.rename_ms) if figures.rename_ms else float("nan")
+        out.append(Target(f"rename-to-serving @{figures.policies} < 250 ms",
+                          f"median {median:.0f} ms, max {max(figures.rename_ms, default=float('nan')):.0f} ms",
+                          median < 250.0))
+    out.append(Target("RSS at 1000 policies < 200 MB",
+                      f"{big.rss_kib.get('VmRSS', 0) / 1024:.0f} MB (peak {big.rss_kib.get('VmHWM', 0) / 1024:.0f} MB)"
+                      if big else "set 1000 not run", big.rss_kib.get("VmRSS", 0) < 200 * 1024 if big else None))
+    return out
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _source_description(source: Path | None) -> str:
+    import staticadm
+
+    return f"{Path(staticadm.__file__).parent.parent}" + ("" if source else " (this checkout's working tree)")
+
+
+def format_report(results: Results) -> str:
+    options = results.options
+    tool = results.rows[0].result.tool if results.rows else "-"
+    lines = [
+        "staticadm benchmark (issue 8)",
+        f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        f"load: {tool}, {options.connections} connections, {options.threads} thread(s), "
+        f"{options.duration:g} s per row, HTTPS (TLS 1.2+, keep-alive)",
+        f"staticadm from: {_source_description(options.source)}",
+        "",
+        "== throughput and latency ==",
+        f"{'workload':<20} {'server':<10} {'policies':>8} {'matched':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'errors':>6} {'x null req/s':>12} {'x null p99':>10}",
+    ]
+    for row in results.rows:
+        null = results.null("pod-create" if row.workload == MUTATE_WORKLOAD else row.workload)
+        rps_ratio = p99_ratio = None
+        if row.server != "null" and null is not None and null.result.rps and null.result.p99_ms:
+            rps_ratio = row.result.rps / null.result.rps
+            p99_ratio = row.result.p99_ms / null.result.p99_ms
+        lines.append(
+            f"{row.workload:<20} {row.server:<10} {row.policies if row.policies is not None else '-':>8} "
+            f"{row.matched if row.matched is not None else '-':>7} {row.result.rps:>9.0f} "
+            f"{row.result.p50_ms:>8.2f} {row.result.p99_ms:>8.2f} {row.result.error_count:>6} "
+            f"{_fmt(rps_ratio):>12} {_fmt(p99_ratio):>10}")
+    lines += ["", "== CEL micro (median µs, prebuilt activation; bench/cel_micro.py) =="]
+    lines += [f"{label:<20} {value:>10.2f}" for label, value in results.cel_micro_us.items()]
+    lines += ["", "== policy sets ==",
+              f"{'policies':>8} {'load+compile s':>14} {'start->ready s':>14} {'RSS MB':>7} {'peak MB':>7} "
+              f"{'rename median ms':>16} {'rename max ms':>13}"]
+    for figures in results.sets:
+        lines.append(
+            f"{figures.policies:>8} {figures.load_seconds:>14.3f} {figures.start_to_ready_seconds:>14.3f} "
+            f"{figures.rss_kib.get('VmRSS', 0) / 1024:>7.1f} {figures.rss_kib.get('VmHWM', 0) / 1024:>7.1f} "
+            f"{statistics.median(figures.rename_ms) if figures.rename_ms else float('nan'):>16.1f} "
+            f"{max(figures.rename_ms, default=float('nan')):>13.1f}")
+    lines += ["", "== targets =="]
+    lines += [f"{target.verdict:<5} {target.name:<48} {target.figure}" for target in targets(results)]
+    if results.notes:
+        lines += ["", "== notes =="]
+        lines += [f"- {note}" for note in results.notes]
+    for label in ("python", "native"):
+        if f"{label}_text" in results.profiles:
+            lines += ["", results.profiles[f"{label}_text"]]
+    return "\n".join(lines)
+
+
+def to_json(results: Results) -> dict[str, Any]:
+    return {
+        "options": {"sets": list(results.options.sets), "duration": results.options.duration,
+                    "connections": results.options.connections, "threads": results.options.threads,
+                    "quick": results.options.quick},
+        "rows": [row.to_json() for row in results.rows],
+        "sets": [figures.to_json() for figures in results.sets],
+        "cel_micro_us": results.cel_micro_us,
+        "targets": [{"name": t.name, "figure": t.figure, "verdict": t.verdict} for t in targets(results)],
+        "notes": results.notes,
+        "profiles": {k: v for k, v in results.profiles.items() if not k.endswith("_text")},
+    }
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+
+def _sets(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sets expects comma-separated policy counts, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("--sets needs at least one positive policy count")
+    return values
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="seconds-long smoke run: 2 s load rows, sets 10,100, 2 renames")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per load row (default 10, quick 2)")
+    parser.add_argument("--connections", type=int, default=32, help="concurrent connections (default 32)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="wrk threads (default 1: one core is enough for wrk, the other is the server's)")
+    parser.add_argument("--sets", type=_sets, default=None,
+                        help="policy counts, comma-separated (default 10,100,1000; quick 10,100)")
+    parser.add_argument("--rename-iterations", type=int, default=None, help="renames per set (default 5, quick 2)")
+    parser.add_argument("--profile", metavar="DIR", type=Path, default=None,
+                        help=f"also py-spy the daemon at {TARGET_SET} policies under load (python and --native), "
+                             "raw stacks into DIR")
+    parser.add_argument("--fallback-client", action="store_true",
+                        help="use the Python load client even if wrk is installed (smoke tests only)")
+    parser.add_argument("--source", metavar="DIR", type=Path, default=None,
+                        help="import staticadm from this checkout instead of this one (e.g. a `git archive` export)")
+    parser.add_argument("--json", metavar="OUT", type=Path, default=None, help="write machine-readable results")
+    args = parser.parse_args(argv)
+    return Options(
+        sets=args.sets or (QUICK_SETS if args.quick else DEFAULT_SETS),
+        duration=args.duration if args.duration is not None else (2.0 if args.quick else 10.0),
+        connections=args.connections,
+        threads=args.threads,
+        rename_iterations=args.rename_iterations or (2 if args.quick else 5),
+        force_fallback=args.fallback_client,
+        profile_dir=args.profile,
+        json_out=args.json,
+        quick=args.quick,
+        source=args.source,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv)
+    if options.source is not None:
+        from bench import daemons
+
+        # Before anything imports staticadm; the editable install's finder comes after sys.path.
+        daemons.SOURCE_ROOT = options.source.resolve()
+        sys.path.insert(0, str(daemons.SOURCE_ROOT))
+    results = run(options)
+    print(format_report(results), flush=True)
+    if options.json_out is not None:
+        options.json_out.write_text(json.dumps(to_json(results), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

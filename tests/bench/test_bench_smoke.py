@@ -1,0 +1,105 @@
+"""Smoke run of the end-to-end benchmark (bench/run.py): complete, well-formed output; never timings.
+
+The figures of a CI machine say nothing about staticadm, so nothing here compares them with targets;
+what is checked is that every row, figure and verdict is there, that every request was answered
+without error, and that the harness works with and without wrk.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench import fixtures, policies
+from bench.daemons import null_server
+from bench.load import FALLBACK_TOOL, WRK_TOOL, run_fallback, wrk_available
+from bench.profile import categorise, summarise
+from bench.run import WORKLOADS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VERDICTS = ("PASS", "FAIL", "n/a")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    completed = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--json", str(out)], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=600, check=False)
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr[-5000:]}"
+    return completed.stdout, json.loads(out.read_text())
+
+
+def test_every_load_row_is_present_and_error_free(quick_run: tuple[str, dict]) -> None:
+    _, results = quick_run
+    rows = {(r["workload"], r["server"], r["policies"]): r for r in results["rows"]}
+    expected = [(w, "null", None) for w in WORKLOADS]
+    expected += [(w, "staticadm", n) for w in WORKLOADS for n in (10, 100)]
+    for key in expected:
+        assert key in rows, f"missing row {key}"
+        row = rows[key]
+        assert row["requests"] > 0 and row["rps"] > 0, row
+        assert sum(row["errors"].values()) == 0, row
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"], row
+        assert row["tool"] == (WRK_TOOL if wrk_available() else FALLBACK_TOOL)
+    # The generated sets really have ~10% of policies matching each fixture, and none the no-match request.
+    assert rows[("pod-create", "staticadm", 100)]["matched"] == policies.expected_matches(100)["pod"]
+    assert rows[("no-match", "staticadm", 100)]["matched"] == 0
+
+
+def test_mutating_row_is_measured_or_skipped_with_a_note(quick_run: tuple[str, dict]) -> None:
+    _, results = quick_run
+    measured = [r for r in results["rows"] if r["workload"].endswith("/mutate")]
+    noted = [n for n in results["notes"] if "/mutate" in n]
+    assert measured or any("skipped" in n for n in noted)
+
+
+def test_policy_set_figures_and_targets(quick_run: tuple[str, dict]) -> None:
+    stdout, results = quick_run
+    assert [s["policies"] for s in results["sets"]] == [10, 100]
+    for figures in results["sets"]:
+        assert figures["load_compile_seconds"] > 0
+        assert figures["start_to_ready_seconds"] > 0
+        assert figures["rss_kib"]["VmRSS"] > 0
+        assert len(figures["rename_to_serving_ms"]) == 2 and all(v > 0 for v in figures["rename_to_serving_ms"])
+    assert set(results["cel_micro_us"]) >= {"activation build", "all containers"}
+    assert all(v > 0 for v in results["cel_micro_us"].values())
+    assert results["targets"] and all(t["verdict"] in VERDICTS for t in results["targets"])
+    # Sets 10 and 1000 are not both run by --quick: those targets say so instead of guessing.
+    assert {t["verdict"] for t in results["targets"] if "1000" in t["name"]} == {"n/a"}
+    for heading in ("== throughput and latency ==", "== CEL micro", "== policy sets ==", "== targets =="):
+        assert heading in stdout
+    target_lines = stdout.split("== targets ==")[1].strip().split("\n\n")[0].splitlines()
+    assert len(target_lines) == len(results["targets"])
+    assert all(line.split()[0] in VERDICTS for line in target_lines)
+
+
+def test_fallback_client_works_without_wrk(tmp_path: Path) -> None:
+    from staticadm.server.listeners import ensure_self_signed
+
+    tls = ensure_self_signed(tmp_path / "state")
+    server = null_server(tmp_path, tls.cert, tls.key).start()
+    try:
+        result = run_fallback(server.url + "/validate", orjson.dumps(fixtures.pod_create_request()), duration=1.0,
+                              connections=4)
+    finally:
+        server.stop()
+    assert result.tool == FALLBACK_TOOL and "not saturating" in result.tool
+    assert result.requests > 0 and result.error_count == 0
+
+
+def test_profile_summary_of_collapsed_stacks(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "thread (0x1);_run_once (asyncio/base_events.py:1);select (selectors.py:2) 6\n"
+        "thread (0x2);_worker (concurrent/futures/thread.py:3);validate (staticadm/admission/endpoints.py:4);"
+        "evaluate (staticadm/cel/evaluation.py:5) 3\n"
+        "thread (0x1);handle (staticadm/server/app.py:6);dumps (orjson:0) 1\n")
+    summary = summarise(raw)
+    assert summary.samples == 10
+    assert dict(summary.categories) == {"idle (epoll wait)": 60.0, "CEL evaluation": 30.0, "JSON": 10.0}
+    assert categorise(["_worker (concurrent/futures/thread.py:3)"]) == "thread-pool handoff"
