@@ -77,6 +77,28 @@ def compiled_key(kind: str, name: str, field_path: str) -> str:
     return f"{kind}/{name}/{field_path}"
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckedObject:
+    #: The parsed document value it was checked from (parses of unchanged text return the same object).
+    value: Any
+    obj: Any
+    errors: tuple[ManifestError, ...]
+    compiled: Mapping[str, Any]
+
+
+#: Checked objects of recent loads. A reload re-reads every file but most are unchanged, and checking an
+#: object (decode, validate, compile) is the bulk of a load; entries are immutable and keyed by the
+#: identity of the parsed value, which ``parse_document`` keeps for unchanged text.
+_CHECKED_OBJECTS: dict[tuple[Any, ...], _CheckedObject] = {}
+_CHECKED_OBJECTS_LIMIT = 8192
+
+
+def _remember(key: tuple[Any, ...], checked: _CheckedObject) -> None:
+    if len(_CHECKED_OBJECTS) >= _CHECKED_OBJECTS_LIMIT:
+        _CHECKED_OBJECTS.clear()
+    _CHECKED_OBJECTS[key] = checked
+
+
 def default_cel_compiler() -> CelCompiler | str:
     """The lead's CEL API, or why it cannot be used (then every load fails closed)."""
     try:
@@ -90,6 +112,8 @@ def default_cel_compiler() -> CelCompiler | str:
             return None, result.message
         return result, None
 
+    # A pure function of its arguments: objects checked with it may be reused by later loads.
+    compile_fn.memoizable = True  # type: ignore[attr-defined]
     return compile_fn
 
 
@@ -114,6 +138,8 @@ class _Load:
         self.warnings: list[ManifestError] = []
         self.objects: list[TopLevel] = []
         self.compiled: dict[str, Any] = {}
+        #: Programs compiled for the object being checked, for the memo of checked objects.
+        self.recorded: dict[str, Any] = {}
         self.seen: dict[str, dict[str, str]] = {kind: {} for kind in OBJECT_KINDS}
         self.decoder = Decoder()
 
@@ -244,6 +270,23 @@ class _Load:
             self._error(origin, issue.message, kind=kind, field_path=issue.field)
 
     def _object(self, cls: type[TopLevel], value: Any, origin: Origin) -> None:
+        memo_key = (cls, id(value), origin) if getattr(self.cel, "memoizable", False) else None
+        checked = _CHECKED_OBJECTS.get(memo_key) if memo_key is not None else None
+        if checked is None or checked.value is not value:
+            errors_before, self.recorded = len(self.errors), {}
+            obj = self._check_object(cls, value, origin)
+            checked = _CheckedObject(value, obj, tuple(self.errors[errors_before:]), self.recorded)
+            if memo_key is not None:
+                _remember(memo_key, checked)
+        else:
+            self.errors.extend(checked.errors)
+            for key, program in checked.compiled.items():
+                self.compiled.setdefault(key, program)
+        self._manifest_rules(checked.obj, origin)
+        self.objects.append(checked.obj)
+
+    def _check_object(self, cls: type[TopLevel], value: Any, origin: Origin) -> TopLevel:
+        """Decoding, defaulting, validation and compilation: everything that depends on this object alone."""
         self.decoder.issues.clear()
         decoded = self.decoder.decode(cls, value)
         obj = replace(decoded, origin=origin)
@@ -257,8 +300,7 @@ class _Load:
 
         for field_error in Validator(compile_fn).validate(obj):
             self._error(origin, str(field_error), kind=kind, name=name, field_path=field_error.field)
-        self._manifest_rules(obj, origin)
-        self.objects.append(obj)
+        return obj
 
     def _compile(
         self, kind: str, name: str, source: str, expr: Expr, names: Sequence[str], field_path: str
@@ -282,7 +324,9 @@ class _Load:
                 return f"internal error compiling expression: {type(err).__name__}: {err}"
             if error is not None:
                 return error
-        self.compiled.setdefault(compiled_key(kind, name, field_path), program)
+        key = compiled_key(kind, name, field_path)
+        self.compiled.setdefault(key, program)
+        self.recorded.setdefault(key, program)
         return None
 
     def _manifest_rules(self, obj: TopLevel, origin: Origin) -> None:
