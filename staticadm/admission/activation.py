@@ -128,8 +128,8 @@ class RequestActivations:
     """The engine activations of one request, built once and shared by every policy and binding.
 
     Converting the object to CEL values is by far the largest cost of evaluating a policy, so all
-    validations of a request read one activation; match conditions (original resource, no
-    namespaceObject) and policies matched through another resource version get their own.
+    validations of a request read one activation; only policies matched through another resource version
+    than the request's get their own.
     """
 
     def __init__(self, environment: Any, request: AdmissionRequest) -> None:
@@ -143,15 +143,11 @@ class RequestActivations:
             self._authorizer = authorizer_data(self._request)
         return self._authorizer
 
-    def for_match_conditions(self) -> Any:
-        key: tuple[Any, ...] = ("match-conditions",)
-        if key not in self._cache:
-            request = self._request
-            self._cache[key] = self._environment.new_activation({
-                "object": request.object, "oldObject": request.old_object, "namespaceObject": None,
-                "request": request_data(request, request.original_resource, request.original_kind),
-                **self._authorizer_data()})
-        return self._cache[key]
+    def for_match_conditions(self, namespace_object: Mapping[str, Any] | None) -> Any:
+        """Match conditions see the request's own resource; they never read namespaceObject (compiled as null),
+        so they share the evaluation activation of that resource."""
+        request = self._request
+        return self.for_evaluation(request.original_resource, request.original_kind, namespace_object)
 
     def for_evaluation(self, resource: GroupVersionResource, kind: GroupVersionKind,
                        namespace_object: Mapping[str, Any] | None) -> Any:

@@ -170,7 +170,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
         false_condition, errors = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
-            variables=variables, activation=activations.for_match_conditions()))
+            variables=variables, activation=activations.for_match_conditions(namespace_object)))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if errors:

@@ -365,9 +365,11 @@ class CelEnvironment:
             if len(allowed) == 1:
                 return CompileError(f"must evaluate to {allowed[0]} but got {result_type}")
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
-        rewritten = rewrite.rewrite_for_runtime(checked, self._optional_functions, frozenset(self.opaque_types))
+        null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
+        runtime_ast = rewrite.rewrite_for_runtime(checked, self._optional_functions, frozenset(self.opaque_types),
+                                                  null_variables)
         try:
-            program = self._runtime.deserialize(ast.encode(rewritten))
+            program = self._runtime.deserialize(ast.encode(runtime_ast))
         except RuntimeError as error:
             return CompileError(f"program instantiation failed: {engine_error_text(str(error))}")
         return CompiledExpression(

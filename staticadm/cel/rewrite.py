@@ -48,7 +48,11 @@ def _call(node_id: int, function: str, *args: Any) -> Any:
 TYPE_CONSTANT_PREFIX = "@type:"
 
 
-def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque_types: frozenset[str]) -> Any:
+def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque_types: frozenset[str],
+                        null_variables: frozenset[str] = frozenset()) -> Any:
+    """The runtime form of a checked expression; ``null_variables`` are variables that are always null for
+    this kind of expression (match conditions never see ``namespaceObject``), so the expression can share
+    an activation with the others of its request."""
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
     ids = _Ids(ast.max_id(result))
@@ -58,6 +62,9 @@ def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque
     for node in nodes:
         kind = node.WhichOneof("expr_kind")
         reference = result.reference_map.get(node.id) if node.id in result.reference_map else None
+        if kind == "ident_expr" and reference is not None and reference.name in null_variables:
+            node.const_expr.null_value = 0
+            continue
         if reference is not None and reference.name in opaque_types and not reference.overload_id:
             # The identifier of a Kubernetes value type: compare as a constant (see below).
             _make_type_constant(node, reference.name)

@@ -222,6 +222,17 @@ def test_namespace_object_from_file(tmp_path: Path) -> None:
     assert evaluate(snap, review(), namespaces).response == denied(P, B, "namespace default")
 
 
+def test_match_conditions_never_see_the_namespace_object(tmp_path: Path) -> None:
+    # Kubernetes evaluates matchConditions without namespaceObject, even when validations have it.
+    spec = {"matchConditions": [{"name": "no-namespace", "expression": "namespaceObject == null"}],
+            "validations": [{"expression": "namespaceObject.metadata.labels.env == 'prod'",
+                             "messageExpression": "'namespace ' + namespaceObject.metadata.name"}]}
+    snap = snapshot(tmp_path, policy(**spec), binding())
+    namespaces = parse_namespaces("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n"
+                                  "  labels: {env: dev}\n")
+    assert evaluate(snap, review(), namespaces).response == denied(P, B, "namespace default")
+
+
 def test_unknown_namespace_object_is_a_binding_error_not_a_null(tmp_path: Path) -> None:
     spec = {"validations": [{"expression": "namespaceObject == null"}]}
     snap = snapshot(tmp_path, policy(**spec), binding())
