@@ -118,6 +118,84 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
     return run_review(args.manifests, args.namespaces, args.output, args.requests, stdin, stdout, stderr)
 
 
+# -- certs ----------------------------------------------------------------------------------------
+
+
+def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    import datetime
+    from pathlib import Path
+
+    from staticadm.deploy.certs import CertificateError, create_certificates
+    from staticadm.server.config import default_state_dir
+
+    directory = Path(args.out_dir) if args.out_dir else default_state_dir() / "tls"
+    from staticadm.deploy.certs import DEFAULT_HOSTS
+
+    hosts = [host for entry in args.hosts for host in entry.split(",") if host.strip()] if args.hosts \
+        else list(DEFAULT_HOSTS)
+    if args.days < 1 or args.ca_days < 1:
+        stderr.write("staticadm certs: --days and --ca-days must be at least 1\n")
+        return EXIT_USAGE
+    try:
+        files = create_certificates(directory, hosts=hosts, validity=datetime.timedelta(days=args.days),
+                                    ca_validity=datetime.timedelta(days=args.ca_days), force=args.force,
+                                    renew=args.renew)
+    except FileExistsError as error:
+        stderr.write(f"staticadm certs: {error}\n")
+        return EXIT_FAILED
+    except CertificateError as error:
+        stderr.write(f"staticadm certs: {error}\n")
+        return EXIT_USAGE if not args.renew else EXIT_FAILED
+    except OSError as error:
+        stderr.write(f"staticadm certs: {error.filename or directory}: {error.strerror or error}\n")
+        return EXIT_FAILED
+    what = "serving certificate renewed with the existing CA" if args.renew else "CA and serving certificate created"
+    stdout.write(f"{what} in {directory}\n"
+                 f"  CA (the webhook caBundle, --ca-file): {files.ca_cert}\n"
+                 f"  serving certificate (--tls-cert):     {files.cert}\n"
+                 f"  serving key (--tls-key, mode 0600):   {files.key}\n")
+    return EXIT_OK
+
+
+# -- webhook-config -------------------------------------------------------------------------------
+
+
+def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    import yaml
+
+    from staticadm.deploy.webhooks import WebhookConfigError, WebhookSettings, read_ca_bundle, webhook_configurations
+    from staticadm.manifests.loader import load_manifest_directory
+
+    try:
+        with open(args.ca_file, "rb") as handle:
+            ca_bundle = read_ca_bundle(handle.read(), args.ca_file)
+    except OSError as error:
+        stderr.write(f"staticadm webhook-config: --ca-file {args.ca_file}: {error.strerror or error}\n")
+        return EXIT_USAGE
+    except WebhookConfigError as error:
+        stderr.write(f"staticadm webhook-config: {error}\n")
+        return EXIT_USAGE
+    loaded = load_manifest_directory(args.manifests)
+    if loaded.errors:
+        # A configuration generated from a directory kube-apiserver would refuse would be a guess.
+        for manifest_error in loaded.errors:
+            stderr.write(f"staticadm webhook-config: {manifest_error}\n")
+        return EXIT_FAILED
+    settings = WebhookSettings(url=args.url, ca_bundle=ca_bundle, failure_policy=args.failure_policy,
+                               timeout_seconds=args.timeout, registration=args.registration)
+    try:
+        generated = webhook_configurations(loaded, settings)
+    except WebhookConfigError as error:
+        stderr.write(f"staticadm webhook-config: {error}\n")
+        return EXIT_USAGE
+    for note in generated.notes:
+        stderr.write(f"staticadm webhook-config: {note}\n")
+    if generated.documents:
+        stdout.write(yaml.safe_dump_all([dict(d) for d in generated.documents], sort_keys=False,
+                                        default_flow_style=False, explicit_start=True))
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------------------
 
 
@@ -177,6 +255,49 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("requests", nargs="+", metavar="REQUEST",
                                help="AdmissionReview file (JSON or YAML), or - for stdin")
     review_parser.set_defaults(handler=command_review)
+
+    certs_parser = commands.add_parser(
+        "certs", help="create the local CA and the HTTPS serving certificate kube-apiserver trusts",
+        description="Writes ca.crt, ca.key, serving.crt and serving.key (keys mode 0600). The daemon reloads "
+                    "rotated serving files without a restart; --renew reissues the serving certificate with "
+                    "the existing CA so the webhook caBundle stays valid. Exit 0 written, 1 refused or failed, "
+                    "2 usage.")
+    certs_parser.add_argument("--out-dir", metavar="DIR", default=None,
+                              help="where to write the files (default: tls/ under the daemon's state directory, "
+                                   "which is where `staticadm serve` looks without --tls-cert)")
+    certs_parser.add_argument("--hosts", action="append", default=None, metavar="HOST[,HOST...]",
+                              help="IP addresses and DNS names of the serving certificate; repeatable "
+                                   "(default: 127.0.0.1,::1,localhost)")
+    certs_parser.add_argument("--days", type=int, default=365, help="serving certificate lifetime (default: 365)")
+    certs_parser.add_argument("--ca-days", type=int, default=3650, help="CA lifetime (default: 3650)")
+    mode = certs_parser.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="replace existing files, CA included")
+    mode.add_argument("--renew", action="store_true",
+                      help="reissue only the serving certificate and key, signed by the existing CA")
+    certs_parser.set_defaults(handler=command_certs)
+
+    from staticadm.deploy.webhooks import DEFAULT_TIMEOUT_SECONDS
+
+    webhook_parser = commands.add_parser(
+        "webhook-config", help="print the kube-apiserver webhook configurations for a manifest directory",
+        description="Prints a ValidatingWebhookConfiguration (-> URL/validate) and a MutatingWebhookConfiguration "
+                    "(-> URL/mutate) as multi-document YAML, with rules narrowed to what the directory's policies "
+                    "can match; a kind without policies is omitted (said on stderr). Regenerate it when the "
+                    "policies' match constraints change. Exit 0 printed, 1 invalid manifests, 2 usage.")
+    webhook_parser.add_argument("--manifests", required=True, metavar="DIR", help="the manifest directory")
+    webhook_parser.add_argument("--url", required=True, metavar="URL",
+                                help="the daemon's HTTPS base URL as kube-apiserver dials it, "
+                                     "e.g. https://127.0.0.1:8443")
+    webhook_parser.add_argument("--ca-file", required=True, metavar="FILE",
+                                help="PEM CA that signed the serving certificate (ca.crt from `staticadm certs`)")
+    webhook_parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail",
+                                help="what kube-apiserver does when staticadm cannot be reached (default: Fail)")
+    webhook_parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
+                                help=f"timeoutSeconds, 1 to 30 (default: {DEFAULT_TIMEOUT_SECONDS})")
+    webhook_parser.add_argument("--registration", choices=("static", "api"), default="static",
+                                help="static: a *.static.k8s.io manifest for kube-apiserver's staticManifestsDir "
+                                     "(1.36+); api: an object for kubectl apply (older versions) (default: static)")
+    webhook_parser.set_defaults(handler=command_webhook_config)
 
     from staticadm.server.config import add_serve_arguments
 

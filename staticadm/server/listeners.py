@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import os
 import socket
 import ssl
@@ -19,18 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+# The daemon's first-start certificate lives with ``staticadm certs`` so there is one implementation;
+# re-exported here because the daemon's TLS setup reads it as part of the listeners.
+from staticadm.deploy.certs import GeneratedTls, ensure_self_signed
+
+__all__ = ["GeneratedTls", "Listener", "ListenerError", "ServingTls", "bind_tcp_socket", "bind_unix_socket",
+           "ensure_self_signed", "remove_unix_socket", "socket_inode", "split_activated"]
 
 #: How often certificate files are checked for changes; stat() is cheap and, unlike inotify, follows
 #: the symlink swaps Kubernetes uses for Secret volumes without extra bookkeeping.
 TLS_CHECK_INTERVAL = 1.0
-SERVING_VALIDITY = datetime.timedelta(days=365)
-CA_VALIDITY = datetime.timedelta(days=3650)
-#: A generated serving certificate this close to expiry is replaced at startup.
-RENEW_BEFORE = datetime.timedelta(days=30)
 
 
 class ListenerError(Exception):
@@ -216,122 +212,3 @@ class ServingTls:
         while True:
             await asyncio.sleep(interval)
             self.reload_if_changed()
-
-
-# -- self-signed material --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratedTls:
-    ca_cert: Path
-    cert: Path
-    key: Path
-    created: bool
-
-
-def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls:
-    """A CA and a serving certificate for 127.0.0.1, ::1 and localhost under ``state_dir/tls``.
-
-    The CA is kept across restarts so the ``caBundle`` an operator put in the webhook configuration
-    stays valid; only the serving certificate is reissued when it nears expiry.
-    """
-    now = now or datetime.datetime.now(datetime.UTC)
-    directory = state_dir / "tls"
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ca_cert_path, ca_key_path = directory / "ca.crt", directory / "ca.key"
-    cert_path, key_path = directory / "serving.crt", directory / "serving.key"
-    created = False
-    if ca_cert_path.exists() and ca_key_path.exists():
-        ca_cert = x509.load_pem_x509_certificate(ca_cert_path.read_bytes())
-        ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-        if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-            raise ListenerError(f"{ca_key_path}: expected an EC private key")
-    else:
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = _ca_certificate(ca_key, now)
-        _write_private(ca_key_path, _key_pem(ca_key))
-        _write_public(ca_cert_path, ca_cert.public_bytes(serialization.Encoding.PEM))
-        created = True
-    if created or not _serving_still_good(cert_path, key_path, ca_cert, now):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _serving_certificate(key, ca_key, ca_cert, now)
-        _write_private(key_path, _key_pem(key))
-        _write_public(cert_path, cert.public_bytes(serialization.Encoding.PEM))
-        created = True
-    return GeneratedTls(ca_cert_path, cert_path, key_path, created)
-
-
-def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, now: datetime.datetime) -> bool:
-    try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        key_path.stat()
-    except (OSError, ValueError):
-        return False
-    return cert.issuer == ca_cert.subject and cert.not_valid_after_utc - RENEW_BEFORE > now
-
-
-def _ca_certificate(key: ec.EllipticCurvePrivateKey, now: datetime.datetime) -> x509.Certificate:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "staticadm local CA")])
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-
-
-def _serving_certificate(key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
-                         ca_cert: x509.Certificate, now: datetime.datetime) -> x509.Certificate:
-    san = x509.SubjectAlternativeName([
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("::1")),
-    ])
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "staticadm")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + SERVING_VALIDITY)
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    _write_atomically(path, data, 0o600)
-
-
-def _write_public(path: Path, data: bytes) -> None:
-    _write_atomically(path, data, 0o644)
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    # Created with its final mode (no window where a key is world-readable) and renamed into place so
-    # the TLS watcher never sees half a file.
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)

@@ -1,0 +1,285 @@
+"""The local CA and serving certificate kube-apiserver uses to reach staticadm over HTTPS.
+
+One implementation serves two callers: the daemon creates the pair on first start when it is given no
+certificate (:func:`ensure_self_signed`), and ``staticadm certs`` creates or renews it explicitly
+(:func:`create_certificates`). Both write the same four files, so a directory made by one is usable by
+the other:
+
+- ``ca.crt`` / ``ca.key``: the CA; ``ca.crt`` is the webhook configuration's ``caBundle``;
+- ``serving.crt`` / ``serving.key``: the HTTPS listener's certificate, signed by the CA.
+
+Private keys are written with mode 0600 and every file is replaced atomically, because the daemon
+reloads the serving pair whenever the files change (rotation without a restart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SERVING_VALIDITY = datetime.timedelta(days=365)
+CA_VALIDITY = datetime.timedelta(days=3650)
+#: A generated serving certificate this close to expiry is replaced at startup.
+RENEW_BEFORE = datetime.timedelta(days=30)
+#: Clock skew allowance: a certificate is valid from slightly before it was made.
+BACKDATE = datetime.timedelta(minutes=5)
+#: kube-apiserver reaches a sidecar on the same host, so these are the only names it dials.
+DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1", "localhost")
+
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+SERVING_CERT = "serving.crt"
+SERVING_KEY = "serving.key"
+
+
+class CertificateError(ValueError):
+    """Certificate material that cannot be used or created; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedTls:
+    ca_cert: Path
+    cert: Path
+    key: Path
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateFiles:
+    ca_cert: Path
+    ca_key: Path
+    cert: Path
+    key: Path
+    #: False when an existing CA signed the new serving certificate (``--renew``).
+    ca_created: bool
+
+    @classmethod
+    def in_directory(cls, directory: Path, *, ca_created: bool = False) -> CertificateFiles:
+        return cls(directory / CA_CERT, directory / CA_KEY, directory / SERVING_CERT, directory / SERVING_KEY,
+                   ca_created)
+
+
+# -- the daemon's first start ----------------------------------------------------------------------
+
+
+def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls:
+    """A CA and a serving certificate for 127.0.0.1, ::1 and localhost under ``state_dir/tls``.
+
+    The CA is kept across restarts so the ``caBundle`` an operator put in the webhook configuration
+    stays valid; only the serving certificate is reissued when it nears expiry.
+    """
+    now = now or datetime.datetime.now(datetime.UTC)
+    directory = state_dir / "tls"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    files = CertificateFiles.in_directory(directory)
+    created = False
+    if files.ca_cert.exists() and files.ca_key.exists():
+        ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
+    else:
+        ca_key = _new_key()
+        ca_cert = ca_certificate(ca_key, now, CA_VALIDITY)
+        _write_private(files.ca_key, _key_pem(ca_key))
+        _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+        created = True
+    if created or not _serving_still_good(files.cert, files.key, ca_cert, now):
+        _issue_serving(files, ca_key, ca_cert, now, SERVING_VALIDITY, DEFAULT_HOSTS)
+        created = True
+    return GeneratedTls(files.ca_cert, files.cert, files.key, created)
+
+
+def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, now: datetime.datetime) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key_path.stat()
+    except (OSError, ValueError):
+        return False
+    return cert.issuer == ca_cert.subject and cert.not_valid_after_utc - RENEW_BEFORE > now
+
+
+# -- staticadm certs -------------------------------------------------------------------------------
+
+
+def create_certificates(directory: Path, *, hosts: Sequence[str] = DEFAULT_HOSTS,
+                        validity: datetime.timedelta = SERVING_VALIDITY, ca_validity: datetime.timedelta = CA_VALIDITY,
+                        force: bool = False, renew: bool = False,
+                        now: datetime.datetime | None = None) -> CertificateFiles:
+    """Writes a CA and a serving certificate for ``hosts`` into ``directory``.
+
+    With ``renew`` the existing CA signs a new serving certificate and is left alone, so the
+    ``caBundle`` already in kube-apiserver's webhook configuration keeps verifying it: this is the
+    routine rotation. Without it, existing files are only replaced with ``force`` (a new CA means a new
+    ``caBundle`` everywhere).
+    """
+    now = now or datetime.datetime.now(datetime.UTC)
+    if not hosts:
+        raise CertificateError("at least one host name or IP address is required")
+    names = [parse_host(host) for host in hosts]
+    if validity <= datetime.timedelta(0) or ca_validity <= datetime.timedelta(0):
+        raise CertificateError("certificate lifetimes must be positive")
+    if validity > ca_validity and not renew:
+        raise CertificateError("the serving certificate cannot outlive its CA: give fewer --days or more --ca-days")
+    files = CertificateFiles.in_directory(directory)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if renew:
+        ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
+        if ca_cert.not_valid_after_utc < now + validity:
+            raise CertificateError(f"{files.ca_cert}: the CA expires on {ca_cert.not_valid_after_utc:%Y-%m-%d}, "
+                                   "before the renewed serving certificate would; create a new CA with --force")
+        _issue_serving(files, ca_key, ca_cert, now, validity, names)
+        return files
+    existing = [path for path in (files.ca_cert, files.ca_key, files.cert, files.key) if path.exists()]
+    if existing and not force:
+        raise FileExistsError(f"refusing to overwrite {', '.join(str(p) for p in existing)}: use --renew to "
+                              "reissue the serving certificate with the existing CA, or --force to replace all")
+    ca_key = _new_key()
+    ca_cert = ca_certificate(ca_key, now, ca_validity)
+    _write_private(files.ca_key, _key_pem(ca_key))
+    _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _issue_serving(files, ca_key, ca_cert, now, validity, names)
+    return CertificateFiles.in_directory(directory, ca_created=True)
+
+
+def parse_host(host: str) -> str:
+    """``host`` checked to be an IP address or a DNS name, so a typo fails here and not in a handshake."""
+    text = host.strip()
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    valid = bool(text) and len(text) <= 253 and all(
+        0 < len(label) <= 63 and label[0] != "-" and label[-1] != "-"
+        and all(ch.isascii() and (ch.isalnum() or ch == "-") for ch in label)
+        for label in labels)
+    if not valid:
+        raise CertificateError(f"{host!r} is neither an IP address nor a DNS name")
+    return text.lower()
+
+
+def load_ca(cert_path: Path, key_path: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    try:
+        ca_cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        ca_key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except FileNotFoundError as error:
+        raise CertificateError(f"{error.filename}: no such file (create the CA first)") from error
+    except ValueError as error:
+        raise CertificateError(f"{cert_path}, {key_path}: not a PEM certificate and key: {error}") from error
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise CertificateError(f"{key_path}: expected an EC private key")
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if ca_key.public_key().public_bytes(*spki) != ca_cert.public_key().public_bytes(*spki):
+        raise CertificateError(f"{key_path} is not the key of {cert_path}")
+    return ca_cert, ca_key
+
+
+# -- building blocks -------------------------------------------------------------------------------
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    # P-256: accepted by every TLS stack kube-apiserver is built with, and cheap handshakes.
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _issue_serving(files: CertificateFiles, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
+                   now: datetime.datetime, validity: datetime.timedelta, hosts: Sequence[str]) -> None:
+    key = _new_key()
+    cert = serving_certificate(key, ca_key, ca_cert, now, validity, hosts)
+    # Key first: the daemon only reloads once both files load as a matching pair, so the moment
+    # in between (new key, old certificate) is rejected and the previous pair keeps serving.
+    _write_private(files.key, _key_pem(key))
+    _write_public(files.cert, cert.public_bytes(serialization.Encoding.PEM))
+
+
+def ca_certificate(key: ec.EllipticCurvePrivateKey, now: datetime.datetime,
+                   validity: datetime.timedelta = CA_VALIDITY) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "staticadm local CA")])
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def serving_certificate(key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurvePrivateKey,
+                        ca_cert: x509.Certificate, now: datetime.datetime,
+                        validity: datetime.timedelta = SERVING_VALIDITY,
+                        hosts: Sequence[str] = DEFAULT_HOSTS) -> x509.Certificate:
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "staticadm")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        # Never past the CA: a chain is only as valid as its shortest-lived certificate.
+        .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    _write_atomically(path, data, 0o600)
+
+
+def _write_public(path: Path, data: bytes) -> None:
+    _write_atomically(path, data, 0o644)
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    # Created with its final mode (no window where a key is world-readable) and renamed into place so
+    # the TLS watcher never sees half a file.
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        previous: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        previous = None
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        # O_CREAT's mode is filtered by the umask and ignored for an existing file: set it outright.
+        os.fchmod(fd, mode)
+        if previous is not None and (previous.st_uid, previous.st_gid) != (os.geteuid(), os.getegid()):
+            # A rotation run as root must leave the files readable by the daemon's user, which owned them.
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, previous.st_uid, previous.st_gid)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)

@@ -1,0 +1,86 @@
+"""The kube-apiserver wiring in manifests/kube-apiserver: valid YAML, the right API versions and fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.deploy.conftest import EXAMPLES, KUBE_APISERVER, run_cli
+
+
+def _load(relative: str) -> Any:
+    [document] = [d for d in yaml.safe_load_all((KUBE_APISERVER / relative).read_text()) if d is not None]
+    return document
+
+
+def test_admission_configuration_points_each_webhook_plugin_at_its_own_directory() -> None:
+    config = _load("admission-configuration.yaml")
+    assert config["apiVersion"] == "apiserver.config.k8s.io/v1"
+    assert config["kind"] == "AdmissionConfiguration"
+    plugins = {plugin["name"]: plugin["configuration"] for plugin in config["plugins"]}
+    assert set(plugins) == {"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"}
+    directories = set()
+    for configuration in plugins.values():
+        assert configuration["apiVersion"] == "apiserver.config.k8s.io/v1"
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert set(configuration) == {"apiVersion", "kind", "staticManifestsDir"}
+        directory = configuration["staticManifestsDir"]
+        assert directory.startswith("/")  # kube-apiserver refuses a relative staticManifestsDir
+        directories.add(directory)
+    assert len(directories) == 2  # one directory per plugin, each holding only its own kind
+
+
+def test_static_webhook_configurations_have_the_shape_kube_apiserver_loads() -> None:
+    for kind, relative, path in (
+        ("ValidatingWebhookConfiguration", "validating-webhooks/staticadm.static.k8s.io.yaml", "/validate"),
+        ("MutatingWebhookConfiguration", "mutating-webhooks/staticadm.static.k8s.io.yaml", "/mutate"),
+    ):
+        config = _load(relative)
+        assert config["apiVersion"] == "admissionregistration.k8s.io/v1" and config["kind"] == kind
+        assert config["metadata"]["name"].endswith(".static.k8s.io")
+        assert Path(relative).name == config["metadata"]["name"] + ".yaml"
+        for webhook in config["webhooks"]:
+            assert webhook["clientConfig"] == {"url": f"https://127.0.0.1:8443{path}"}
+            assert webhook["sideEffects"] == "None" and webhook["admissionReviewVersions"] == ["v1"]
+            assert webhook["failurePolicy"] in ("Fail", "Ignore")
+
+
+def test_validating_example_matches_what_webhook_config_generates(tmp_path: Path) -> None:
+    # The checked-in file illustrates the command's output for manifests/examples; keep them in step.
+    assert run_cli("certs", "--out-dir", str(tmp_path)).code == 0
+    result = run_cli("webhook-config", "--manifests", str(EXAMPLES), "--url", "https://127.0.0.1:8443",
+                     "--ca-file", str(tmp_path / "ca.crt"))
+    assert result.code == 0, result.stderr
+    generated = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "ValidatingWebhookConfiguration")
+    del generated["metadata"]["annotations"]
+    del generated["webhooks"][0]["clientConfig"]["caBundle"]
+    assert _load("validating-webhooks/staticadm.static.k8s.io.yaml") == generated
+
+
+def test_kubeadm_static_pod_runs_the_sidecar_unprivileged() -> None:
+    pod = _load("staticadm-pod.yaml")
+    assert pod["apiVersion"] == "v1" and pod["kind"] == "Pod"
+    assert pod["metadata"]["namespace"] == "kube-system"
+    spec = pod["spec"]
+    assert spec["hostNetwork"] is True  # kube-apiserver dials 127.0.0.1
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    [container] = spec["containers"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "--listen=127.0.0.1:8443" in container["args"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+    assert mounts["manifests"]["readOnly"] is True
+    assert {volume["name"] for volume in spec["volumes"]} == set(mounts)
+
+
+def test_kubeadm_cluster_configuration_passes_the_admission_config_file() -> None:
+    config = _load("kubeadm-clusterconfiguration.yaml")
+    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4" and config["kind"] == "ClusterConfiguration"
+    args = {arg["name"]: arg["value"] for arg in config["apiServer"]["extraArgs"]}
+    path = args["admission-control-config-file"]
+    [volume] = config["apiServer"]["extraVolumes"]
+    assert path.startswith(volume["mountPath"] + "/")
