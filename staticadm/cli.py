@@ -115,7 +115,8 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.admission.review import run_review
 
-    return run_review(args.manifests, args.namespaces, args.output, args.requests, stdin, stdout, stderr)
+    return run_review(args.manifests, args.namespaces, args.output, args.requests, stdin, stdout, stderr,
+                      endpoint=args.endpoint)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -247,7 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
         "review", help="evaluate AdmissionReview requests against a manifest directory, offline",
         description="Exit 0 when every request was evaluated, 2 on invalid manifests or an unreadable request.")
     review_parser.add_argument("--manifests", required=True, metavar="DIR",
-                               help="the ValidatingAdmissionPolicy manifest directory")
+                               help="the admission policy manifest directory")
+    review_parser.add_argument("--endpoint", choices=("validate", "mutate", "both"), default="both",
+                               help="which webhook to answer as; both runs the mutating policies first and "
+                                    "validates the mutated object, as kube-apiserver orders them (default: both)")
     review_parser.add_argument("--namespaces", metavar="FILE",
                                help="Namespace objects (YAML/JSON, v1 List allowed) for selectors and namespaceObject")
     review_parser.add_argument("-o", "--output", choices=("text", "json"), default="text",

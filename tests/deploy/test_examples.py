@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
 
+import jsonpatch
 import pytest
 
 from tests.deploy.conftest import EXAMPLES, REQUESTS, run_cli, run_subprocess
 
 VALIDATING_EXAMPLES = ("deny-privileged", "disallow-latest-tag", "protect-admission-config", "require-resource-limits")
+MUTATING_EXAMPLES = ("default-seccomp-profile",)
 
 
 def _example(name: str) -> Path:
@@ -23,8 +26,10 @@ def test_the_examples_directory_passes_check_as_a_whole() -> None:
     assert "OK" in result.stdout
 
 
-def test_every_validating_example_has_request_fixtures() -> None:
-    assert sorted(p.name for p in REQUESTS.iterdir() if p.is_dir()) == sorted(VALIDATING_EXAMPLES)
+def test_every_example_has_request_fixtures() -> None:
+    assert sorted(p.name for p in REQUESTS.iterdir() if p.is_dir()) == sorted(VALIDATING_EXAMPLES + MUTATING_EXAMPLES)
+    assert sorted(p.name.removesuffix(".static.k8s.io.yaml") for p in EXAMPLES.glob("*.yaml")) == sorted(
+        VALIDATING_EXAMPLES + MUTATING_EXAMPLES)
 
 
 @pytest.mark.parametrize("name", VALIDATING_EXAMPLES)
@@ -80,3 +85,36 @@ def test_the_examples_together_deny_only_what_one_of_them_denies() -> None:
     assert result.code == 0, result.stderr
     verdicts = [json.loads(line)["response"]["allowed"] for line in result.stdout.splitlines()]
     assert verdicts == [True] * len(allowed)
+
+
+@pytest.mark.parametrize("name", MUTATING_EXAMPLES)
+def test_mutating_example_review_fixtures(name: str, tmp_path: Path) -> None:
+    # mutated-*: the answer's patch, applied by an independent JSON Patch library, sets the default;
+    # unchanged-*: no patch at all.
+    shutil.copy(_example(name), tmp_path)
+    requests = sorted((REQUESTS / name).glob("*.json"))
+    assert {p.name.split("-")[0] for p in requests} == {"mutated", "unchanged"}
+    result = run_subprocess("review", "--manifests", str(tmp_path), "--endpoint", "mutate", "-o", "json",
+                            *map(str, requests))
+    assert result.code == 0, result.stderr
+    for path, line in zip(requests, result.stdout.splitlines(), strict=True):
+        original = json.loads(path.read_text())["request"]["object"]
+        response = json.loads(line)["response"]
+        assert response["allowed"] is True, response
+        if path.name.startswith("unchanged-"):
+            assert "patch" not in response, path.name
+            continue
+        patched = jsonpatch.apply_patch(original, json.loads(base64.b64decode(response["patch"])))
+        context = patched["spec"]["securityContext"]
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+        # Server-side-apply merge: the rest of the securityContext is kept.
+        assert {k: v for k, v in context.items() if k != "seccompProfile"} == original["spec"]["securityContext"]
+
+
+def test_review_text_shows_the_patch_then_the_validation_of_the_mutated_object() -> None:
+    request = REQUESTS / "default-seccomp-profile" / "mutated-no-profile.json"
+    result = run_cli("review", "--manifests", str(EXAMPLES), str(request))
+    assert result.code == 0, result.stderr
+    assert "patch: add /spec/securityContext/seccompProfile = {\"type\":\"RuntimeDefault\"}" in result.stdout
+    assert "mutated by: policy default-seccomp-profile.static.k8s.io" in result.stdout
+    assert "decision: allowed" in result.stdout
