@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.deploy.conftest import EXAMPLES, KUBE_APISERVER, run_cli
@@ -47,16 +48,20 @@ def test_static_webhook_configurations_have_the_shape_kube_apiserver_loads() -> 
             assert webhook["failurePolicy"] in ("Fail", "Ignore")
 
 
-def test_validating_example_matches_what_webhook_config_generates(tmp_path: Path) -> None:
-    # The checked-in file illustrates the command's output for manifests/examples; keep them in step.
+@pytest.mark.parametrize(("kind", "relative"), [
+    ("ValidatingWebhookConfiguration", "validating-webhooks/staticadm.static.k8s.io.yaml"),
+    ("MutatingWebhookConfiguration", "mutating-webhooks/staticadm.static.k8s.io.yaml"),
+])
+def test_checked_in_webhooks_match_what_webhook_config_generates(kind: str, relative: str, tmp_path: Path) -> None:
+    # The checked-in files are the command's output for manifests/examples; keep them in step.
     assert run_cli("certs", "--out-dir", str(tmp_path)).code == 0
     result = run_cli("webhook-config", "--manifests", str(EXAMPLES), "--url", "https://127.0.0.1:8443",
                      "--ca-file", str(tmp_path / "ca.crt"))
     assert result.code == 0, result.stderr
-    generated = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "ValidatingWebhookConfiguration")
+    generated = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == kind)
     del generated["metadata"]["annotations"]
     del generated["webhooks"][0]["clientConfig"]["caBundle"]
-    assert _load("validating-webhooks/staticadm.static.k8s.io.yaml") == generated
+    assert _load(relative) == generated
 
 
 def test_kubeadm_static_pod_runs_the_sidecar_unprivileged() -> None:
