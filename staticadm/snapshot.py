@@ -56,6 +56,8 @@ class CompiledValidatingPolicy:
     #: Whether any expression reads ``namespaceObject`` (textually: a false positive only makes an
     #: unknown namespace an error instead of a silent null).
     uses_namespace_object: bool
+    #: The variables that compiled, as evaluation contexts take them.
+    compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def name(self) -> str:
@@ -65,9 +67,8 @@ class CompiledValidatingPolicy:
     def failure_policy(self) -> str:
         return self.policy.spec.failure_policy or "Fail"
 
-    def runtime_variables(self) -> dict[str, CompiledExpression]:
-        return {name: program for name, program in self.variables.items()
-                if isinstance(program, CompiledExpression)}
+    def runtime_variables(self) -> Mapping[str, CompiledExpression]:
+        return self.compiled_variables
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class CompiledMutatingPolicy:
     variables: Mapping[str, Program]
     mutations: tuple[CompiledMutation, ...]
     uses_namespace_object: bool
+    compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def name(self) -> str:
@@ -104,9 +106,8 @@ class CompiledMutatingPolicy:
     def reinvocation_policy(self) -> str:
         return self.policy.spec.reinvocation_policy or "Never"
 
-    def runtime_variables(self) -> dict[str, CompiledExpression]:
-        return {name: program for name, program in self.variables.items()
-                if isinstance(program, CompiledExpression)}
+    def runtime_variables(self) -> Mapping[str, CompiledExpression]:
+        return self.compiled_variables
 
 
 IndexKey = tuple[str, str, str]
@@ -218,7 +219,13 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
         validations=tuple(validations),
         audit_annotations=audit_annotations,
         uses_namespace_object=_uses_namespace_object(sources),
+        compiled_variables=_compiled_only(variables),
     )
+
+
+def _compiled_only(variables: Mapping[str, Program]) -> Mapping[str, CompiledExpression]:
+    return MappingProxyType({name: program for name, program in variables.items()
+                             if isinstance(program, CompiledExpression)})
 
 
 def compile_mutating_policy(policy: MutatingAdmissionPolicy, bindings: tuple[MutatingAdmissionPolicyBinding, ...],
@@ -254,6 +261,7 @@ def compile_mutating_policy(policy: MutatingAdmissionPolicy, bindings: tuple[Mut
         variables=MappingProxyType(variables),
         mutations=tuple(mutations),
         uses_namespace_object=_uses_namespace_object(sources),
+        compiled_variables=_compiled_only(variables),
     )
 
 

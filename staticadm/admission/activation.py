@@ -137,6 +137,8 @@ class RequestActivations:
         self._request = request
         self._authorizer: dict[str, Any] | None = None
         self._cache: dict[tuple[Any, ...], Any] = {}
+        #: The last (resource, kind, namespaceObject, activation): nearly every lookup repeats it.
+        self._last: tuple[Any, Any, Any, Any] | None = None
 
     def _authorizer_data(self) -> dict[str, Any]:
         if self._authorizer is None:
@@ -151,6 +153,9 @@ class RequestActivations:
 
     def for_evaluation(self, resource: GroupVersionResource, kind: GroupVersionKind,
                        namespace_object: Mapping[str, Any] | None) -> Any:
+        last = self._last
+        if last is not None and last[0] is resource and last[1] is kind and last[2] is namespace_object:
+            return last[3]
         key = ("evaluation", resource, kind, id(namespace_object))
         if key not in self._cache:
             request = self._request
@@ -158,4 +163,5 @@ class RequestActivations:
                 "object": request.object, "oldObject": request.old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
                 "request": request_data(request, resource, kind), **self._authorizer_data()})
+        self._last = (resource, kind, namespace_object, self._cache[key])
         return self._cache[key]
