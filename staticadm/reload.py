@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,12 +32,20 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
-from staticadm.manifests.files import read_directory
+from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
 
 DEFAULT_POLL_INTERVAL = 60.0
 DEFAULT_DEBOUNCE = 0.1
 #: A writer that never pauses must not postpone reloading forever.
 MAX_COALESCE = 2.0
+#: watchdog joins its emitter threads without a timeout when a watch is removed or the observer
+#: stops, and that join has been seen to hang (SIGTERM never finishing); we wait this long at most.
+OBSERVER_STOP_TIMEOUT = 2.0
+#: Until a first snapshot is served, the directory is retried this often (doubling from the first
+#: value), so a volume mounted late or a fix without a file event is picked up without waiting a whole
+#: poll interval.
+FIRST_RETRY = 0.5
+MAX_RETRY = 10.0
 
 ReloadStatus = Literal["success", "failure", "unchanged"]
 
@@ -99,6 +108,7 @@ class ManifestSource:
         logger: Any,
         on_reload: Callable[[ReloadResult], None] | None = None,
         on_reloading: Callable[[str], None] | None = None,
+        allow_world_writable: bool = False,
     ) -> None:
         self.directory = directory
         self.poll_interval = poll_interval
@@ -106,7 +116,11 @@ class ManifestSource:
         self._log = logger
         self._on_reload = on_reload
         self._on_reloading = on_reloading
+        self.allow_world_writable = allow_world_writable
         self._current: Served | None = None
+        #: The errors of the last failed load, so a retry failing identically logs one line, not all again.
+        self._last_errors: tuple[str, ...] | None = None
+        self._retry = FIRST_RETRY
         # One worker: loads never overlap, so the hash comparison and the swap see a consistent order.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-reload")
         self._wake: asyncio.Event | None = None
@@ -122,7 +136,7 @@ class ManifestSource:
     # -- loading -----------------------------------------------------------------------------------
 
     def load_initial(self) -> ReloadResult:
-        """The startup load: the caller refuses to start on failure, as kube-apiserver does."""
+        """The startup load; on failure :meth:`run` keeps retrying and the daemon stays not ready."""
         result = self._check_and_reload("startup")
         self._report(result)
         return result
@@ -136,12 +150,28 @@ class ManifestSource:
         return result
 
     def _check_and_reload(self, reason: str) -> ReloadResult:
+        try:
+            return self._load_and_swap(reason)
+        except Exception as error:  # a loader bug must keep the old snapshot, not kill the watcher
+            message = f"failed to load the manifest directory: {type(error).__name__}: {error}"
+            return ReloadResult("failure", reason, (ManifestError(str(self.directory), message),))
+
+    def _load_and_swap(self, reason: str) -> ReloadResult:
         current = self._current
-        if current is not None:
-            contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
-            if not contents.errors and contents.content_hash == current.content_hash:
-                return ReloadResult("unchanged", reason, served=current)
+        contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+        # Checked before the unchanged shortcut: a chmod changes no byte, and must still stop the
+        # directory from being trusted (the last good snapshot keeps serving).
+        unsafe = self._unsafe(contents)
+        if unsafe:
+            return ReloadResult("failure", reason, unsafe)
+        if current is not None and not contents.errors and contents.content_hash == current.content_hash:
+            return ReloadResult("unchanged", reason, served=current)
         result = _load(self.directory)
+        if not self.allow_world_writable:
+            # The loader's own read is what gets compiled; its world-writable findings are errors here.
+            promoted = tuple(w for w in result.warnings if w.message.endswith("is world-writable"))
+            if promoted:
+                return ReloadResult("failure", reason, tuple(self._unsafe_error(w.path, None) for w in promoted))
         if result.errors:
             return ReloadResult("failure", reason, result.errors, result.warnings)
         if current is not None and result.content_hash == current.content_hash:
@@ -156,15 +186,36 @@ class ManifestSource:
         self._current = served
         return ReloadResult("success", reason, (), result.warnings, served)
 
+    def _unsafe(self, contents: DirectoryContents) -> tuple[ManifestError, ...]:
+        if self.allow_world_writable:
+            return ()
+        return tuple(self._unsafe_error(path, mode) for path, mode in world_writable(contents, str(self.directory)))
+
+    def _unsafe_error(self, path: str, mode: int | None) -> ManifestError:
+        what = "manifest directory" if path == str(self.directory) else "manifest file"
+        shown = f" (mode {mode:04o})" if mode is not None else ""
+        return ManifestError(path, f"refusing to load: {what} {path!r} is world-writable{shown}, so any local user "
+                                   "could change admission policy; remove the write permission for others "
+                                   "(chmod o-w) or start with --allow-world-writable-manifests")
+
     def _report(self, result: ReloadResult) -> None:
         log = self._log.bind(directory=str(self.directory), reason=result.reason)
+        if result.status != "failure":
+            self._last_errors = None
         if result.status == "failure":
-            for error in result.errors:
-                log.error("manifest error", file=error.path, field=error.field, kind=error.kind, name=error.name,
-                          err=str(error))
-            kept = self._current.content_hash if self._current is not None else None
-            log.error("reloading manifest config failed; keeping the last good configuration",
-                      errors=len(result.errors), served_hash=kept)
+            signature = tuple(str(error) for error in result.errors)
+            repeated = signature == self._last_errors
+            self._last_errors = signature
+            if not repeated:
+                for error in result.errors:
+                    log.error("manifest error", file=error.path, field=error.field, kind=error.kind,
+                              name=error.name, err=str(error))
+            if self._current is not None:
+                log.error("reloading manifest config failed; keeping the last good configuration",
+                          errors=len(result.errors), repeated=repeated, served_hash=self._current.content_hash)
+            else:
+                log.error("loading manifest config failed; not ready (admission requests get 503) and retrying",
+                          errors=len(result.errors), repeated=repeated, retry_seconds=self._retry)
         elif result.status == "success":
             for warning in result.warnings:
                 log.warning("manifest warning", file=warning.path, field=warning.field, err=str(warning))
@@ -213,11 +264,18 @@ class ManifestSource:
         assert self._wake is not None
         try:
             while True:
+                waiting = self.poll_interval
+                if self._current is None:
+                    waiting = min(self._retry, self.poll_interval)
+                    self._retry = min(self._retry * 2, MAX_RETRY)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+                    # that arrives as the wait ends, and this loop would then never stop on SIGTERM.
+                    async with asyncio.timeout(waiting):
+                        await self._wake.wait()
                     reason = self._pending_reason
                 except TimeoutError:
-                    reason = "poll"
+                    reason = "poll" if self._current is not None else "retry"
                 else:
                     await self._quiet()
                 self._wake.clear()
@@ -235,7 +293,8 @@ class ManifestSource:
         while time.monotonic() < deadline:
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.debounce)
+                async with asyncio.timeout(self.debounce):
+                    await self._wake.wait()
             except TimeoutError:
                 return
 
@@ -288,17 +347,30 @@ class ManifestSource:
             self._watches[path] = (watch, identity)
 
     def _unschedule(self, watch: ObservedWatch) -> None:
-        if self._observer is None:
+        observer = self._observer
+        if observer is None:
             return
-        with contextlib.suppress(KeyError, OSError):
-            self._observer.unschedule(watch)
+
+        def unschedule() -> None:
+            with contextlib.suppress(KeyError, OSError):
+                observer.unschedule(watch)
+
+        if not _bounded(unschedule, OBSERVER_STOP_TIMEOUT):
+            self._log.warning("removing a directory watch did not finish; leaving it behind", path=watch.path)
 
     def _stop_observer(self) -> None:
         observer, self._observer = self._observer, None
         self._watches.clear()
-        if observer is not None:
+        if observer is None:
+            return
+
+        def stop() -> None:
             observer.stop()
-            observer.join(timeout=2)
+            observer.join(timeout=OBSERVER_STOP_TIMEOUT)
+
+        if not _bounded(stop, OBSERVER_STOP_TIMEOUT * 2):
+            # Its threads are daemon threads: they do not keep the process from exiting.
+            self._log.warning("the file watcher did not stop in time; exiting without it")
 
     def close(self) -> None:
         self._stop_observer()
@@ -314,6 +386,14 @@ class _Handler(FileSystemEventHandler):
         if event.event_type in _IGNORED_EVENTS or not self._accept(event):
             return
         self._poke("watch")
+
+
+def _bounded(function: Callable[[], None], timeout: float) -> bool:
+    """Run ``function`` on a daemon thread and wait at most ``timeout``; True if it finished."""
+    thread = threading.Thread(target=function, name="staticadm-watch-stop", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return not thread.is_alive()
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -92,6 +92,20 @@ def read_directory(directory: str, *, max_file_bytes: int) -> DirectoryContents:
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors))
 
 
+def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[str, int]]:
+    """(path, mode) of the directory and of every manifest file that any local user may write.
+
+    Such a path lets anyone on the host change admission policy; the daemon refuses to load it unless
+    told otherwise (``--allow-world-writable-manifests``). Files are judged by the mode of what their
+    symlink resolves to, since that is what is read.
+    """
+    found: list[tuple[str, int]] = []
+    if contents.directory_mode is not None and contents.directory_mode & stat.S_IWOTH:
+        found.append((directory, stat.S_IMODE(contents.directory_mode)))
+    found.extend((f.path, stat.S_IMODE(f.mode)) for f in contents.files if f.mode & stat.S_IWOTH)
+    return found
+
+
 def _read_file(path: str, max_file_bytes: int) -> tuple[bytes, int] | ManifestError:
     try:
         # O_NONBLOCK so a FIFO dropped into the directory cannot hang the loader; we then refuse

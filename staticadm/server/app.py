@@ -7,12 +7,14 @@ is never echoed back (it may hold Secrets). A 500 only ever means a bug in stati
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -34,9 +36,83 @@ DEFAULT_BODY_TIMEOUT = 10.0
 #: kube-apiserver's webhook timeout is at most 30 s; without ``?timeout=`` we assume its v1 default.
 DEFAULT_REVIEW_TIMEOUT = 10.0
 MAX_REVIEW_TIMEOUT = 30.0
+#: Admission requests past the header stage at once (reading, parsing, evaluating). Each may hold a
+#: 3 MiB body and its parsed form; the rest wait in the kernel's socket buffers, up to their deadline.
+MAX_CONCURRENT_REVIEWS = 64
+#: Threads kept for evaluations that outlived their request (see EvaluationPool).
+SPARE_EVALUATION_THREADS = 8
+
+T = TypeVar("T")
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class EvaluationPool:
+    """Worker threads for CEL evaluation, each call bounded by its request's deadline.
+
+    CEL runs in a C extension that cannot be interrupted, so an evaluation still running at its
+    request's deadline is answered without (504) and left to finish on its thread; the CEL layer bounds
+    how long that takes. Such an abandoned evaluation gives its slot back at once and keeps one of the
+    spare threads, so a burst of slow evaluations cannot starve the requests queued behind them. Only
+    when every spare thread is held by abandoned work do new requests wait for a slot, and then only
+    until their own deadline. Evaluation never runs on the event loop: health checks, metrics and body
+    reading keep going whatever a policy does.
+    """
+
+    def __init__(self, workers: int | None = None, spare: int = SPARE_EVALUATION_THREADS,
+                 metrics: Metrics | None = None) -> None:
+        self.workers = workers or min(8, os.cpu_count() or 2)
+        self.spare = spare
+        self._metrics = metrics
+        self._executor = ThreadPoolExecutor(max_workers=self.workers + spare, thread_name_prefix="staticadm-eval")
+        # Created on first use so that it belongs to the serving loop.
+        self._slots: asyncio.Semaphore | None = None
+        self.abandoned = 0
+
+    async def run(self, deadline: float, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on a worker; TimeoutError once ``deadline`` (loop time) has passed."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.workers)
+        slots = self._slots
+        async with asyncio.timeout_at(deadline):
+            await slots.acquire()
+        work: Future[T] = self._executor.submit(function, *args)
+        finished = False
+        try:
+            async with asyncio.timeout_at(deadline):
+                # shield: a timeout must not cancel the wrapper before we decide what the thread does.
+                result = await asyncio.shield(asyncio.wrap_future(work))
+            finished = True
+            return result
+        finally:
+            if finished or work.cancel() or work.done():
+                slots.release()
+            elif self.abandoned < self.spare:
+                self._set_abandoned(self.abandoned + 1)
+                slots.release()
+                work.add_done_callback(lambda _work: _call_soon(loop, self._abandoned_done))
+            else:
+                # No spare thread left: this one keeps its slot until the engine returns.
+                work.add_done_callback(lambda _work: _call_soon(loop, slots.release))
+
+    def _abandoned_done(self) -> None:
+        self._set_abandoned(self.abandoned - 1)
+
+    def _set_abandoned(self, count: int) -> None:
+        self.abandoned = count
+        if self._metrics is not None:
+            self._metrics.abandoned_evaluations.set(count)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    # Called from a worker thread; at shutdown the loop may already be closed.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
 
 
 @dataclass
@@ -45,13 +121,20 @@ class ServerState:
     namespaces: NamespaceSource
     metrics: Metrics
     logger: Any
-    executor: ThreadPoolExecutor
+    pool: EvaluationPool
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     max_body_bytes: int = MAX_BODY_BYTES
+    max_concurrent_reviews: int = MAX_CONCURRENT_REVIEWS
     shutting_down: bool = False
     #: Admission requests whose handler is running, so shutdown can wait for them, bodies included.
     in_flight: int = 0
     extra_ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    _review_slots: asyncio.Semaphore | None = None
+
+    def review_slots(self) -> asyncio.Semaphore:
+        if self._review_slots is None:
+            self._review_slots = asyncio.Semaphore(self.max_concurrent_reviews)
+        return self._review_slots
 
 
 STATE = web.AppKey("state", ServerState)
@@ -156,15 +239,24 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
         state = request.app[STATE]
         started = time.perf_counter()
         state.in_flight += 1
+        review = None
         try:
             response, decision, review = await _review(request, state, endpoint, evaluate, started)
         except BadRequest as error:
             decision = "error"
             headers = {"Allow": "POST"} if error.code == 405 else None
             response = error_response(error, headers)
-            review = None
+            if error.code == 504:
+                state.metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
             state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
                               reason=error.reason, err=error.message, uid=error.uid or None)
+        except Exception as error:
+            # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
+            # type and where it was raised are logged; the message might quote the object.
+            decision = "error"
+            response = json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+            state.logger.error("internal error evaluating admission request", endpoint=endpoint,
+                               err=type(error).__name__, at=_raised_at(error))
         finally:
             state.in_flight -= 1
         seconds = time.perf_counter() - started
@@ -184,13 +276,31 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
     if request.content_type != "application/json":
         raise BadRequest(415, "UnsupportedMediaType", "Content-Type must be application/json")
     timeout = _review_timeout(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout - (time.perf_counter() - started)
     # The snapshot this request is evaluated against, fixed now: a reload during the request does
     # not change its answer half way.
     served = state.source.current
     if served is None or state.shutting_down:
         raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request" if served is None
                          else "shutting down")
-    body = await _read_body(request, state.max_body_bytes, min(state.body_timeout, timeout))
+    slots = state.review_slots()
+    try:
+        async with asyncio.timeout_at(deadline):
+            await slots.acquire()
+    except TimeoutError:
+        raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within {timeout:g} "
+                                         "seconds") from None
+    try:
+        return await _admit(request, state, evaluate, served, timeout, deadline)
+    finally:
+        slots.release()
+
+
+async def _admit(request: web.Request, state: ServerState, evaluate: Evaluator, served: Any, timeout: float,
+                 deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+    loop = asyncio.get_running_loop()
+    body = await _read_body(request, state.max_body_bytes, max(min(state.body_timeout, deadline - loop.time()), 0.001))
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -200,19 +310,25 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
     if isinstance(parsed, RequestError):
         raise BadRequest(400, "BadRequest", f"invalid AdmissionReview: {parsed.message}",
                          parsed.uid or request_uid(document))
-    remaining = timeout - (time.perf_counter() - started)
-    loop = asyncio.get_running_loop()
     # CEL evaluation is CPU work in a C extension; a worker thread keeps health checks and other
     # requests moving while one large object is evaluated.
-    future = loop.run_in_executor(state.executor, evaluate, served.snapshot, state.namespaces, parsed)
     try:
-        review = await asyncio.wait_for(future, timeout=max(remaining, 0.001))
+        review = await state.pool.run(deadline, evaluate, served.snapshot, state.namespaces, parsed)
     except TimeoutError:
         raise BadRequest(504, "Timeout", f"admission evaluation did not finish within {timeout:g} seconds",
                          parsed.uid) from None
     answer = review.review.get("response") or {}
     decision = "deny" if not answer.get("allowed") else ("warn" if answer.get("warnings") else "allow")
     return json_response(review.review), decision, (parsed, review)
+
+
+def _raised_at(error: BaseException) -> str:
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:
+        return ""
+    return f"{frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in {frame.tb_frame.f_code.co_name}"
 
 
 def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest, Review], decision: str,

@@ -18,6 +18,8 @@ import yaml
 DEFAULT_LISTEN = "127.0.0.1:8443"
 DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_POLL_INTERVAL = 60.0
+DEFAULT_SHUTDOWN_GRACE = 10.0
+DEFAULT_BODY_TIMEOUT = 10.0
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -71,10 +73,12 @@ class ServeConfig:
     poll_interval: float = DEFAULT_POLL_INTERVAL
     log_format: str = "json"
     log_level: str = "info"
-    #: Bound on finishing in-flight requests after SIGTERM (config file only: ``shutdown-grace``).
-    shutdown_grace: float = 10.0
-    #: Bound on receiving a request body, against slow clients (config file only: ``body-timeout``).
-    body_timeout: float = 10.0
+    #: Bound on finishing in-flight requests after SIGTERM.
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    #: Bound on receiving a request body, against slow clients.
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    #: Load a manifest directory or file that any local user may write (refused by default).
+    allow_world_writable_manifests: bool = False
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,11 +112,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--log-format", choices=LOG_FORMATS, default=None, help="log line format (default: json)")
     add("--log-level", choices=LOG_LEVELS, default=None,
         help="least severe level logged; allowed requests are logged at debug (default: info)")
+    add("--shutdown-grace", metavar="SECONDS", default=None,
+        help=f"after SIGTERM, how long in-flight requests may take to finish (default: {DEFAULT_SHUTDOWN_GRACE:g})")
+    add("--body-timeout", metavar="SECONDS", default=None,
+        help=f"how long a client may take to send a request body (default: {DEFAULT_BODY_TIMEOUT:g})")
+    # store_const rather than store_true: "not given" must stay None so the config file can set it.
+    add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
+        help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
+             "directory is refused at startup and on every reload (default: refused)")
 
 
 _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tls-key", "client-ca", "namespaces",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
-                 "body-timeout")
+                 "body-timeout", "allow-world-writable-manifests")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -171,6 +183,9 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["log_format"] = _choice("log-format", values["log-format"], LOG_FORMATS)
     if "log-level" in values:
         updates["log_level"] = _choice("log-level", values["log-level"], LOG_LEVELS)
+    if "allow-world-writable-manifests" in values:
+        updates["allow_world_writable_manifests"] = _parse_bool("allow-world-writable-manifests",
+                                                               values["allow-world-writable-manifests"])
     if updates.get("state_dir") is None:
         updates["state_dir"] = default_state_dir()
     config = replace(config, **updates)
@@ -210,6 +225,13 @@ def _parse_seconds(name: str, value: Any) -> float:
     if not seconds > 0:
         raise ConfigError(f"--{name} {value!r}: must be greater than zero")
     return seconds
+
+
+def _parse_bool(name: str, value: Any) -> bool:
+    # YAML already gives true/false; a quoted "yes" is more likely a mistake than intent.
+    if not isinstance(value, bool):
+        raise ConfigError(f"--{name} {value!r}: expected true or false")
+    return value
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

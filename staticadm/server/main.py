@@ -1,20 +1,21 @@
 """``staticadm serve``: wire the manifest source, the listeners and the application together.
 
-Startup mirrors kube-apiserver with static manifests: the listeners come up first (so probes get an
-honest "not ready" instead of "connection refused"), the first load must succeed or the process exits
-non-zero listing every error, and only then does the daemon report ready.
+Startup: the listeners come up first (so probes get an honest "not ready" instead of "connection
+refused"), then the manifest directory is loaded. kube-apiserver refuses to start when its initial load
+fails (KEP-5793); a sidecar that exited would only be restarted in a loop by its supervisor, with no
+listener to tell kube-apiserver anything. So an invalid or missing directory at startup leaves the
+daemon up but not ready: every error is logged, ``/readyz`` and the admission endpoints answer 503
+(kube-apiserver then applies the webhook's failurePolicy), the directory is retried on every file event
+and with a backoff, and the daemon reports ready (READY=1 to systemd) once a load succeeds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import socket
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
@@ -28,7 +29,7 @@ from staticadm.admission.namespaces import (
 )
 from staticadm.reload import ManifestSource, ReloadResult
 from staticadm.server import logging as server_logging
-from staticadm.server.app import ServerState, create_app, wait_idle
+from staticadm.server.app import EvaluationPool, ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig
 from staticadm.server.listeners import (
     Listener,
@@ -46,6 +47,8 @@ from staticadm.server.systemd import Notifier, listen_fds
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+#: Mozilla's "intermediate" TLS 1.2 suites, which kube-apiserver as a webhook client offers.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
@@ -60,10 +63,13 @@ class _Daemon:
         self.log = server_logging.get_logger("staticadm")
         self.metrics = Metrics()
         self.notifier = Notifier()
+        #: READY=1 has been sent: set by the first successful load, never unset.
+        self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
         self.tls: ServingTls | None = None
         self.source = ManifestSource(config.manifests, poll_interval=config.poll_interval, logger=self.log,
-                                     on_reload=self._on_reload, on_reloading=self._on_reloading)
+                                     on_reload=self._on_reload, on_reloading=self._on_reloading,
+                                     allow_world_writable=config.allow_world_writable_manifests)
 
     def _fail(self, message: str) -> int:
         self.stderr.write(f"staticadm serve: {message}\n")
@@ -74,15 +80,20 @@ class _Daemon:
 
     def _status_text(self, result: ReloadResult | None = None) -> str:
         served = self.source.current
-        text = f"serving {served.describe()}" if served is not None else "loading manifests"
-        if result is not None and result.status == "failure":
-            text += f"; last reload failed with {len(result.errors)} error(s), see the log"
+        if served is not None:
+            text = f"serving {served.describe()}"
+            if result is not None and result.status == "failure":
+                text += f"; last reload failed with {len(result.errors)} error(s), see the log"
+        elif result is not None and result.status == "failure":
+            text = f"not ready: manifest directory invalid ({len(result.errors)} error(s), see the log); retrying"
+        else:
+            text = "loading manifests"
         return text
 
     def _on_reloading(self, reason: str) -> None:
         # Only a SIGHUP is a reload systemd waits for (Type=notify-reload); automatic reloads are
         # reported through STATUS alone so that `systemctl status` does not flicker.
-        if reason == "signal":
+        if reason == "signal" and self.announced:
             self.notifier.reloading()
 
     def _on_reload(self, result: ReloadResult) -> None:
@@ -91,7 +102,12 @@ class _Daemon:
             served = result.served
             self.metrics.record_reload(result.status, loop_time,
                                        served.content_hash if result.status == "success" and served else None)
-        if result.reason == "startup":
+        if not self.announced:
+            if result.status == "success":
+                self.announced = True
+                self.notifier.ready(self._status_text(result))
+            else:
+                self.notifier.status(self._status_text(result))
             return
         if result.reason == "signal":
             self.notifier.ready(self._status_text(result))
@@ -147,7 +163,11 @@ class _Daemon:
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
                           ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
-        return ServingTls(cert, key, self.config.client_ca, self.log)
+        tls = ServingTls(cert, key, self.config.client_ca, self.log)
+        # Forward secrecy and AEAD only for TLS 1.2 (TLS 1.3 suites are all AEAD): no CBC, SHA-1, RSA key
+        # exchange or DHE. Set on the serving context, which certificate rotation reloads in place.
+        tls.context.set_ciphers(TLS12_CIPHERS)
+        return tls
 
     # -- run ---------------------------------------------------------------------------------------
 
@@ -158,8 +178,8 @@ class _Daemon:
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
-        executor = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2), thread_name_prefix="staticadm-eval")
-        state = ServerState(self.source, namespaces, self.metrics, self.log, executor,
+        pool = EvaluationPool(metrics=self.metrics)
+        state = ServerState(self.source, namespaces, self.metrics, self.log, pool,
                             body_timeout=self.config.body_timeout)
         # Requests have been drained by then (see below); this only bounds closing idle connections.
         runner = web.AppRunner(create_app(state), shutdown_timeout=1.0, access_log=None)
@@ -175,8 +195,9 @@ class _Daemon:
         loop.add_signal_handler(signal.SIGHUP, self.source.reload_now)
 
         background: list[asyncio.Task[None]] = []
-        exit_code = EXIT_OK
         try:
+            # The watchdog pings from the start: a first load that takes long is not a hang.
+            background.append(asyncio.create_task(self.notifier.watchdog_loop(), name="systemd-watchdog"))
             self.source.start_watching()
             load = loop.run_in_executor(None, self.source.load_initial)
             stopped = asyncio.ensure_future(stop.wait())
@@ -186,15 +207,10 @@ class _Daemon:
                 stopped.cancel()
                 return EXIT_OK
             stopped.cancel()
-            initial = load.result()
-            if initial.status != "success":
-                lines = [f"failed to load static policy manifests from {str(self.config.manifests)!r}:"]
-                lines.extend(f"  {error}" for error in initial.errors)
-                exit_code = self._fail("\n".join(lines))
-                return exit_code
-            self.notifier.ready(self._status_text())
+            # A failed first load was logged error by error (see ManifestSource._report); the source
+            # keeps retrying and the first success sends READY=1 (see _on_reload).
+            load.result()
             background.append(asyncio.create_task(self.source.run(), name="manifest-source"))
-            background.append(asyncio.create_task(self.notifier.watchdog_loop(), name="systemd-watchdog"))
             if self.tls is not None:
                 background.append(asyncio.create_task(self.tls.watch(), name="tls-reload"))
             await stop.wait()
@@ -207,24 +223,32 @@ class _Daemon:
                 loop.remove_signal_handler(signum)
             for task in background:
                 task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            # Bounded: a task that ignored its cancellation must not keep the process from exiting.
+            if background:
+                done, pending = await asyncio.wait(background, timeout=5.0)
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        self.log.error("background task failed", task=task.get_name(), err=str(task.exception()))
+                if pending:
+                    self.log.warning("background tasks did not stop; exiting without them",
+                                     tasks=[task.get_name() for task in pending])
+            self.log.debug("shutdown: background tasks stopped")
             # Stop accepting first, then let running requests finish. aiohttp's own graceful shutdown
             # stops reading from connections at once, which would cut off a body still arriving, so the
             # wait for in-flight requests happens before it.
             for site in list(runner.sites):
                 await site.stop()
+            self.log.debug("shutdown: listeners closed", in_flight=state.in_flight)
             if not await wait_idle(state, self.config.shutdown_grace):
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
             await runner.cleanup()
+            self.log.debug("shutdown: connections closed")
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)
             self.source.close()
-            executor.shutdown(wait=False, cancel_futures=True)
-            if exit_code == EXIT_OK:
-                self.log.info("stopped")
+            pool.shutdown()
+            self.log.info("stopped")
 
 
 def _address(sock: socket.socket) -> str:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -24,64 +23,21 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.server.harness import (
+    RELOADS,
     Daemon,
+    DaemonFactory,
     body_of,
+    denied_message,
     free_port,
     policy_yaml,
     raw_http,
     review,
     status_of,
+    wait_for,
     write_atomically,
 )
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs unix sockets")
-
-RELOADS = "staticadm_manifest_admission_config_controller_automatic_reloads_total"
-#: Generous bound for a file event to be served; the daemon coalesces for 100 ms.
-EVENT_WAIT = 5.0
-
-DaemonFactory = Callable[..., Daemon]
-
-
-@pytest.fixture
-def make_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
-    started: list[Daemon] = []
-
-    def make(*, policy: str | None = "v1: pods labelled deny=true are not allowed", unix: bool = True,
-             https: bool = True, args: list[str] | None = None, start: bool = True, **kwargs: object) -> Daemon:
-        manifests = tmp_path / "manifests"
-        manifests.mkdir(exist_ok=True)
-        if policy is not None:
-            (manifests / "deny.yaml").write_text(policy_yaml(policy))
-        daemon = Daemon(workdir=tmp_path, manifests=manifests,
-                        socket_path=tmp_path / "run" / "staticadm.sock" if unix else None,
-                        port=free_port() if https else None, state_dir=tmp_path / "state",
-                        args=args or [], **kwargs)  # type: ignore[arg-type]
-        started.append(daemon)
-        if start:
-            daemon.start()
-        return daemon
-
-    yield make
-    for daemon in started:
-        daemon.stop()
-
-
-def denied_message(daemon: Daemon, via: str = "unix") -> str | None:
-    answer = daemon.validate(review({"deny": "true"}), via=via)
-    assert answer.status == 200, answer.body
-    response = answer.json()["response"]
-    return None if response["allowed"] else response["status"]["message"]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = EVENT_WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
 
 # -- serving -----------------------------------------------------------------------------------------
 
@@ -116,17 +72,26 @@ def test_health_endpoints_and_verbose_checks(make_daemon: DaemonFactory) -> None
     assert "readyz check passed" in verbose
 
 
-def test_startup_fails_listing_every_manifest_error(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+def test_invalid_directory_at_startup_is_not_ready_until_fixed(make_daemon: DaemonFactory) -> None:
+    # kube-apiserver refuses to start on an invalid directory; a sidecar that exited would just be
+    # restarted in a loop, so it stays up, says why, answers 503 and picks up the fix by itself.
     daemon = make_daemon(policy=None, start=False)
     (daemon.manifests / "a.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     (daemon.manifests / "b.yaml").write_text(policy_yaml("x").replace(".static.k8s.io", ""))
     daemon.start(wait=False)
-    assert daemon.process is not None
-    assert daemon.process.wait(timeout=30) == 1
+    assert wait_for(lambda: "loading manifest config failed" in daemon.log(), timeout=30)
+    assert daemon.get("/readyz").status == 503
+    assert "[-]manifests-loaded failed" in daemon.get("/readyz?verbose").body.decode()
+    assert daemon.get("/livez").status == 200
+    answer = daemon.validate(review({"deny": "true"}))
+    assert answer.status == 503 and answer.json()["reason"] == "ServiceUnavailable"
     log = daemon.log()
-    assert "failed to load static policy manifests" in log
-    assert "a.yaml" in log and "b.yaml" in log
-    assert not daemon.socket_path.exists()  # type: ignore[union-attr]
+    assert "a.yaml" in log and "b.yaml" in log and "not ready" in log
+    assert daemon.metric(RELOADS, {"status": "failure"}) >= 1
+    os.unlink(daemon.manifests / "a.yaml")
+    write_atomically(daemon.manifests / "b.yaml", policy_yaml("fixed"))
+    assert wait_for(lambda: daemon.get("/readyz").status == 200)
+    assert "fixed" in (denied_message(daemon) or "")
 
 
 def test_empty_directory_is_valid_with_a_warning(make_daemon: DaemonFactory) -> None:
