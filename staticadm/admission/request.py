@@ -200,16 +200,24 @@ def _user_info(request: Mapping[str, Any]) -> UserInfo:
                     MappingProxyType(extra))
 
 
+def _shown(value: Any) -> str:
+    """A wrong value as an error describes it: never its content, which comes from the request body (and
+    could be anything a client sent, Secrets included)."""
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    return _type_name(value)
+
+
 def parse_admission_review(review: Any) -> AdmissionRequest | RequestError:
     """The typed request, or the first problem found (never raises)."""
     if not isinstance(review, dict):
         return RequestError(f"an AdmissionReview must be a JSON object, got {_type_name(review)}")
     api_version = review.get("apiVersion")
     if api_version not in REVIEW_API_VERSIONS:
-        return RequestError(f"apiVersion must be one of {', '.join(REVIEW_API_VERSIONS)}, got {api_version!r}")
+        return RequestError(f"apiVersion must be one of {', '.join(REVIEW_API_VERSIONS)}, got {_shown(api_version)}")
     kind = review.get("kind")
     if kind != "AdmissionReview":
-        return RequestError(f"kind must be AdmissionReview, got {kind!r}", api_version)
+        return RequestError(f"kind must be AdmissionReview, got {_shown(kind)}", api_version)
     request = review.get("request")
     if not isinstance(request, dict):
         return RequestError("request is required" if request is None
@@ -231,7 +239,7 @@ def _parse_request(api_version: str, uid: str, request: Mapping[str, Any]) -> Ad
     assert kind is not None and resource is not None
     operation = _string(request, "operation", "request", required=True)
     if operation not in OPERATIONS:
-        raise _Invalid(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+        raise _Invalid(f"request.operation must be one of {', '.join(OPERATIONS)}, got {_shown(operation)}")
     request_sub_resource = request.get("requestSubResource")
     if request_sub_resource is not None and not isinstance(request_sub_resource, str):
         raise _Invalid(f"request.requestSubResource must be a string, got {_type_name(request_sub_resource)}")

@@ -45,7 +45,7 @@ def compile_expression(
     return _compile_cached(source, kind, names, bool(mutating))
 
 
-@lru_cache(maxsize=32768)
+@lru_cache(maxsize=2048)
 def _compile_cached(source: str, kind: ExpressionKind, variable_names: tuple[str, ...] | None,
                     mutating: bool) -> CompiledExpression | CompileError:
     return admission_environment(mutating).compile(source, kind, variable_names=variable_names)

@@ -12,7 +12,6 @@ refuses alias expansion that would blow up (a "billion laughs" document) or recu
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -66,16 +65,7 @@ def split_documents(data: bytes) -> list[Document]:
 
 
 def parse_document(text: str) -> Any:
-    """Parse one document into JSON-like Python values, raising DocumentError on any problem.
-
-    The value is shared with later parses of the same text (a reload re-reads every file, and most
-    are unchanged): callers must not modify it.
-    """
-    return _parse_cached(text)
-
-
-@functools.lru_cache(maxsize=8192)
-def _parse_cached(text: str) -> Any:
+    """Parse one document into JSON-like Python values, raising DocumentError on any problem."""
     if text.lstrip().startswith("{"):
         return _parse_json(text)
     return _parse_yaml(text)
@@ -114,7 +104,11 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def _parse_yaml(text: str) -> Any:
-    loader = _Loader(text)
+    try:
+        # The pure-Python reader checks the characters as it is built (ReaderError).
+        loader = _Loader(text)
+    except yaml.YAMLError as err:
+        raise DocumentError(f"invalid YAML: {err}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: Longest message or name an error keeps: a manifest can carry megabytes in one field (a name, an
+#: expression), and each error is logged and shown; the start is what locates the problem.
+MAX_ERROR_TEXT = 4096
+
+
+def _bounded(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
 
 @dataclass(frozen=True, slots=True)
 class ManifestError:
@@ -24,6 +34,10 @@ class ManifestError:
     name: str = ""
     #: Field path inside the object, e.g. ``spec.validations[0].expression``; "" when not a field.
     field: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", _bounded(self.message))
+        object.__setattr__(self, "name", _bounded(self.name, 256))
 
     def location(self) -> str:
         where = self.path

@@ -86,17 +86,21 @@ class _CheckedObject:
     compiled: Mapping[str, Any]
 
 
-#: Checked objects of recent loads. A reload re-reads every file but most are unchanged, and checking an
-#: object (decode, validate, compile) is the bulk of a load; entries are immutable and keyed by the
-#: identity of the parsed value, which ``parse_document`` keeps for unchanged text.
-_CHECKED_OBJECTS: dict[tuple[Any, ...], _CheckedObject] = {}
-_CHECKED_OBJECTS_LIMIT = 8192
+class _Memo:
+    """What the latest load parsed and checked, for the next load to reuse.
+
+    A reload re-reads every file but most are unchanged, and parsing and checking an object (decode,
+    validate, compile) are the bulk of a load. Parsed values are keyed by document text; checked objects
+    by the identity of the parsed value they came from (kept alive here) and their origin. Only what the
+    latest load used is kept, so memory stays bounded by one directory's worth however often it reloads.
+    """
+
+    def __init__(self) -> None:
+        self.parsed: dict[str, Any] = {}
+        self.checked: dict[tuple[Any, ...], _CheckedObject] = {}
 
 
-def _remember(key: tuple[Any, ...], checked: _CheckedObject) -> None:
-    if len(_CHECKED_OBJECTS) >= _CHECKED_OBJECTS_LIMIT:
-        _CHECKED_OBJECTS.clear()
-    _CHECKED_OBJECTS[key] = checked
+_MEMO = _Memo()
 
 
 def default_cel_compiler() -> CelCompiler | str:
@@ -140,6 +144,9 @@ class _Load:
         self.compiled: dict[str, Any] = {}
         #: Programs compiled for the object being checked, for the memo of checked objects.
         self.recorded: dict[str, Any] = {}
+        self.memoizable = bool(getattr(self.cel, "memoizable", False))
+        self.parsed_now: dict[str, Any] = {}
+        self.checked_now: dict[tuple[Any, ...], _CheckedObject] = {}
         self.seen: dict[str, dict[str, str]] = {kind: {} for kind in OBJECT_KINDS}
         self.decoder = Decoder()
 
@@ -151,6 +158,8 @@ class _Load:
         for manifest_file in contents.files:
             self._file(manifest_file)
         self._check_references()
+        if self.memoizable:
+            _MEMO.parsed, _MEMO.checked = self.parsed_now, self.checked_now
         if self.cel_unavailable and self.compiled_count_wanted:
             self.errors.append(ManifestError(self.directory, self.cel_unavailable))
 
@@ -183,11 +192,18 @@ class _Load:
         for document in documents:
             origin = Origin(path, document.index)
             try:
-                value = parse_document(document.text)
+                value = self._parse(document.text)
             except DocumentError as err:
                 self.errors.append(ManifestError(path, f"error loading {path}: {err}", document=document.index))
                 continue
             self._accept(value, origin)
+
+    def _parse(self, text: str) -> Any:
+        value = _MEMO.parsed.get(text) if self.memoizable else None
+        if value is None:
+            value = parse_document(text)
+        self.parsed_now[text] = value
+        return value
 
     def _error(self, origin: Origin, message: str, *, kind: str = "", name: str = "", field_path: str = "") -> None:
         self.errors.append(
@@ -270,18 +286,17 @@ class _Load:
             self._error(origin, issue.message, kind=kind, field_path=issue.field)
 
     def _object(self, cls: type[TopLevel], value: Any, origin: Origin) -> None:
-        memo_key = (cls, id(value), origin) if getattr(self.cel, "memoizable", False) else None
-        checked = _CHECKED_OBJECTS.get(memo_key) if memo_key is not None else None
+        memo_key = (cls, id(value), origin)
+        checked = _MEMO.checked.get(memo_key) if self.memoizable else None
         if checked is None or checked.value is not value:
             errors_before, self.recorded = len(self.errors), {}
             obj = self._check_object(cls, value, origin)
             checked = _CheckedObject(value, obj, tuple(self.errors[errors_before:]), self.recorded)
-            if memo_key is not None:
-                _remember(memo_key, checked)
         else:
             self.errors.extend(checked.errors)
             for key, program in checked.compiled.items():
                 self.compiled.setdefault(key, program)
+        self.checked_now[memo_key] = checked
         self._manifest_rules(checked.obj, origin)
         self.objects.append(checked.obj)
 

@@ -47,8 +47,6 @@ from staticadm.server.systemd import Notifier, listen_fds
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-#: Mozilla's "intermediate" TLS 1.2 suites, which kube-apiserver as a webhook client offers.
-TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
@@ -163,11 +161,7 @@ class _Daemon:
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
                           ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
-        tls = ServingTls(cert, key, self.config.client_ca, self.log)
-        # Forward secrecy and AEAD only for TLS 1.2 (TLS 1.3 suites are all AEAD): no CBC, SHA-1, RSA key
-        # exchange or DHE. Set on the serving context, which certificate rotation reloads in place.
-        tls.context.set_ciphers(TLS12_CIPHERS)
-        return tls
+        return ServingTls(cert, key, self.config.client_ca, self.log)
 
     # -- run ---------------------------------------------------------------------------------------
 
