@@ -132,9 +132,11 @@ class RequestActivations:
     than the request's get their own.
     """
 
-    def __init__(self, environment: Any, request: AdmissionRequest) -> None:
+    def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None) -> None:
         self._environment = environment
         self._request = request
+        #: When all CEL work of this request must stop (``time.perf_counter``), or None.
+        self.deadline = deadline
         self._authorizer: dict[str, Any] | None = None
         self._cache: dict[tuple[Any, ...], Any] = {}
         #: The last (resource, kind, namespaceObject, activation): nearly every lookup repeats it.

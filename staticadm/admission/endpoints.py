@@ -6,9 +6,8 @@ per-(policy, binding) checks the server turns into metrics and log lines. Pure: 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from staticadm.admission.mutating import evaluate_mutating
 from staticadm.admission.namespaces import NamespaceSource
@@ -36,7 +35,9 @@ class Review:
     checks: tuple[PolicyCheck, ...]
 
 
-Evaluator = Callable[[Snapshot, NamespaceSource, AdmissionRequest], Review]
+class Evaluator(Protocol):
+    def __call__(self, snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
+                 deadline: float | None = None) -> Review: ...
 
 
 def _checks(decisions: Any) -> tuple[PolicyCheck, ...]:
@@ -44,14 +45,17 @@ def _checks(decisions: Any) -> tuple[PolicyCheck, ...]:
                              record.message) for record in decisions)
 
 
-def validate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    outcome = evaluate_validating(snapshot, namespaces, request)
+def validate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
+             deadline: float | None = None) -> Review:
+    outcome = evaluate_validating(snapshot, namespaces, request, deadline=deadline)
     return Review(dict(outcome.response), _checks(outcome.decisions))
 
 
-def mutate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest) -> Review:
-    outcome = evaluate_mutating(snapshot, namespaces, request)
+def mutate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
+           deadline: float | None = None) -> Review:
+    outcome = evaluate_mutating(snapshot, namespaces, request, deadline=deadline)
     return Review(dict(outcome.response), _checks(outcome.decisions))
 
 
 ENDPOINTS: dict[str, Evaluator] = {"validate": validate, "mutate": mutate}
+

@@ -199,7 +199,7 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any) -> tup
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, request: AdmissionRequest, current: Any,
-                    namespace_object: Mapping[str, Any] | None) -> tuple[Any, bool]:
+                    namespace_object: Mapping[str, Any] | None, deadline: float | None) -> tuple[Any, bool]:
     """Runs one invocation's mutations in order; (object afterwards, whether any mutation succeeded)."""
     compiled = invocation.compiled
     binding = invocation.binding.metadata.name
@@ -216,7 +216,7 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, request: Admissio
         # Each mutation sees the object as the previous one left it, with its own budget.
         context = environment.new_context({"object": current, "oldObject": request.old_object,
                                            "request": request_fields, "namespaceObject": namespace_object,
-                                           **authorizer}, variables=variables)
+                                           **authorizer}, variables=variables, request_deadline=deadline)
         value, error = run_program(mutation.expression, mutation.source, context)
         if error is None:
             mutated, error = _apply_mutation(mutation, value, current)
@@ -247,7 +247,7 @@ def _namespace_object(state: _Dispatch, invocation: _Invocation, request: Admiss
 
 
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
-              namespaces: NamespaceSource) -> Any:
+              namespaces: NamespaceSource, deadline: float | None) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
     current = request.object
     previously_invoked: set[tuple[str, str]] = set()
@@ -266,7 +266,8 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                         "request": request_data(request, request.original_resource, request.original_kind),
                         **authorizer_data(request)}
                 false_condition, errors = evaluate_match_conditions(compiled.match_conditions,
-                                                                    base_environment.new_context(data))
+                                                                    base_environment.new_context(
+                                                                        data, request_deadline=deadline))
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(
@@ -284,7 +285,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                 continue
             (state.reinvoked if reinvocation else state.invoked).append(invocation.key)
             before = current
-            current, succeeded = _run_invocation(state, invocation, request, current, namespace_object)
+            current, succeeded = _run_invocation(state, invocation, request, current, namespace_object, deadline)
             dirty = dirty or succeeded
             if current != before:
                 reinvoke |= previously_invoked
@@ -315,15 +316,17 @@ def _denial_status(request: AdmissionRequest, errors: list[_PolicyError]) -> dic
             "details": details, "code": 403}
 
 
-def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest) -> MutationOutcome:
-    """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``."""
+def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
+                      deadline: float | None = None) -> MutationOutcome:
+    """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``; all CEL work
+    stops at ``deadline`` (``time.perf_counter``)."""
     state = _Dispatch()
     excluded = is_excluded(request)
     final = request.object
     if not excluded and snapshot.mutating:
         invocations = _collect_invocations(state, snapshot, request, namespaces)
         if invocations:
-            final = _dispatch(state, invocations, request, namespaces)
+            final = _dispatch(state, invocations, request, namespaces, deadline)
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]
     status = _denial_status(request, failing) if failing else None
     patch: list[dict[str, Any]] = [] if status is not None or final == request.object else create_patch(

@@ -170,7 +170,8 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
         false_condition, errors = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
-            variables=variables, activation=activations.for_match_conditions(namespace_object)))
+            variables=variables, activation=activations.for_match_conditions(namespace_object),
+            request_deadline=activations.deadline))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if errors:
@@ -179,7 +180,8 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
             return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, aggregate_errors(errors)),))
 
     activation = activations.for_evaluation(resource, kind, namespace_object)
-    context = environment.new_context(variables=variables, activation=activation)
+    context = environment.new_context(variables=variables, activation=activation,
+                                      request_deadline=activations.deadline)
     outcomes: list[tuple[Any, str | None]] = [
         run_program(validation.expression, validation.validation.expression, context)
         for validation in compiled.validations]
@@ -198,7 +200,8 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
         if validation.message_expression is not None:
             if message_context is None:
                 # messageExpressions get their own activation and no authorizer.
-                message_context = environment.new_context(variables=variables, activation=activation)
+                message_context = environment.new_context(variables=variables, activation=activation,
+                                                          request_deadline=activations.deadline)
             program = validation.message_expression
             if isinstance(program, CompiledExpression):
                 result = program.evaluate(message_context)
@@ -214,7 +217,8 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
 
     audit: list[_AuditResult] = []
     if compiled.audit_annotations:
-        audit_context = environment.new_context(variables=variables, activation=activation)
+        audit_context = environment.new_context(variables=variables, activation=activation,
+                                                request_deadline=activations.deadline)
         for annotation, program in compiled.audit_annotations:
             value, error = run_program(program, annotation.value_expression, audit_context)
             if error is not None:
@@ -295,10 +299,11 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
                                                 seconds=seconds))
 
 
-def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource,
-                        request: AdmissionRequest) -> ValidationOutcome:
-    """The validating admission decision kube-apiserver would reach for ``request``."""
-    state = _Dispatch(activations=RequestActivations(admission_environment(False), request))
+def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
+                        deadline: float | None = None) -> ValidationOutcome:
+    """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
+    ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget."""
+    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline))
     excluded = is_excluded(request)
     if not excluded:
         original = request.original_resource

@@ -428,10 +428,13 @@ class CelEnvironment:
         variables: Mapping[str, CompiledExpression] | None = None,
         budget_seconds: float | None = 0.1,
         activation: Any = None,
+        request_deadline: float | None = None,
     ) -> EvaluationContext:
         """A budget and variable scope over ``data`` (or over a shared ``activation`` from ``new_activation``);
-        the engine converts the data lazily."""
-        return EvaluationContext(self._runtime, self.state, data or {}, variables, budget_seconds, activation)
+        the engine converts the data lazily. ``request_deadline`` (``time.perf_counter``) bounds every
+        context of one request together."""
+        return EvaluationContext(self._runtime, self.state, data or {}, variables, budget_seconds, activation,
+                                 request_deadline)
 
 
 #: Every kind a runtime value can have. The engine never dispatches a Python function declared with a

@@ -85,6 +85,7 @@ class EvaluationContext:
         variables: Mapping[str, CompiledExpression] | None = None,
         budget_seconds: float | None = DEFAULT_REQUEST_CPU_BUDGET_SECONDS,
         activation: Any = None,
+        request_deadline: float | None = None,
     ) -> None:
         self._state = state
         # The engine converts a variable's Python value on its first use in an activation (~100 µs for a
@@ -93,6 +94,9 @@ class EvaluationContext:
         self._variables = variables or {}
         self._variable_values: dict[str, Any] = {}
         self._deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds
+        if request_deadline is not None:
+            # Every context of a request also stops at the request's own deadline (``time.perf_counter``).
+            self._deadline = request_deadline if self._deadline is None else min(self._deadline, request_deadline)
         self._iterations = 0
         self.cost_exceeded = False
 

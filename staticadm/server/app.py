@@ -7,14 +7,11 @@ is never echoed back (it may hold Secrets). A 500 only ever means a bug in stati
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -39,80 +36,14 @@ MAX_REVIEW_TIMEOUT = 30.0
 #: Admission requests past the header stage at once (reading, parsing, evaluating). Each may hold a
 #: 3 MiB body and its parsed form; the rest wait in the kernel's socket buffers, up to their deadline.
 MAX_CONCURRENT_REVIEWS = 64
-#: Threads kept for evaluations that outlived their request (see EvaluationPool).
-SPARE_EVALUATION_THREADS = 8
-
-T = TypeVar("T")
+#: The longest one request may spend in CEL, whatever its ``?timeout=``. Evaluation runs on the event
+#: loop (a hand-off to threads cost more than most evaluations: the engine holds the GIL throughout), so
+#: this is also the longest one request can hold up the others; past it the remaining expressions fail
+#: as over budget and each policy's failurePolicy applies. A request normally needs well under 20 ms.
+MAX_REQUEST_CEL_SECONDS = 0.5
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class EvaluationPool:
-    """Worker threads for CEL evaluation, each call bounded by its request's deadline.
-
-    CEL runs in a C extension that cannot be interrupted, so an evaluation still running at its
-    request's deadline is answered without (504) and left to finish on its thread; the CEL layer bounds
-    how long that takes. Such an abandoned evaluation gives its slot back at once and keeps one of the
-    spare threads, so a burst of slow evaluations cannot starve the requests queued behind them. Only
-    when every spare thread is held by abandoned work do new requests wait for a slot, and then only
-    until their own deadline. Evaluation never runs on the event loop: health checks, metrics and body
-    reading keep going whatever a policy does.
-    """
-
-    def __init__(self, workers: int | None = None, spare: int = SPARE_EVALUATION_THREADS,
-                 metrics: Metrics | None = None) -> None:
-        self.workers = workers or min(8, os.cpu_count() or 2)
-        self.spare = spare
-        self._metrics = metrics
-        self._executor = ThreadPoolExecutor(max_workers=self.workers + spare, thread_name_prefix="staticadm-eval")
-        # Created on first use so that it belongs to the serving loop.
-        self._slots: asyncio.Semaphore | None = None
-        self.abandoned = 0
-
-    async def run(self, deadline: float, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)`` on a worker; TimeoutError once ``deadline`` (loop time) has passed."""
-        loop = asyncio.get_running_loop()
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.workers)
-        slots = self._slots
-        async with asyncio.timeout_at(deadline):
-            await slots.acquire()
-        work: Future[T] = self._executor.submit(function, *args)
-        finished = False
-        try:
-            async with asyncio.timeout_at(deadline):
-                # shield: a timeout must not cancel the wrapper before we decide what the thread does.
-                result = await asyncio.shield(asyncio.wrap_future(work))
-            finished = True
-            return result
-        finally:
-            if finished or work.cancel() or work.done():
-                slots.release()
-            elif self.abandoned < self.spare:
-                self._set_abandoned(self.abandoned + 1)
-                slots.release()
-                work.add_done_callback(lambda _work: _call_soon(loop, self._abandoned_done))
-            else:
-                # No spare thread left: this one keeps its slot until the engine returns.
-                work.add_done_callback(lambda _work: _call_soon(loop, slots.release))
-
-    def _abandoned_done(self) -> None:
-        self._set_abandoned(self.abandoned - 1)
-
-    def _set_abandoned(self, count: int) -> None:
-        self.abandoned = count
-        if self._metrics is not None:
-            self._metrics.abandoned_evaluations.set(count)
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-    # Called from a worker thread; at shutdown the loop may already be closed.
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback)
 
 
 @dataclass
@@ -121,7 +52,6 @@ class ServerState:
     namespaces: NamespaceSource
     metrics: Metrics
     logger: Any
-    pool: EvaluationPool
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     max_body_bytes: int = MAX_BODY_BYTES
     max_concurrent_reviews: int = MAX_CONCURRENT_REVIEWS
@@ -292,13 +222,13 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
         raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within {timeout:g} "
                                          "seconds") from None
     try:
-        return await _admit(request, state, evaluate, served, timeout, deadline)
+        return await _admit(request, state, endpoint, evaluate, served, timeout, deadline)
     finally:
         slots.release()
 
 
-async def _admit(request: web.Request, state: ServerState, evaluate: Evaluator, served: Any, timeout: float,
-                 deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+async def _admit(request: web.Request, state: ServerState, endpoint: str, evaluate: Evaluator, served: Any,
+                 timeout: float, deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
     loop = asyncio.get_running_loop()
     body = await _read_body(request, state.max_body_bytes, max(min(state.body_timeout, deadline - loop.time()), 0.001))
     try:
@@ -310,13 +240,14 @@ async def _admit(request: web.Request, state: ServerState, evaluate: Evaluator, 
     if isinstance(parsed, RequestError):
         raise BadRequest(400, "BadRequest", f"invalid AdmissionReview: {parsed.message}",
                          parsed.uid or request_uid(document))
-    # CEL evaluation is CPU work in a C extension; a worker thread keeps health checks and other
-    # requests moving while one large object is evaluated.
-    try:
-        review = await state.pool.run(deadline, evaluate, served.snapshot, state.namespaces, parsed)
-    except TimeoutError:
-        raise BadRequest(504, "Timeout", f"admission evaluation did not finish within {timeout:g} seconds",
-                         parsed.uid) from None
+    remaining = deadline - loop.time()
+    if remaining <= 0:
+        # Waiting behind other requests used up this one's time: kube-apiserver has given up on it.
+        raise BadRequest(504, "Timeout", f"admission request not evaluated within {timeout:g} seconds", parsed.uid)
+    # Evaluated in place: CEL work is bounded per request (see MAX_REQUEST_CEL_SECONDS) and by the
+    # request's own deadline, after which the remaining expressions fail and failurePolicy applies.
+    review = evaluate(served.snapshot, state.namespaces, parsed,
+                      deadline=time.perf_counter() + min(remaining, MAX_REQUEST_CEL_SECONDS))
     answer = review.review.get("response") or {}
     decision = "deny" if not answer.get("allowed") else ("warn" if answer.get("warnings") else "allow")
     return json_response(review.review), decision, (parsed, review)

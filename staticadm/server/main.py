@@ -29,7 +29,7 @@ from staticadm.admission.namespaces import (
 )
 from staticadm.reload import ManifestSource, ReloadResult
 from staticadm.server import logging as server_logging
-from staticadm.server.app import EvaluationPool, ServerState, create_app, wait_idle
+from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig
 from staticadm.server.listeners import (
     Listener,
@@ -172,9 +172,7 @@ class _Daemon:
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
-        pool = EvaluationPool(metrics=self.metrics)
-        state = ServerState(self.source, namespaces, self.metrics, self.log, pool,
-                            body_timeout=self.config.body_timeout)
+        state = ServerState(self.source, namespaces, self.metrics, self.log, body_timeout=self.config.body_timeout)
         # Requests have been drained by then (see below); this only bounds closing idle connections.
         runner = web.AppRunner(create_app(state), shutdown_timeout=1.0, access_log=None)
         await runner.setup()
@@ -241,7 +239,6 @@ class _Daemon:
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)
             self.source.close()
-            pool.shutdown()
             self.log.info("stopped")
 
 

@@ -45,14 +45,10 @@ class Metrics:
             "Validation admission latency for individual validation expressions in seconds, labeled by policy "
             "and binding; mirrors apiserver_validating_admission_policy_check_duration_seconds.",
             policy_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.abandoned_evaluations = Gauge(
-            f"{PREFIX}_admission_abandoned_evaluations",
-            "Evaluations still running on a worker thread after their request was answered at its deadline.",
-            registry=self.registry)
         self.evaluation_timeouts = Counter(
             f"{PREFIX}_admission_evaluation_timeouts_total",
-            "AdmissionReview requests answered with a timeout because evaluation (or waiting for a worker) "
-            "outlasted the request's deadline.",
+            "AdmissionReview requests answered with a timeout because their deadline passed before they "
+            "could be evaluated.",
             ("endpoint",), registry=self.registry)
         reload_prefix = f"{PREFIX}_manifest_admission_config_controller"
         self.reloads = Counter(

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from tests.reliability.policies import BUDGETED, hostile_review, policy_yaml
-from tests.server.harness import REQUESTS, Daemon, DaemonFactory, review, wait_for
+from tests.server.harness import REQUESTS, Daemon, DaemonFactory, review
 
 #: kube-apiserver's default webhook timeout; the property is "answered well before it".
 WEBHOOK_TIMEOUT = 10.0
@@ -64,8 +64,8 @@ def test_budgeted_policies_are_cut_in_time_with_their_failure_policy(make_daemon
                 else:
                     assert response["allowed"] is True, (name, response)
 
-            # Hostile requests in parallel, four at a time, while benign requests and probes keep being
-            # answered: evaluation runs on worker threads, not on the event loop.
+            # Hostile requests in parallel while benign requests and probes keep being answered: each
+            # request's CEL work is bounded, so none holds the others up for long.
             hostile = [asyncio.create_task(_post(session, "/validate", hostile_review(resource, spec, uid=f"h{i}")))
                        for i in range(3) for resource, _, _, spec in BUDGETED.values()]
             benign: list[tuple[int, float]] = []
@@ -84,33 +84,33 @@ def test_budgeted_policies_are_cut_in_time_with_their_failure_policy(make_daemon
     assert daemon.get("/readyz").status == 200
 
 
-def test_requests_are_answered_at_their_deadline_and_the_pool_recovers(make_daemon: DaemonFactory) -> None:
+def test_requests_are_answered_by_their_deadline_and_the_daemon_recovers(make_daemon: DaemonFactory) -> None:
     daemon = _hostile_daemon(make_daemon)
     resource, _, _, spec = BUDGETED["string-building"]
 
     async def scenario() -> None:
         async with _session(daemon) as session:
-            # Far more slow requests than worker threads, each with a 50 ms deadline: each is answered
-            # at its deadline with a timeout (kube-apiserver then applies the webhook's failurePolicy).
+            # A burst of slow requests, each with a 50 ms deadline: each is cut at its deadline with its
+            # policy's failurePolicy applied (Fail: denied), never left to run on.
             flood = await asyncio.gather(*(_post(session, "/validate?timeout=50ms", hostile_review(resource, spec,
                                                                                                   uid=f"slow-{i}"))
                                            for i in range(30)))
             for status, answer, seconds in flood:
                 assert status in (200, 504), answer
                 assert seconds < WEBHOOK_TIMEOUT / 2
-                if status == 504:
+                if status == 200:
+                    assert answer["response"]["allowed"] is False
+                    assert "cost limit exceeded" in answer["response"]["status"]["message"]
+                else:
                     assert answer["reason"] == "Timeout"
-            assert sum(status == 504 for status, _, _ in flood) >= 20
-            # Right after the flood a normal request is evaluated: the pool was not left exhausted.
+            # The whole burst took about 30 deadlines, not 30 full CEL budgets.
+            assert max(seconds for _, _, seconds in flood) < 30 * 0.05 + 2
+            # Right after the flood a normal request is evaluated as usual.
             status, answer, seconds = await _post(session, "/validate", review({"deny": "true"}))
             assert status == 200 and answer["response"]["allowed"] is False
             assert seconds < WEBHOOK_TIMEOUT / 2
 
     asyncio.run(scenario())
-    assert daemon.metric("staticadm_admission_evaluation_timeouts_total", {"endpoint": "validate"}) >= 20
-    assert daemon.metric(REQUESTS, {"code": "504", "decision": "error"}) >= 20
-    # Abandoned evaluations finish within the CEL budget and give their threads back.
-    assert wait_for(lambda: daemon.metric("staticadm_admission_abandoned_evaluations") == 0, timeout=10)
     assert daemon.metric(REQUESTS, {"code": "500"}) == 0
 
 
