@@ -249,7 +249,12 @@ async def _admit(request: web.Request, state: ServerState, endpoint: str, evalua
     review = evaluate(served.snapshot, state.namespaces, parsed,
                       deadline=time.perf_counter() + min(remaining, MAX_REQUEST_CEL_SECONDS))
     answer = review.review.get("response") or {}
-    decision = "deny" if not answer.get("allowed") else ("warn" if answer.get("warnings") else "allow")
+    if not answer.get("allowed"):
+        decision = "deny"
+    elif "patch" in answer:
+        decision = "mutate"
+    else:
+        decision = "warn" if answer.get("warnings") else "allow"
     return json_response(review.review), decision, (parsed, review)
 
 
@@ -277,7 +282,9 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
         "latency_ms": round(seconds * 1000, 3),
     }
     # Only identifying fields: whole objects at info would copy Secrets into logs.
-    notable = [c for c in review.checks if c.action in ("deny", "warn", "audit") or c.error_type != "no_error"]
+    # A mutation is logged like a denial: an operator needs to know which policy changed which object.
+    notable = [c for c in review.checks
+               if c.action in ("deny", "warn", "audit", "mutate") or c.error_type != "no_error"]
     if not notable and decision != "deny":
         state.logger.debug("admission allowed", allowed=True, **fields)
         return
