@@ -28,6 +28,8 @@ SUFFIX = ".static.k8s.io"
 NAMESPACE = "team-a"
 NAMESPACE_LABELS = {"env": "prod", "team": "a", "kubernetes.io/metadata.name": NAMESPACE}
 NO_MATCH_GROUP = "nomatch.bench.example.com"
+#: The rename probe's own resource (see ``probe_policy``).
+PROBE_GROUP, PROBE_RESOURCE, PROBE_KIND = "probe.bench.example.com", "probes", "Probe"
 NO_MATCH_RESOURCE = "gadgets"
 
 # (apiGroups, resources) that neither fixture request is for: the bulk of a realistic policy set.
@@ -225,10 +227,14 @@ def mutating_policy(index: int) -> list[dict[str, Any]]:
 
 
 def probe_policy(generation: int) -> list[dict[str, Any]]:
-    """Denies pods labelled ``bench-probe`` with a message naming ``generation``: the rename probe."""
+    """Denies probes labelled ``bench-probe`` with a message naming ``generation``: the rename probe.
+
+    It is for a resource of its own, so polling for it costs one policy, not the set's evaluation: the
+    figure is the reload pipeline's latency (event, debounce, load, swap), not the evaluation load.
+    """
     name = f"bench-probe{SUFFIX}"
     policy = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": {
-        "matchConstraints": {"resourceRules": [_rule([""], ["pods"], ["CREATE"])]},
+        "matchConstraints": {"resourceRules": [_rule([PROBE_GROUP], [PROBE_RESOURCE], ["CREATE"])]},
         "validations": [{"expression": "!has(object.metadata.labels) || !('bench-probe' in object.metadata.labels)",
                          "message": f"probe generation {generation}"}]}}
     binding = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
@@ -279,5 +285,13 @@ def no_match_request() -> dict[str, Any]:
 
 def probe_request(uid: str = "e0e0e0e0-0000-4000-8000-000000000001") -> dict[str, Any]:
     review = pod_create_request(uid=uid)
-    review["request"]["object"]["metadata"]["labels"]["bench-probe"] = "true"
+    request = review["request"]
+    obj = copy.deepcopy(request["object"])
+    obj["apiVersion"], obj["kind"] = f"{PROBE_GROUP}/v1", PROBE_KIND
+    obj["metadata"]["labels"]["bench-probe"] = "true"
+    for key in ("kind", "requestKind"):
+        request[key] = {"group": PROBE_GROUP, "version": "v1", "kind": PROBE_KIND}
+    for key in ("resource", "requestResource"):
+        request[key] = {"group": PROBE_GROUP, "version": "v1", "resource": PROBE_RESOURCE}
+    request["object"] = obj
     return review

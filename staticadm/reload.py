@@ -79,8 +79,8 @@ class ReloadResult:
 # -- the seam to the loader and the snapshot builder -----------------------------------------------
 
 
-def _load(directory: Path) -> LoadResult:
-    return load_manifest_directory(str(directory))
+def _load(directory: Path, contents: DirectoryContents | None = None) -> LoadResult:
+    return load_manifest_directory(str(directory), contents=contents)
 
 
 def _build(result: LoadResult) -> Any:
@@ -166,7 +166,8 @@ class ManifestSource:
             return ReloadResult("failure", reason, unsafe)
         if current is not None and not contents.errors and contents.content_hash == current.content_hash:
             return ReloadResult("unchanged", reason, served=current)
-        result = _load(self.directory)
+        # The loader compiles what was just read and hashed: one read per reload.
+        result = _load(self.directory, contents)
         if not self.allow_world_writable:
             # The loader's own read is what gets compiled; its world-writable findings are errors here.
             promoted = tuple(w for w in result.warnings if w.message.endswith("is world-writable"))

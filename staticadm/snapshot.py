@@ -296,17 +296,44 @@ def _bindings_by_policy(bindings: Iterable[Any]) -> dict[str, list[Any]]:
     return by_policy
 
 
+class _PolicyMemo:
+    """The compiled policies of the latest snapshot, for the next one: the loader hands back the very same
+    policy and binding objects for unchanged manifests, so their compiled form can be reused as is."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+    def compiled(self, policy: Any, bindings: tuple[Any, ...], compiled: Mapping[str, Any], fresh: dict[Any, Any],
+                 build: Any) -> Any:
+        key = (id(policy), *map(id, bindings))
+        found = self.entries.get(key)
+        if found is not None and found[0][0] is policy and all(a is b for a, b in zip(found[0][1:], bindings,
+                                                                                        strict=True)):
+            result = found[1]
+        else:
+            result = build(policy, bindings, compiled)
+        fresh[key] = ((policy, *bindings), result)
+        return result
+
+
+_POLICY_MEMO = _PolicyMemo()
+
+
 def build_snapshot(load_result: Any) -> Snapshot:
     """Builds the snapshot of a successful load (``LoadResult`` without errors)."""
     compiled: Mapping[str, Any] = getattr(load_result, "compiled", None) or {}
+    fresh: dict[Any, Any] = {}
     validating_bindings = _bindings_by_policy(load_result.validating_bindings)
     validating = tuple(
-        compile_validating_policy(policy, tuple(validating_bindings.get(policy.metadata.name, ())), compiled)
+        _POLICY_MEMO.compiled(policy, tuple(validating_bindings.get(policy.metadata.name, ())), compiled, fresh,
+                              compile_validating_policy)
         for policy in sorted(load_result.validating_policies, key=lambda p: p.metadata.name))
     mutating_bindings = _bindings_by_policy(load_result.mutating_bindings)
     mutating = tuple(
-        compile_mutating_policy(policy, tuple(mutating_bindings.get(policy.metadata.name, ())), compiled)
+        _POLICY_MEMO.compiled(policy, tuple(mutating_bindings.get(policy.metadata.name, ())), compiled, fresh,
+                              compile_mutating_policy)
         for policy in sorted(load_result.mutating_policies, key=lambda p: p.metadata.name))
+    _POLICY_MEMO.entries = fresh
     return Snapshot(
         validating=validating,
         mutating=mutating,

@@ -20,9 +20,9 @@ from typing import Any
 
 from staticadm.manifests.decode import Decoder, json_type_name
 from staticadm.manifests.defaults import apply_defaults
-from staticadm.manifests.documents import DocumentError, parse_document, split_documents
+from staticadm.manifests.documents import Document, DocumentError, parse_document, split_documents
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.files import ManifestFile, read_directory
+from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory
 from staticadm.manifests.validation import Expr, Validator
 from staticadm.model import (
     API_VERSION,
@@ -96,6 +96,7 @@ class _Memo:
     """
 
     def __init__(self) -> None:
+        self.split: dict[bytes, list[Document]] = {}
         self.parsed: dict[str, Any] = {}
         self.checked: dict[tuple[Any, ...], _CheckedObject] = {}
 
@@ -126,9 +127,13 @@ def load_manifest_directory(
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     cel_compiler: CelCompiler | None = None,
+    contents: DirectoryContents | None = None,
 ) -> LoadResult:
-    """Load, validate and compile a manifest directory. Never raises on bad input."""
-    return _Load(path, max_file_bytes, cel_compiler).run()
+    """Load, validate and compile a manifest directory. Never raises on bad input.
+
+    ``contents`` is the directory as the caller already read it (``read_directory``), to read it once.
+    """
+    return _Load(path, max_file_bytes, cel_compiler).run(contents)
 
 
 class _Load:
@@ -145,13 +150,15 @@ class _Load:
         #: Programs compiled for the object being checked, for the memo of checked objects.
         self.recorded: dict[str, Any] = {}
         self.memoizable = bool(getattr(self.cel, "memoizable", False))
+        self.split_now: dict[bytes, list[Document]] = {}
         self.parsed_now: dict[str, Any] = {}
         self.checked_now: dict[tuple[Any, ...], _CheckedObject] = {}
         self.seen: dict[str, dict[str, str]] = {kind: {} for kind in OBJECT_KINDS}
         self.decoder = Decoder()
 
-    def run(self) -> LoadResult:
-        contents = read_directory(self.directory, max_file_bytes=self.max_file_bytes)
+    def run(self, contents: DirectoryContents | None = None) -> LoadResult:
+        if contents is None:
+            contents = read_directory(self.directory, max_file_bytes=self.max_file_bytes)
         self.errors.extend(contents.errors)
         if contents.directory_mode is not None and contents.directory_mode & stat.S_IWOTH:
             self.warnings.append(ManifestError(self.directory, "directory is world-writable"))
@@ -159,7 +166,7 @@ class _Load:
             self._file(manifest_file)
         self._check_references()
         if self.memoizable:
-            _MEMO.parsed, _MEMO.checked = self.parsed_now, self.checked_now
+            _MEMO.split, _MEMO.parsed, _MEMO.checked = self.split_now, self.parsed_now, self.checked_now
         if self.cel_unavailable and self.compiled_count_wanted:
             self.errors.append(ManifestError(self.directory, self.cel_unavailable))
 
@@ -185,7 +192,10 @@ class _Load:
         if manifest_file.mode & stat.S_IWOTH:
             self.warnings.append(ManifestError(path, "file is world-writable"))
         try:
-            documents = split_documents(manifest_file.data)
+            documents = _MEMO.split.get(manifest_file.data) if self.memoizable else None
+            if documents is None:
+                documents = split_documents(manifest_file.data)
+            self.split_now[manifest_file.data] = documents
         except DocumentError as err:
             self.errors.append(ManifestError(path, f"failed to split YAML documents in file {path!r}: {err}"))
             return
