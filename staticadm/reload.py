@@ -35,7 +35,9 @@ from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestErro
 from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
 
 DEFAULT_POLL_INTERVAL = 60.0
-DEFAULT_DEBOUNCE = 0.1
+#: Long enough to coalesce one editor save or `kubectl cp` (a few events within milliseconds); an atomic
+#: rename is a single event and is served after this plus the load itself.
+DEFAULT_DEBOUNCE = 0.05
 #: A writer that never pauses must not postpone reloading forever.
 MAX_COALESCE = 2.0
 #: watchdog joins its emitter threads without a timeout when a watch is removed or the observer

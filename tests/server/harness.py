@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 RELOADS = "staticadm_manifest_admission_config_controller_automatic_reloads_total"
 REQUESTS = "staticadm_admission_requests_total"
-#: Generous bound for a file event to be served; the daemon coalesces for 100 ms.
+#: Generous bound for a file event to be served; the daemon coalesces for 50 ms.
 EVENT_WAIT = 5.0
 
 
