@@ -271,7 +271,11 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
                 seconds: float) -> None:
     parsed, review = item
     for check in review.checks:
-        state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action, check.seconds)
+        if endpoint == "mutate":
+            state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
+        else:
+            state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
+                                              check.seconds)
     fields: dict[str, Any] = {
         "endpoint": endpoint,
         "uid": parsed.uid,

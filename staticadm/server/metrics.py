@@ -45,6 +45,17 @@ class Metrics:
             "Validation admission latency for individual validation expressions in seconds, labeled by policy "
             "and binding; mirrors apiserver_validating_admission_policy_check_duration_seconds.",
             policy_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        mutation_labels = ("policy", "policy_binding", "error_type")
+        self.mutation_checks = Counter(
+            f"{PREFIX}_mutating_admission_policy_check_total",
+            "Mutation admission policy check total, labeled by policy and further identified by binding; "
+            "mirrors apiserver_mutating_admission_policy_check_total.",
+            mutation_labels, registry=self.registry)
+        self.mutation_check_duration = Histogram(
+            f"{PREFIX}_mutating_admission_policy_check_duration_seconds",
+            "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and "
+            "binding; mirrors apiserver_mutating_admission_policy_check_duration_seconds.",
+            mutation_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
         self.evaluation_timeouts = Counter(
             f"{PREFIX}_admission_evaluation_timeouts_total",
             "AdmissionReview requests answered with a timeout because their deadline passed before they "
@@ -90,6 +101,11 @@ class Metrics:
         labels = {"policy": policy, "policy_binding": binding, "error_type": error_type, "enforcement_action": action}
         self.policy_checks.labels(**labels).inc()
         self.policy_check_duration.labels(**labels).observe(seconds)
+
+    def record_mutation_check(self, policy: str, binding: str, error_type: str, seconds: float) -> None:
+        labels = {"policy": policy, "policy_binding": binding, "error_type": error_type}
+        self.mutation_checks.labels(**labels).inc()
+        self.mutation_check_duration.labels(**labels).observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

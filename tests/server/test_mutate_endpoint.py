@@ -69,6 +69,9 @@ def test_mutate_answers_with_a_patch_on_both_listeners_and_follows_reloads(make_
     # /validate is not affected by mutating policies.
     assert daemon.validate(request).json()["response"] == {"uid": "m1", "allowed": True}
     assert daemon.metric("staticadm_admission_requests_total", {"endpoint": "mutate", "decision": "mutate"}) == 2
+    assert daemon.metric("staticadm_mutating_admission_policy_check_total",
+                         {"policy": "team-label.static.k8s.io", "error_type": "no_error"}) == 2
+    assert daemon.metric("staticadm_validating_admission_policy_check_total") == 0
     mutations = [line for line in daemon.log().splitlines() if '"action":"mutate"' in line.replace(" ", "")]
     assert len(mutations) == 2 and all("team-label.static.k8s.io" in line for line in mutations)
 
