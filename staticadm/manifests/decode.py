@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from staticadm.json_types import json_type_name
+
 T = TypeVar("T")
 
 
@@ -24,22 +26,6 @@ T = TypeVar("T")
 class DecodeIssue:
     field: str
     message: str
-
-
-def json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def join_field(parent: str, child: str) -> str:
