@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from staticadm.manifests.decode import Decoder, json_type_name
+from staticadm.json_types import json_type_name
+from staticadm.manifests.decode import Decoder
 from staticadm.manifests.defaults import apply_defaults
 from staticadm.manifests.documents import Document, DocumentError, parse_document, split_documents
 from staticadm.manifests.errors import ManifestError
