@@ -7,6 +7,8 @@ so that dashboards written for in-process static admission carry over with the p
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -26,6 +28,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._request_children: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        self._check_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self._mutation_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self.requests = Counter(
             f"{PREFIX}_admission_requests_total",
             "AdmissionReview HTTP requests by endpoint, HTTP status code and admission decision.",
@@ -93,19 +98,33 @@ class Metrics:
         self.config_info.labels(hash=content_hash).set(1)
 
     def record_request(self, endpoint: str, code: int, decision: str, seconds: float | None) -> None:
-        self.requests.labels(endpoint=endpoint, code=str(code), decision=decision).inc()
+        key = (endpoint, code, decision)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (self.requests.labels(endpoint, str(code), decision), self.request_duration.labels(endpoint))
+            self._request_children[key] = children
+        children[0].inc()
         if seconds is not None:
-            self.request_duration.labels(endpoint=endpoint).observe(seconds)
+            children[1].observe(seconds)
 
     def record_policy_check(self, policy: str, binding: str, error_type: str, action: str, seconds: float) -> None:
-        labels = {"policy": policy, "policy_binding": binding, "error_type": error_type, "enforcement_action": action}
-        self.policy_checks.labels(**labels).inc()
-        self.policy_check_duration.labels(**labels).observe(seconds)
+        key = (policy, binding, error_type, action)
+        children = self._check_children.get(key)
+        if children is None:
+            # Looking up a labelled child costs more than updating it; a request records one per check.
+            children = (self.policy_checks.labels(*key), self.policy_check_duration.labels(*key))
+            self._check_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def record_mutation_check(self, policy: str, binding: str, error_type: str, seconds: float) -> None:
-        labels = {"policy": policy, "policy_binding": binding, "error_type": error_type}
-        self.mutation_checks.labels(**labels).inc()
-        self.mutation_check_duration.labels(**labels).observe(seconds)
+        key = (policy, binding, error_type)
+        children = self._mutation_children.get(key)
+        if children is None:
+            children = (self.mutation_checks.labels(*key), self.mutation_check_duration.labels(*key))
+            self._mutation_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
