@@ -46,7 +46,7 @@ class EvaluationState:
     """Thread-local pointer to the request being evaluated, for the engine's callbacks.
 
     The engine calls our Python functions without passing any context, so the budget and the lazy
-    variables find the current request here; each worker thread evaluates one request at a time.
+    variables find the current request here; a thread evaluates one request at a time.
     """
 
     def __init__(self) -> None:

@@ -55,7 +55,7 @@ def test_both_listeners_answer_reviews_in_the_request_version(make_daemon: Daemo
         beta = daemon.validate(review({"deny": "true"}, api_version="admission.k8s.io/v1beta1"), via=via).json()
         assert beta["apiVersion"] == "admission.k8s.io/v1beta1"
         assert beta["response"]["allowed"] is False
-        # No mutating admission yet: /mutate allows unchanged, never with a patch.
+        # No mutating policy is loaded: /mutate allows unchanged, never with a patch.
         mutated = daemon.validate(review({"deny": "true"}, uid="m"), via=via, path="/mutate").json()
         assert mutated["response"] == {"uid": "m", "allowed": True}
     assert daemon.request("POST", "/validate?timeout=10s", json=review()).status == 200
