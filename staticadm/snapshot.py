@@ -67,9 +67,6 @@ class CompiledValidatingPolicy:
     def failure_policy(self) -> str:
         return self.policy.spec.failure_policy or "Fail"
 
-    def runtime_variables(self) -> Mapping[str, CompiledExpression]:
-        return self.compiled_variables
-
 
 @dataclass(frozen=True, slots=True)
 class CompiledMutation:
@@ -105,9 +102,6 @@ class CompiledMutatingPolicy:
     @property
     def reinvocation_policy(self) -> str:
         return self.policy.spec.reinvocation_policy or "Never"
-
-    def runtime_variables(self) -> Mapping[str, CompiledExpression]:
-        return self.compiled_variables
 
 
 IndexKey = tuple[str, str, str]

@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.model import MatchCondition
-from staticadm.snapshot import Program
+from staticadm.snapshot import Program, Snapshot
 
 # Metric label values (apiserver_validating_admission_policy_check_total).
 NO_ERROR, COMPILE_ERROR, INVALID_ERROR, OUT_OF_BUDGET = "no_error", "compile_error", "invalid_error", "out_of_budget"
@@ -167,3 +168,26 @@ class RequestActivations:
                 "request": request_data(request, resource, kind), **self._authorizer_data()})
         self._last = (resource, kind, namespace_object, self._cache[key])
         return self._cache[key]
+
+
+def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
+                         uses_namespace_object: bool) -> tuple[Mapping[str, Any] | None, str | None]:
+    """(namespaceObject, None), or (None, the configuration error) when a policy reads namespaceObject of a
+    namespace the source does not know: a silent null would make the policy decide on missing data."""
+    namespace = namespace_name(request)
+    if not namespace:
+        return None, None
+    info = namespaces.lookup(namespace)
+    if info.object is None and uses_namespace_object:
+        return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
+                      "(give its Namespace object to the namespace source)")
+    return info.object, None
+
+
+def policy_candidates(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> tuple[int, ...]:
+    """Positions of the policies whose rules could match, by the request's original resource and the one
+    the webhook received."""
+    original = request.original_resource
+    return snapshot.candidates(request.operation, {(original.group, original.resource),
+                                                   (request.resource.group, request.resource.resource)},
+                               mutating=mutating)

@@ -27,7 +27,8 @@ from staticadm.admission.activation import (
     authorizer_data,
     evaluate_match_conditions,
     gvk_text,
-    namespace_name,
+    namespace_object_for,
+    policy_candidates,
     request_data,
     run_program,
 )
@@ -115,12 +116,8 @@ class _Dispatch:
 def _collect_invocations(state: _Dispatch, snapshot: Snapshot, request: AdmissionRequest,
                          namespaces: NamespaceSource) -> list[_Invocation]:
     """The generic policy dispatcher's matching phase: policies by name, then their bindings by name."""
-    original = request.original_resource
-    candidates = snapshot.candidates(request.operation, {(original.group, original.resource),
-                                                         (request.resource.group, request.resource.resource)},
-                                     mutating=True)
     invocations: list[_Invocation] = []
-    for position in candidates:
+    for position in policy_candidates(snapshot, request, mutating=True):
         compiled = snapshot.mutating[position]
         outcome = matches(compiled.policy.spec.match_constraints, request, namespaces, is_policy=True)
         if outcome.error is not None:
@@ -199,13 +196,13 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any) -> tup
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, request: AdmissionRequest, current: Any,
-                    namespace_object: Mapping[str, Any] | None, deadline: float | None) -> tuple[Any, bool]:
+                    namespace_object: Mapping[str, Any] | None, authorizer: Mapping[str, Any],
+                    deadline: float | None) -> tuple[Any, bool]:
     """Runs one invocation's mutations in order; (object afterwards, whether any mutation succeeded)."""
     compiled = invocation.compiled
     binding = invocation.binding.metadata.name
     environment = admission_environment(True)
-    variables = compiled.runtime_variables()
-    authorizer = authorizer_data(request)
+    variables = compiled.compiled_variables
     request_fields = request_data(request, invocation.resource, invocation.kind)
     succeeded = False
     for mutation in compiled.mutations:
@@ -232,20 +229,6 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, request: Admissio
     return current, succeeded
 
 
-def _namespace_object(state: _Dispatch, invocation: _Invocation, request: AdmissionRequest,
-                      namespaces: NamespaceSource) -> tuple[bool, Mapping[str, Any] | None]:
-    namespace = namespace_name(request)
-    if not namespace:
-        return True, None
-    info = namespaces.lookup(namespace)
-    if info.object is None and invocation.compiled.uses_namespace_object:
-        state.config_error(invocation.compiled, invocation.binding.metadata.name, (
-            f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
-            "(give its Namespace object to the namespace source)"))
-        return False, None
-    return True, info.object
-
-
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
               namespaces: NamespaceSource, deadline: float | None) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
@@ -254,6 +237,9 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
     reinvoke: set[tuple[str, str]] = set()
     should_reinvoke = False
     base_environment = admission_environment(False)
+    # The same for every invocation and pass; only the object changes between mutations.
+    authorizer = authorizer_data(request)
+    original_request = request_data(request, request.original_resource, request.original_kind)
     for reinvocation in (False, True):
         if reinvocation and (not should_reinvoke or any(e.failure_policy != "Ignore" for e in state.errors)):
             # A failing first pass denies the request before any reinvocation.
@@ -263,8 +249,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             compiled = invocation.compiled
             if compiled.match_conditions:
                 data = {"object": current, "oldObject": request.old_object, "namespaceObject": None,
-                        "request": request_data(request, request.original_resource, request.original_kind),
-                        **authorizer_data(request)}
+                        "request": original_request, **authorizer}
                 false_condition, errors = evaluate_match_conditions(compiled.match_conditions,
                                                                     base_environment.new_context(
                                                                         data, request_deadline=deadline))
@@ -280,12 +265,15 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                     continue
             if reinvocation and invocation.key not in reinvoke:
                 continue
-            ready, namespace_object = _namespace_object(state, invocation, request, namespaces)
-            if not ready:
+            namespace_object, namespace_error = namespace_object_for(request, namespaces,
+                                                                     compiled.uses_namespace_object)
+            if namespace_error is not None:
+                state.config_error(compiled, invocation.binding.metadata.name, namespace_error)
                 continue
             (state.reinvoked if reinvocation else state.invoked).append(invocation.key)
             before = current
-            current, succeeded = _run_invocation(state, invocation, request, current, namespace_object, deadline)
+            current, succeeded = _run_invocation(state, invocation, request, current, namespace_object, authorizer,
+                                                 deadline)
             dirty = dirty or succeeded
             if current != before:
                 reinvoke |= previously_invoked

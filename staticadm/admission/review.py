@@ -64,6 +64,10 @@ def _load_request(path: str, stdin: TextIO) -> AdmissionRequest | str:
     return parsed
 
 
+def _where(policy: str, binding: str | None) -> str:
+    return f"policy {policy}" + (f" binding {binding}" if binding else "")
+
+
 def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> list[str]:
     lines = []
     if outcome.allowed:
@@ -83,11 +87,11 @@ def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, sna
     for record in outcome.decisions:
         if record.action == "allow" and record.error_type == "no_error":
             continue
-        where = f"policy {record.policy}" + (f" binding {record.binding}" if record.binding else "")
+        where = _where(record.policy, record.binding)
         index = f" validations[{record.expression_index}]" if record.expression_index is not None else ""
         lines.append(f"  {record.action}: {where}{index} ({record.error_type}): {record.message}")
     for entry in (*outcome.not_matched, *explain_unmatched(snapshot, request, outcome)):
-        where = f"policy {entry.policy}" + (f" binding {entry.binding}" if entry.binding else "")
+        where = _where(entry.policy, entry.binding)
         lines.append(f"  not matched: {where}: {entry.reason}")
     return lines
 
@@ -121,10 +125,10 @@ def _mutation_lines(outcome: MutationOutcome) -> list[str]:
         lines.append(f"  reinvoked: policy {policy} binding {binding}")
     for record in outcome.decisions:
         if record.error_type != "no_error":
-            where = f"policy {record.policy}" + (f" binding {record.binding}" if record.binding else "")
+            where = _where(record.policy, record.binding)
             lines.append(f"  {record.action}: {where} ({record.error_type}): {record.message}")
     for entry in outcome.not_matched:
-        where = f"policy {entry.policy}" + (f" binding {entry.binding}" if entry.binding else "")
+        where = _where(entry.policy, entry.binding)
         lines.append(f"  not matched (mutating): {where}: {entry.reason}")
     return lines
 

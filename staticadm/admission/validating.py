@@ -25,7 +25,8 @@ from staticadm.admission.activation import (
     aggregate_errors,
     evaluate_match_conditions,
     gvk_text,
-    namespace_name,
+    namespace_object_for,
+    policy_candidates,
     run_program,
 )
 from staticadm.admission.matching import describe_request, is_excluded, matches
@@ -165,7 +166,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
     environment = admission_environment(False)
     error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
-    variables = compiled.runtime_variables()
+    variables = compiled.compiled_variables
 
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
@@ -248,16 +249,10 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
     if not outcome.matched:
         state.not_matched.append(NotMatched(policy_name, binding_name, outcome.reason))
         return
-    namespace_object = None
-    namespace = namespace_name(request)
-    if namespace:
-        info = namespaces.lookup(namespace)
-        if info.object is None and compiled.uses_namespace_object:
-            state.config_error(compiled, binding_name, (
-                f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
-                "(give its Namespace object to the namespace source)"))
-            return
-        namespace_object = info.object
+    namespace_object, namespace_error = namespace_object_for(request, namespaces, compiled.uses_namespace_object)
+    if namespace_error is not None:
+        state.config_error(compiled, binding_name, namespace_error)
+        return
     started = time.perf_counter()
     result = _validate(compiled, request, resource, kind, namespace_object, state.activations)
     seconds = time.perf_counter() - started
@@ -306,10 +301,7 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline))
     excluded = is_excluded(request)
     if not excluded:
-        original = request.original_resource
-        candidates = snapshot.candidates(request.operation, {(original.group, original.resource),
-                                                             (request.resource.group, request.resource.resource)})
-        for position in candidates:
+        for position in policy_candidates(snapshot, request, mutating=False):
             _dispatch_policy(state, snapshot.validating[position], request, namespaces)
 
     warnings = tuple(dict.fromkeys(state.warnings))
