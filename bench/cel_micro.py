@@ -43,7 +43,7 @@ def measure(repeat: int = 2000) -> dict[str, float]:
     request = pod_create_request()["request"]
     data = {"object": request["object"], "oldObject": None, "request": request, "namespaceObject": None}
     figures = {"activation build": _median_microseconds(lambda: environment.new_context(data), repeat)}
-    context = environment.new_context(data, budget_seconds=None)
+    context = environment.new_context(data, budget=None)
     for label, source in TYPICAL_EXPRESSIONS.items():
         compiled = environment.compile(source, ExpressionKind.VALIDATION)
         if isinstance(compiled, CompileError):

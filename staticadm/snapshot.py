@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, compile_expression
+from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, admission_environment, compile_expression
 from staticadm.model import (
     AuditAnnotation,
     MatchCondition,
@@ -169,6 +169,24 @@ def _lookup(compiled: Mapping[str, Any], policy_kind: str, name: str, path: str,
     return compile_expression(source, kind, variable_names=list(variable_names), mutating=mutating)
 
 
+def _link_variables(variables: Mapping[str, Program], *, mutating: bool) -> dict[str, Program]:
+    """Each variable with the earlier variables it reads linked into its program (declaration order)."""
+    environment = admission_environment(mutating)
+    linked: list[tuple[str, Program]] = []
+    for name, program in variables.items():
+        if isinstance(program, CompiledExpression):
+            program = environment.link(program, linked)
+        linked.append((name, program))
+    return dict(linked)
+
+
+def _linked(program: Program, variables: Mapping[str, Program], *, mutating: bool) -> Program:
+    """``program`` with the policy's variables it reads bound in, evaluated by the engine."""
+    if not isinstance(program, CompiledExpression) or not program.variables_used:
+        return program
+    return admission_environment(mutating).link(program, list(variables.items()))
+
+
 def _uses_namespace_object(sources: Iterable[str]) -> bool:
     return any(_NAMESPACE_OBJECT.search(source) for source in sources)
 
@@ -182,6 +200,7 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
     for i, variable in enumerate(spec.variables):
         variables[variable.name] = _lookup(compiled, _VAP, name, f"spec.variables[{i}].expression", variable.expression,
                                            ExpressionKind.VARIABLE, variable_names[:i])
+    variables = _link_variables(variables, mutating=False)
     match_conditions = tuple(
         (condition, _lookup(compiled, _VAP, name, f"spec.matchConditions[{i}].expression", condition.expression.strip(),
                             ExpressionKind.MATCH_CONDITION, ()))
@@ -190,17 +209,18 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
     for i, validation in enumerate(spec.validations):
         message_program = None
         if validation.message_expression.strip():
-            message_program = _lookup(compiled, _VAP, name, f"spec.validations[{i}].messageExpression",
-                                      validation.message_expression, ExpressionKind.MESSAGE_EXPRESSION,
-                                      variable_names)
+            message_program = _linked(_lookup(compiled, _VAP, name, f"spec.validations[{i}].messageExpression",
+                                              validation.message_expression, ExpressionKind.MESSAGE_EXPRESSION,
+                                              variable_names), variables, mutating=False)
         validations.append(CompiledValidation(
             validation,
-            _lookup(compiled, _VAP, name, f"spec.validations[{i}].expression", validation.expression,
-                    ExpressionKind.VALIDATION, variable_names),
+            _linked(_lookup(compiled, _VAP, name, f"spec.validations[{i}].expression", validation.expression,
+                            ExpressionKind.VALIDATION, variable_names), variables, mutating=False),
             message_program))
     audit_annotations = tuple(
-        (annotation, _lookup(compiled, _VAP, name, f"spec.auditAnnotations[{i}].valueExpression",
-                             annotation.value_expression.strip(), ExpressionKind.AUDIT_ANNOTATION, variable_names))
+        (annotation, _linked(_lookup(compiled, _VAP, name, f"spec.auditAnnotations[{i}].valueExpression",
+                                     annotation.value_expression.strip(), ExpressionKind.AUDIT_ANNOTATION,
+                                     variable_names), variables, mutating=False))
         for i, annotation in enumerate(spec.audit_annotations))
     sources = [v.expression for v in spec.variables]
     sources += [v.expression + "\n" + v.message_expression for v in spec.validations]
@@ -231,6 +251,7 @@ def compile_mutating_policy(policy: MutatingAdmissionPolicy, bindings: tuple[Mut
         variables[variable.name] = _lookup(compiled, _MAP, name, f"spec.variables[{i}].expression",
                                            variable.expression, ExpressionKind.VARIABLE, variable_names[:i],
                                            mutating=True)
+    variables = _link_variables(variables, mutating=True)
     match_conditions = tuple(
         (condition, _lookup(compiled, _MAP, name, f"spec.matchConditions[{i}].expression",
                             condition.expression.strip(), ExpressionKind.MATCH_CONDITION, ()))
@@ -245,8 +266,9 @@ def compile_mutating_policy(policy: MutatingAdmissionPolicy, bindings: tuple[Mut
                                   mutation.apply_configuration.expression, ExpressionKind.APPLY_CONFIGURATION)
         else:
             continue
-        mutations.append(CompiledMutation(mutation, _lookup(compiled, _MAP, name, path, source.strip(), kind,
-                                                            variable_names, mutating=True)))
+        mutations.append(CompiledMutation(mutation, _linked(_lookup(compiled, _MAP, name, path, source.strip(), kind,
+                                                                    variable_names, mutating=True),
+                                                            variables, mutating=True)))
     sources = [v.expression for v in spec.variables] + [m.source for m in mutations]
     return CompiledMutatingPolicy(
         policy=policy,

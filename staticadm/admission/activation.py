@@ -12,7 +12,7 @@ from typing import Any
 
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
+from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, COST_LIMIT_MESSAGE, CompileError, EvalError
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.model import MatchCondition
 from staticadm.snapshot import Program, Snapshot
@@ -77,6 +77,9 @@ def authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
 
 
 def expression_error(source: str, outcome: EvalError) -> str:
+    if outcome.budget_exhausted:
+        # Not about one expression: the scope's budget ran out and Kubernetes says so as it is.
+        return outcome.message
     if outcome.cost_exceeded:
         return f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}"
     return f"expression '{source}' resulted in error: {outcome.message}"
@@ -118,6 +121,9 @@ def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program
     errors: list[str] = []
     for condition, program in conditions:
         value, error = run_program(program, condition.expression, context)
+        if error == BUDGET_EXHAUSTED_MESSAGE:
+            # The matcher's filter itself failed: no condition after it is looked at.
+            return None, [error]
         if error is not None:
             errors.append(error)
         elif value is False:

@@ -42,7 +42,8 @@ from staticadm.admission.response import (
     truncate_bytes,
     warning_message,
 )
-from staticadm.cel import CompiledExpression, admission_environment
+from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
+from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.model import ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import CompiledValidatingPolicy, Snapshot
 
@@ -161,18 +162,19 @@ class _ValidateResult:
 def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, resource: GroupVersionResource,
               kind: GroupVersionKind, namespace_object: Mapping[str, Any] | None,
               activations: RequestActivations) -> _ValidateResult:
-    """``validator.Validate`` for one binding."""
+    """``validator.Validate`` for one binding, with Kubernetes' cost scopes: validations share one
+    budget, messageExpressions what it left, audit annotations a budget of their own; a scope that runs
+    out ends the binding's evaluation with one error decision."""
     # Positional on purpose: compile_expression calls admission_environment(mutating) and functools.cache
     # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
     environment = admission_environment(False)
     error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
-    variables = compiled.compiled_variables
 
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
         false_condition, errors = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
-            variables=variables, activation=activations.for_match_conditions(namespace_object),
-            request_deadline=activations.deadline))
+            activation=activations.for_match_conditions(namespace_object), request_deadline=activations.deadline,
+            budget=RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if errors:
@@ -181,35 +183,35 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
             return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, aggregate_errors(errors)),))
 
     activation = activations.for_evaluation(resource, kind, namespace_object)
-    context = environment.new_context(variables=variables, activation=activation,
-                                      request_deadline=activations.deadline)
-    outcomes: list[tuple[Any, str | None]] = [
-        run_program(validation.expression, validation.validation.expression, context)
-        for validation in compiled.validations]
+    context = environment.new_context(activation=activation, request_deadline=activations.deadline)
+    outcomes: list[tuple[Any, str | None]] = []
+    for validation in compiled.validations:
+        outcome = run_program(validation.expression, validation.validation.expression, context)
+        if outcome[1] == BUDGET_EXHAUSTED_MESSAGE:
+            return _ValidateResult((PolicyDecision(error_action, EVAL_ERROR, BUDGET_EXHAUSTED_MESSAGE),))
+        outcomes.append(outcome)
 
-    message_context = None
+    messages, message_error = _messages(compiled, outcomes, environment, activation, activations.deadline,
+                                        context.budget)
     decisions = []
     for index, (validation, (value, error)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
         if error is not None:
             decisions.append(PolicyDecision(error_action, EVAL_ERROR, error, expression_index=index))
+            continue
+        if message_error is not None:
+            decisions.append(PolicyDecision(error_action, EVAL_ERROR, f"failed messageExpression: {message_error}",
+                                            expression_index=index))
             continue
         if value is True:
             decisions.append(PolicyDecision(ADMIT, EVAL_ADMIT, expression_index=index))
             continue
         spec = validation.validation
         message = ""
-        if validation.message_expression is not None:
-            if message_context is None:
-                # messageExpressions get their own activation and no authorizer.
-                message_context = environment.new_context(variables=variables, activation=activation,
-                                                          request_deadline=activations.deadline)
-            program = validation.message_expression
-            if isinstance(program, CompiledExpression):
-                result = program.evaluate(message_context)
-                if isinstance(result, str):
-                    candidate = result.strip()
-                    if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
-                        message = candidate
+        result = messages[index]
+        if isinstance(result, str):
+            candidate = result.strip()
+            if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
+                message = candidate
         if not message and spec.message:
             message = spec.message.strip()
         if not message:
@@ -218,10 +220,11 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
 
     audit: list[_AuditResult] = []
     if compiled.audit_annotations:
-        audit_context = environment.new_context(variables=variables, activation=activation,
-                                                request_deadline=activations.deadline)
+        audit_context = environment.new_context(activation=activation, request_deadline=activations.deadline)
         for annotation, program in compiled.audit_annotations:
             value, error = run_program(program, annotation.value_expression, audit_context)
+            if error == BUDGET_EXHAUSTED_MESSAGE:
+                return _ValidateResult((PolicyDecision(error_action, EVAL_ERROR, BUDGET_EXHAUSTED_MESSAGE),))
             if error is not None:
                 action = "exclude" if error_action == ADMIT else "error"
                 audit.append(_AuditResult(annotation.key, action, error=error))
@@ -236,6 +239,36 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
                     f"valueExpression '{annotation.value_expression}' resulted in unsupported return type: "
                     f"{_cel_type_name(value)}. Return type must be either string or null.")))
     return _ValidateResult(tuple(decisions), tuple(audit))
+
+
+def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, str | None]], environment: Any,
+              activation: Any, deadline: float | None, budget: Any) -> tuple[list[Any], str | None]:
+    """The messageExpression results, by validation, and the error that ended their scope if any.
+
+    Kubernetes evaluates every messageExpression (of passing validations too) with what the validations
+    left of the budget, and when that runs out every validation without an error of its own becomes an
+    error. Their values only matter for a denial, so they are evaluated when a validation failed, or
+    when they could cost more than the budget has left (they loop, or their fixed costs exceed it).
+    """
+    programs = [validation.message_expression for validation in compiled.validations]
+    results: list[Any] = [None] * len(programs)
+    compiled_programs = [p for p in programs if isinstance(p, CompiledExpression)]
+    if not compiled_programs:
+        return results, None
+    any_denied = any(error is None and value is not True for value, error in outcomes)
+    fixed = sum(p.static_cost for p in compiled_programs)
+    may_exhaust = budget is not None and (fixed > budget.remaining or any(p.may_iterate for p in compiled_programs))
+    if not any_denied and not may_exhaust:
+        return results, None
+    # messageExpressions get their own activation and no authorizer.
+    message_context = environment.new_context(activation=activation, request_deadline=deadline, budget=budget)
+    for index, program in enumerate(programs):
+        if isinstance(program, CompiledExpression):
+            result = program.evaluate(message_context)
+            if isinstance(result, EvalError) and result.budget_exhausted:
+                return results, result.message
+            results[index] = result
+    return results, None
 
 
 def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, binding: ValidatingAdmissionPolicyBinding,

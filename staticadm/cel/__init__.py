@@ -18,7 +18,7 @@ from staticadm.cel.environment import (
     ExpressionKind,
     build_environment,
 )
-from staticadm.cel.evaluation import COST_LIMIT_MESSAGE, EvalError, EvaluationContext
+from staticadm.cel.evaluation import BUDGET_EXHAUSTED_MESSAGE, COST_LIMIT_MESSAGE, EvalError, EvaluationContext
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 
 
@@ -53,6 +53,7 @@ def _compile_cached(source: str, kind: ExpressionKind, variable_names: tuple[str
 
 __all__ = [
     "ADMISSION_VARIABLES",
+    "BUDGET_EXHAUSTED_MESSAGE",
     "COST_LIMIT_MESSAGE",
     "CelEnvironment",
     "CompileError",

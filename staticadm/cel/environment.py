@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
-from staticadm.cel import ast, collisions, rewrite, structs, validators
+from staticadm.cel import ast, collisions, cost, linking, rewrite, stepping, structs, validators
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
-    CostLimitExceeded,
+    CostBudget,
     EvalError,
     EvaluationContext,
     EvaluationState,
+    SharedActivation,
     engine_error_text,
+    to_python,
 )
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
@@ -131,6 +133,9 @@ class CompileError:
     message: str
 
 
+_STEPPED = frozenset({("@stepped", "")})
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledExpression:
     source: str
@@ -138,10 +143,47 @@ class CompiledExpression:
     result_type: str
     program: Any = field(repr=False, compare=False)
     variables_used: frozenset[str]
+    #: The checked expression rewritten for the runtime, before variables are linked in.
+    prepared: Any = field(default=None, repr=False, compare=False)
+    #: Its cost outside comprehensions, charged once per evaluation.
+    static_cost: int = 0
+    #: Whether it can cost more than ``static_cost``: it loops or calls size-driven functions.
+    may_iterate: bool = False
+    #: For a variable, its index in the policy's declarations (who pays for the cost inside it).
+    declaration_index: int = rewrite.BODY_OWNER
+    #: The variables linked into ``program`` (declaration order), to explain their failures.
+    linked_variables: tuple[tuple[str, CompiledExpression | CompileError], ...] = field(default=(), compare=False)
+    environment: CelEnvironment | None = field(default=None, repr=False, compare=False)
+    _relinked: dict[frozenset[tuple[str, str]], Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def evaluate(self, context: EvaluationContext, *, nested: bool = False) -> Any:
+    def evaluate(self, context: EvaluationContext) -> Any:
         """The expression's value (plain Python) or an ``EvalError``; never raises."""
-        return context.run(self.program, nested=nested)
+        return context.run(self)
+
+    def stepped(self) -> stepping.SteppedProgram:
+        """This expression evaluated in steps (built on first need: only huge loops need it)."""
+        cached = self._relinked.get(_STEPPED)
+        if cached is None:
+            assert self.environment is not None
+            environment = self.environment
+            cached = stepping.build(self.prepared, frozenset(environment.variable_names) | {"variables"},
+                                    environment.deserialize_runtime)
+            self._relinked[_STEPPED] = cached
+        return cast(stepping.SteppedProgram, cached)
+
+    def with_failed_variables(self, failures: Mapping[str, str]) -> Any:
+        """This expression's program with the given variables linked as errors with those messages."""
+        names = {name for name, _ in self.linked_variables}
+        relevant = frozenset((name, message) for name, message in failures.items() if name in names)
+        if not relevant:
+            return self.program
+        program = self._relinked.get(relevant)
+        if program is None:
+            assert self.environment is not None
+            program = self.environment.link_program(self, dict(relevant))
+            if len(self._relinked) < 64:
+                self._relinked[relevant] = program
+        return program
 
 
 class CelEnvironment:
@@ -283,9 +325,11 @@ class CelEnvironment:
     def _internal_runtime_decls(self) -> list[cel.FunctionDecl]:
         def range_guard(count: int) -> int:
             if count > MAX_RANGE:
-                self.state.current.cost_exceeded = True
-                raise CostLimitExceeded()
+                self.state.current.charge(cost.PER_CALL_LIMIT + 1, rewrite.BODY_OWNER)
             return count
+
+        def fail(message: str) -> bool:
+            raise ValueError(message)
 
         def map_insert_entry(target: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
             if key in target:
@@ -304,14 +348,27 @@ class CelEnvironment:
             for suffix, params in _concrete_parameter_types(("map(dyn, dyn)", "dyn", "dyn"), frozenset())
             if params[1] in _MAP_KEY_TYPES
         ]
+        state = self.state
         return [
-            cel.FunctionDecl(
-                rewrite.BUDGET_FUNCTION, [cel.Overload("staticadm_budget", T.BOOL, [], impl=self.state.tick)]
-            ),
-            cel.FunctionDecl(
-                rewrite.VARIABLE_FUNCTION,
-                [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=self.state.variable)],
-            ),
+            cel.FunctionDecl(cost.TICK_FUNCTION, [
+                cel.Overload("staticadm_tick", T.BOOL, [T.INT], impl=state.tick),
+                cel.Overload("staticadm_tick_owner", T.BOOL, [T.INT, T.INT], impl=state.tick),
+            ]),
+            cel.FunctionDecl(cost.CHARGE_FUNCTION, [
+                cel.Overload("staticadm_charge", T.BOOL, [T.INT, T.INT, T.INT, T.LIST], impl=state.charge),
+                cel.Overload("staticadm_charge_owner", T.BOOL, [T.INT, T.INT, T.INT, T.INT, T.LIST],
+                             impl=state.charge),
+            ]),
+            cel.FunctionDecl(linking.FAIL_FUNCTION, [cel.Overload("staticadm_fail", T.BOOL, [T.STRING], impl=fail)]),
+            cel.FunctionDecl(rewrite.DIRECT_FUNCTION,
+                             [cel.Overload("staticadm_direct", T.BOOL, [T.INT], impl=state.direct)]),
+            cel.FunctionDecl(stepping.VARIABLE_FUNCTION,
+                             [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=state.variable)]),
+            cel.FunctionDecl(stepping.LOOP_FUNCTION, [
+                cel.Overload("staticadm_loop" + suffix, T.DYN, params, impl=state.loop)
+                for suffix, params in _concrete_parameter_types(("int", "dyn", "dyn", "list(dyn)"), frozenset())
+                if params[1] in (T.LIST, T.MAP)
+            ]),
             cel.FunctionDecl(
                 rewrite.RANGE_GUARD_FUNCTION, [cel.Overload("staticadm_range_guard", T.INT, [T.INT], impl=range_guard)]
             ),
@@ -366,10 +423,12 @@ class CelEnvironment:
                 return CompileError(f"must evaluate to {allowed[0]} but got {result_type}")
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
-        runtime_ast = rewrite.rewrite_for_runtime(checked, self._optional_functions, frozenset(self.opaque_types),
-                                                  null_variables)
+        declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
+        prepared = rewrite.prepare(checked, optional_functions=self._optional_functions,
+                                   opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
+                                   owner=declaration_index)
         try:
-            program = self._runtime.deserialize(ast.encode(runtime_ast))
+            program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
             return CompileError(f"program instantiation failed: {engine_error_text(str(error))}")
         return CompiledExpression(
@@ -377,8 +436,39 @@ class CelEnvironment:
             kind=kind,
             result_type=result_type,
             program=program,
-            variables_used=validators.uses_of_variables(checked),
+            variables_used=linking.direct_uses(checked),
+            prepared=prepared.checked,
+            static_cost=prepared.static_cost,
+            may_iterate=prepared.dynamic,
+            declaration_index=declaration_index,
+            environment=self,
         )
+
+    def link(self, expression: CompiledExpression,
+             variables: Sequence[tuple[str, CompiledExpression | CompileError]]) -> CompiledExpression:
+        """``expression`` with the variables it reads (``variables``: the policy's, declaration order,
+        each already linked) bound into its program, evaluated lazily by the engine."""
+        needed = linking.closure(expression.variables_used, [(name, _linkable(value)) for name, value in variables])
+        if not needed:
+            return expression
+        chosen = tuple((name, value) for name, value in variables if name in needed)
+        may_iterate = expression.may_iterate or any(
+            isinstance(value, CompiledExpression) and value.may_iterate for _, value in chosen)
+        linked = replace(expression, linked_variables=chosen, _relinked={}, may_iterate=may_iterate)
+        return replace(linked, program=self.link_program(linked, {}))
+
+    def deserialize_runtime(self, serialized: bytes) -> Any:
+        return self._runtime.deserialize(serialized)
+
+    def link_program(self, expression: CompiledExpression, failures: Mapping[str, str]) -> Any:
+        """The program of ``expression`` over its linked variables, the ``failures`` linked as errors."""
+        components: list[tuple[str, linking.LinkedVariable]] = []
+        for name, value in expression.linked_variables:
+            if name in failures:
+                components.append((name, failures[name]))
+            else:
+                components.append((name, _linkable(value)))
+        return self._runtime.deserialize(ast.encode(linking.link(expression.prepared, components)))
 
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
@@ -407,8 +497,14 @@ class CelEnvironment:
                     node.const_expr.string_value = literal
                 else:
                     node.const_expr.int64_value = literal
-        context = self.new_context({}, budget_seconds=None)
-        outcome = context.run(self._runtime.deserialize(ast.encode(probe)))
+        program = self._runtime.deserialize(ast.encode(probe))
+        previous = self.state.enter(self.new_context({}, budget=None))
+        try:
+            outcome = to_python(program.eval(self._runtime.Activation(data={})))
+        except RuntimeError as error:
+            outcome = EvalError(engine_error_text(str(error)))
+        finally:
+            self.state.leave(previous)
         if not isinstance(outcome, EvalError):
             return None
         if function in ("find", "findAll"):
@@ -417,24 +513,33 @@ class CelEnvironment:
 
     # -- evaluation ---------------------------------------------------------------------------------
 
-    def new_activation(self, data: Mapping[str, Any]) -> Any:
+    def new_activation(self, data: Mapping[str, Any]) -> SharedActivation:
         """An engine activation over ``data``, to share between contexts of one request."""
-        return self._runtime.Activation(data=dict(data))
+        plain = dict(data)
+        return SharedActivation(self._runtime.Activation(data=plain), plain)
 
     def new_context(
         self,
         data: Mapping[str, Any] | None = None,
         *,
-        variables: Mapping[str, CompiledExpression] | None = None,
-        budget_seconds: float | None = 0.1,
         activation: Any = None,
         request_deadline: float | None = None,
+        budget: CostBudget | int | None = cost.RUNTIME_CEL_COST_BUDGET,
+        variables: Any = None,
     ) -> EvaluationContext:
-        """A budget and variable scope over ``data`` (or over a shared ``activation`` from ``new_activation``);
-        the engine converts the data lazily. ``request_deadline`` (``time.perf_counter``) bounds every
-        context of one request together."""
-        return EvaluationContext(self._runtime, self.state, data or {}, variables, budget_seconds, activation,
-                                 request_deadline)
+        """A cost scope over ``data`` (or over a shared ``activation`` from ``new_activation``); the engine
+        converts the data lazily. ``budget`` is the scope's runtime cost budget (an int for a fresh one, a
+        ``CostBudget`` to share what another scope left, None for no budget); ``request_deadline``
+        (``time.perf_counter``) is the backstop for every context of one request. ``variables`` is
+        accepted for callers of the earlier API: variables are linked into each program now."""
+        del variables
+        return EvaluationContext(self._runtime, self.state, data or {}, activation, request_deadline, budget)
+
+
+def _linkable(value: CompiledExpression | CompileError) -> linking.LinkedVariable:
+    if isinstance(value, CompileError):
+        return value.message
+    return value.prepared
 
 
 #: Every kind a runtime value can have. The engine never dispatches a Python function declared with a

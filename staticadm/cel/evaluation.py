@@ -1,4 +1,12 @@
-"""Evaluating compiled expressions: one activation per request, lazy variables, a runaway budget."""
+"""Evaluating compiled expressions: one activation per request, Kubernetes' cost limits, exact errors.
+
+Cost is charged as Kubernetes charges it (``cost.py``): each expression may cost ``PER_CALL_LIMIT``
+(each variable too, on its own), and the expressions of one scope (a binding's validations, then its
+messageExpressions from what remains; its audit annotations; its match conditions) share a budget.
+Every charge is a deterministic function of the policy and the request: no decision depends on time.
+The wall clock is only a backstop at the request's own deadline, when kube-apiserver has stopped
+waiting for the answer anyway.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from cel_expr_python import cel
 
+from staticadm.cel import cost, stepping
+
 if TYPE_CHECKING:
     from staticadm.cel.environment import CompiledExpression
 
-#: Kubernetes' per-expression cost limit is 1,000,000; every loop iteration costs at least 1.
-PER_EXPRESSION_ITERATION_LIMIT = 1_000_000
-#: Wall-clock bound for all CEL work of one request, so no manifest can hold a request for long.
-DEFAULT_REQUEST_CPU_BUDGET_SECONDS = 0.1
-_DEADLINE_CHECK_INTERVAL = 256
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
+#: Kubernetes' words when a scope's budget runs out (``admission/plugin/cel/activation.go``).
+BUDGET_EXHAUSTED_MESSAGE = ("validation failed due to running out of cost budget, no further validation rules "
+                            "will be run")
+DEADLINE_MESSAGE = "evaluation stopped: the request's deadline passed"
+#: The engine's own limit of comprehension iterations in one evaluation (cel-cpp's default, not
+#: configurable through cel-expr-python); evaluations that reach it are re-run in bounded steps.
+ENGINE_ITERATION_LIMIT_TEXT = "Iteration budget exceeded"
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX = re.compile(r" \[[A-Z_]+\]$")
+_DEADLINE_CHECK_INTERVAL = 1024
+BODY = -1
 
 
 class CostLimitExceeded(Exception):
@@ -29,12 +43,23 @@ class CostLimitExceeded(Exception):
         super().__init__(COST_LIMIT_MESSAGE)
 
 
+class DeadlineExceeded(Exception):
+    def __init__(self) -> None:
+        super().__init__(DEADLINE_MESSAGE)
+
+
 @dataclass(frozen=True, slots=True)
 class EvalError:
-    """A runtime error as a value; ``cost_exceeded`` marks the budget case Kubernetes reports apart."""
+    """A runtime error as a value.
+
+    ``cost_exceeded``: the expression passed the per-expression limit; ``budget_exhausted``: the scope's
+    budget ran out (Kubernetes stops evaluating the scope); ``deadline_exceeded``: the backstop fired.
+    """
 
     message: str
     cost_exceeded: bool = False
+    budget_exhausted: bool = False
+    deadline_exceeded: bool = False
 
 
 def engine_error_text(raw: str) -> str:
@@ -42,11 +67,20 @@ def engine_error_text(raw: str) -> str:
     return _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", raw.strip()))
 
 
-class EvaluationState:
-    """Thread-local pointer to the request being evaluated, for the engine's callbacks.
+class CostBudget:
+    """What remains of one scope's budget, and which variables it has already paid for."""
 
-    The engine calls our Python functions without passing any context, so the budget and the lazy
-    variables find the current request here; a thread evaluates one request at a time.
+    def __init__(self, total: int) -> None:
+        self.remaining = total
+        #: Variables (declaration index) charged in this scope: Kubernetes evaluates each once per scope.
+        self.charged_variables: set[int] = set()
+
+
+class EvaluationState:
+    """Thread-local pointer to the evaluation in progress, for the engine's callbacks.
+
+    The engine calls our Python functions without passing any context, so the cost accounting finds the
+    current context here; a thread evaluates one request at a time.
     """
 
     def __init__(self) -> None:
@@ -67,103 +101,337 @@ class EvaluationState:
     def leave(self, previous: EvaluationContext | None) -> None:
         self._local.context = previous
 
-    def tick(self) -> bool:
-        return self.current.tick()
+    def tick(self, weight: int, owner: int = BODY) -> bool:
+        # False ends the loop: once over the limit nothing more of it may run (an error would not stop
+        # it: the engine's loops go on past an error condition, and ``all``/``exists`` absorb errors).
+        try:
+            self.current.charge(weight, owner)
+        except (CostLimitExceeded, DeadlineExceeded):
+            return False
+        return True
+
+    def loop(self, loop_id: int, values: Any, initial: Any, captured: list[Any]) -> Any:
+        return self.current.run_loop(loop_id, values, initial, captured)
 
     def variable(self, name: str) -> Any:
-        return self.current.variable_value(name)
+        return self.current.read_variable(name)
+
+    def direct(self, size: int) -> bool:
+        return self.current.loop_runs_directly(size)
+
+    def charge(self, code: int, extra: int, *rest: Any) -> bool:
+        # (owner,)? then the result probe (size([result]): its only role is to carry the call's error),
+        # then the measured sizes.
+        owner = rest[0] if len(rest) == 3 else BODY
+        sizes = rest[-1]
+        self.current.charge(cost.charge_amount(code, tuple(sizes)) + extra, owner)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SharedActivation:
+    """An engine activation and the Python data it was made from (stepped evaluation needs the data)."""
+
+    engine: Any
+    data: Mapping[str, Any]
+
+
+class _RunCost:
+    """The cost of one evaluation in progress: the expression's own and each variable's."""
+
+    __slots__ = ("body", "exceeded", "needs_steps", "variables")
+
+    def __init__(self) -> None:
+        self.body = 0
+        #: A long loop asked for the evaluation to be re-run in steps.
+        self.needs_steps = False
+        self.variables: dict[int, int] = {}
+        #: Owners (BODY or a variable index) that passed their per-call limit.
+        self.exceeded: set[int] = set()
 
 
 class EvaluationContext:
-    """Everything one request's expressions share: the activation, variable values and the budget."""
+    """Everything one scope's expressions share: the activation, the cost budget, the deadline."""
 
     def __init__(
         self,
         engine_env: cel.Env,
         state: EvaluationState,
         data: Mapping[str, Any],
-        variables: Mapping[str, CompiledExpression] | None = None,
-        budget_seconds: float | None = DEFAULT_REQUEST_CPU_BUDGET_SECONDS,
         activation: Any = None,
         request_deadline: float | None = None,
+        budget: CostBudget | int | None = cost.RUNTIME_CEL_COST_BUDGET,
     ) -> None:
+        self._engine_env = engine_env
         self._state = state
         # The engine converts a variable's Python value on its first use in an activation (~100 µs for a
         # 5 KB Pod, then ~0.1 µs), so contexts of one request share one activation when they can.
-        self.activation = activation if activation is not None else engine_env.Activation(data=dict(data))
-        self._variables = variables or {}
-        self._variable_values: dict[str, Any] = {}
-        self._deadline = None if budget_seconds is None else time.perf_counter() + budget_seconds
-        if request_deadline is not None:
-            # Every context of a request also stops at the request's own deadline (``time.perf_counter``).
-            self._deadline = request_deadline if self._deadline is None else min(self._deadline, request_deadline)
-        self._iterations = 0
-        self.cost_exceeded = False
+        if isinstance(activation, SharedActivation):
+            self._data: Mapping[str, Any] = activation.data
+            self.activation = activation.engine
+        else:
+            self._data = dict(data)
+            self.activation = activation if activation is not None else engine_env.Activation(data=self._data)
+        #: What stepped evaluations are running (innermost last), to find loop plans and variables.
+        self._stepping: list[tuple[CompiledExpression, stepping.SteppedProgram]] = []
+        self._stepped_variables: dict[str, Any] = {}
+        self._deadline = request_deadline
+        self.budget = CostBudget(budget) if isinstance(budget, int) else budget
+        self._run = _RunCost()
+        self._charge_calls = 0
+        self._deadline_exceeded = False
+        #: Variable name -> Kubernetes' error text for it, once a failed evaluation had to find out.
+        self._variable_failures: dict[str, str | None] = {}
 
-    def tick(self) -> bool:
-        self._iterations += 1
-        if self.cost_exceeded or self._iterations > PER_EXPRESSION_ITERATION_LIMIT:
-            self.cost_exceeded = True
-            raise CostLimitExceeded()
-        if (
-            self._deadline is not None
-            and self._iterations % _DEADLINE_CHECK_INTERVAL == 0
-            and time.perf_counter() > self._deadline
-        ):
-            self.cost_exceeded = True
-            raise CostLimitExceeded()
-        return True
+    # -- the engine's callbacks -------------------------------------------------------------------
 
-    def variable_value(self, name: str) -> Any:
-        if name not in self._variable_values:
-            compiled = self._variables.get(name)
-            if compiled is None:
-                self._variable_values[name] = EvalError(f'composited variable "{name}" is not defined')
+    def charge(self, amount: int, owner: int) -> None:
+        run = self._run
+        if owner == BODY:
+            run.body += amount
+            total = run.body
+        else:
+            total = run.variables.get(owner, 0) + amount
+            run.variables[owner] = total
+        if total > cost.PER_CALL_LIMIT or owner in run.exceeded:
+            run.exceeded.add(owner)
+            raise CostLimitExceeded()
+        if self._deadline is not None:
+            self._charge_calls += 1
+            if self._charge_calls % _DEADLINE_CHECK_INTERVAL == 0 and time.perf_counter() > self._deadline:
+                self._deadline_exceeded = True
+            if self._deadline_exceeded:
+                raise DeadlineExceeded()
+
+    # -- evaluation -------------------------------------------------------------------------------
+
+    def run(self, compiled: CompiledExpression) -> Any:
+        """Evaluates one expression; returns its Python value or an EvalError, never raises."""
+        if self.budget is not None and self.budget.remaining < 0:
+            return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
+        outcome, run = self._evaluate(compiled.program, compiled)
+        if self._deadline_exceeded:
+            return EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
+        if isinstance(outcome, EvalError) and not outcome.cost_exceeded and compiled.linked_variables:
+            outcome = self._explain_variable_error(compiled, outcome)
+        if self.budget is not None:
+            spent = compiled.static_cost + run.body
+            for owner, amount in run.variables.items():
+                if owner not in self.budget.charged_variables:
+                    self.budget.charged_variables.add(owner)
+                    spent += amount
+            if spent > self.budget.remaining:
+                self.budget.remaining = -1
+                return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
+            self.budget.remaining -= spent
+        return outcome
+
+    def _evaluate(self, program: Any, compiled: CompiledExpression, *,
+                  run: _RunCost | None = None) -> tuple[Any, _RunCost]:
+        own_run = run is None
+        run = _RunCost() if run is None else run
+        saved, self._run = self._run, run
+        previous = self._state.enter(self)
+        try:
+            try:
+                result = program.eval(self.activation)
+            except Exception as error:  # the engine raises for some internal failures; never let them escape
+                if BODY in run.exceeded:
+                    return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
+                if ENGINE_ITERATION_LIMIT_TEXT not in str(error):
+                    return EvalError(engine_error_text(str(error))), run
+                if own_run:
+                    # Charged again from the start: the stepped evaluation runs every tick once more.
+                    run = _RunCost()
+                    self._run = run
+                return self._evaluate_stepped(compiled, run), run
+            if BODY in run.exceeded:
+                return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
+            if run.needs_steps:
+                if own_run:
+                    run = _RunCost()
+                    self._run = run
+                else:
+                    run.needs_steps = False
+                return self._evaluate_stepped(compiled, run), run
+            return to_python(result, compiled.result_type), run
+        finally:
+            self._state.leave(previous)
+            self._run = saved
+
+    def _evaluate_stepped(self, compiled: CompiledExpression, run: _RunCost) -> Any:
+        try:
+            stepped = compiled.stepped()
+        except stepping.NotSteppable as error:
+            return EvalError(f"the expression needs more than 10000 loop iterations in one evaluation, which "
+                             f"staticadm evaluates in steps, and it cannot be stepped: {error}")
+        self._stepping.append((compiled, stepped))
+        try:
+            result = stepped.program.eval(self.activation)
+        except Exception as error:
+            result = None
+            failure = EvalError(engine_error_text(str(error)))
+        finally:
+            self._stepping.pop()
+        if BODY in run.exceeded:
+            return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
+        if result is None:
+            return failure
+        return to_python(result, compiled.result_type)
+
+    def loop_runs_directly(self, size: int) -> bool:
+        """``@staticadm.direct``: a loop building a list runs natively unless it is long (then the whole
+        evaluation is re-run in steps, where it runs in short slices)."""
+        if size <= stepping.APPEND_SLICE or self._stepping:
+            return True
+        self._run.needs_steps = True
+        return False
+
+    def run_loop(self, loop_id: int, values: Any, initial: Any, captured: list[Any]) -> Any:
+        """``@staticadm.loop``: one comprehension of a stepped evaluation, slice by slice."""
+        plan = self._stepping[-1][1].loops[loop_id]
+        base = {**self._data, **dict(zip(plan.captures, captured, strict=True))}
+        accumulator, accumulator_error = initial, None
+        indexed = plan.indexed_step is not None and not isinstance(values, dict)
+        size = stepping.APPEND_SLICE if plan.appends else stepping.SLICE
+        for offset, part in stepping.slices(values, size):
+            data = {**base, stepping.RANGE: part, stepping.OFFSET: offset}
+            if accumulator_error is None:
+                data[stepping.ACCUMULATOR] = accumulator
+                program = plan.indexed_step if indexed else plan.step
             else:
-                # A variable's iterations count against the expression that first forces it, as in Kubernetes.
-                outcome = compiled.evaluate(self, nested=True)
-                if isinstance(outcome, EvalError):
-                    outcome = EvalError(
-                        f'composited variable "{name}" fails to evaluate: {outcome.message}', outcome.cost_exceeded
-                    )
-                self._variable_values[name] = outcome
-        value = self._variable_values[name]
+                data[stepping.ACCUMULATOR_ERROR] = accumulator_error
+                program = plan.indexed_step_from_error if indexed else plan.step_from_error
+            outcome = self._eval_plain(program, data)
+            if isinstance(outcome, EvalError):
+                accumulator, accumulator_error = None, outcome.message
+                continue
+            if plan.appends:
+                accumulator = _joined(accumulator, outcome)
+                continue
+            accumulator = outcome
+            if self._eval_plain(plan.condition, {**base, stepping.ACCUMULATOR: accumulator}) is not True:
+                break
+        if accumulator_error is None:
+            outcome = self._eval_plain(plan.result, {**base, stepping.ACCUMULATOR: accumulator})
+        else:
+            outcome = self._eval_plain(plan.result_from_error, {**base, stepping.ACCUMULATOR_ERROR: accumulator_error})
+        if isinstance(outcome, EvalError):
+            raise ValueError(outcome.message)
+        return outcome
+
+    def _eval_plain(self, program: Any, data: Mapping[str, Any]) -> Any:
+        result = program.eval(self._engine_env.Activation(data=dict(data)))
+        if BODY in self._run.exceeded or self._deadline_exceeded:
+            raise CostLimitExceeded()
+        return to_python(result)
+
+    def read_variable(self, name: str) -> Any:
+        """``@staticadm.variable``: a variable read by a stepped evaluation, evaluated once per scope."""
+        if name not in self._stepped_variables:
+            compiled = self._stepping[-1][0]
+            variable = dict(compiled.linked_variables).get(name)
+            from staticadm.cel.environment import CompiledExpression  # circular at import time only
+
+            if not isinstance(variable, CompiledExpression):
+                message = variable.message if variable is not None else "not defined"
+                value: Any = EvalError(f'composited variable "{name}" fails to compile: {message}')
+            else:
+                value, _ = self._evaluate(variable.program, variable, run=self._run)
+                if variable.declaration_index in self._run.exceeded:
+                    value = EvalError(f'composited variable "{name}" fails to evaluate: {COST_LIMIT_MESSAGE}')
+                elif isinstance(value, EvalError):
+                    value = EvalError(f'composited variable "{name}" fails to evaluate: {value.message}')
+            self._stepped_variables[name] = value
+        value = self._stepped_variables[name]
         if isinstance(value, EvalError):
-            if value.cost_exceeded:
-                raise CostLimitExceeded()
             raise ValueError(value.message)
         return value
 
-    def run(self, program: Any, *, nested: bool = False) -> Any:
-        """Evaluates one program; returns its Python value or an EvalError, never raises."""
-        previous = self._state.enter(self)
-        saved_iterations = self._iterations
-        if not nested:
-            self._iterations = 0
+    def _explain_variable_error(self, compiled: CompiledExpression, outcome: EvalError) -> EvalError:
+        """Kubernetes reports an error coming from a variable as ``composited variable "x" fails to ...``.
+
+        Inside the engine a variable's error is just the error; when an expression fails, each variable
+        it reads is evaluated on its own (deterministic, so it fails the same way) and the expression is
+        run once more with the failing ones linked as errors worded like Kubernetes'.
+        """
+        failures = {}
+        for name, variable in compiled.linked_variables:
+            failure = self._variable_failure(name, variable, failures)
+            if failure is not None:
+                failures[name] = failure
+        if not failures:
+            return outcome
+        program = compiled.with_failed_variables(failures)
+        budget, self.budget = self.budget, None
         try:
-            if self.cost_exceeded and not nested:
-                return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
-            result = program.eval(self.activation)
-            if self.cost_exceeded:
-                return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
-            return _python_value(result)
-        except Exception as error:  # the engine raises for some internal failures; never let them escape
-            if self.cost_exceeded:
-                return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
-            return EvalError(engine_error_text(str(error)))
+            explained, _ = self._evaluate(program, compiled)
         finally:
-            if nested:
-                self._iterations = max(self._iterations, saved_iterations)
-            self._state.leave(previous)
+            self.budget = budget
+        return explained if isinstance(explained, EvalError) else outcome
+
+    def _variable_failure(self, name: str, variable: Any, earlier: Mapping[str, str]) -> str | None:
+        if name in self._variable_failures:
+            return self._variable_failures[name]
+        from staticadm.cel.environment import CompiledExpression  # circular at import time only
+
+        if not isinstance(variable, CompiledExpression):
+            failure: str | None = f'composited variable "{name}" fails to compile: {variable.message}'
+        else:
+            program = variable.with_failed_variables(earlier) if earlier else variable.program
+            outcome, run = self._evaluate(program, variable)
+            if variable.declaration_index in run.exceeded:
+                failure = f'composited variable "{name}" fails to evaluate: {COST_LIMIT_MESSAGE}'
+            elif isinstance(outcome, EvalError):
+                failure = f'composited variable "{name}" fails to evaluate: {outcome.message}'
+            else:
+                failure = None
+        self._variable_failures[name] = failure
+        return failure
 
 
-def _python_value(result: Any) -> Any:
-    kind = result.type().name()
-    if kind == "ERROR":
+def _joined(before: Any, part: Any) -> Any:
+    if isinstance(before, dict) and isinstance(part, dict):
+        return {**before, **part}
+    return [*before, *part]
+
+
+_OPTIONAL_MESSAGE = "expression returned an optional value, which has no JSON form"
+
+
+class _OptionalValue(Exception):
+    pass
+
+
+def to_python(result: Any, result_type: str = "dyn") -> Any:
+    """The Python value of an engine result, or an EvalError.
+
+    ``plain_value()`` crashes the process on a map holding an optional value, so results whose type
+    could hold one are taken apart one level at a time; the others convert in one native call.
+    """
+    kind = result.type()
+    if kind == cel.Type.ERROR:
         try:
             text = result.value()
-        except Exception:
-            # Optional values report the ERROR kind and cannot cross into Python.
-            return EvalError("expression returned an optional value, which has no JSON form")
+        except TypeError:
+            # Optional values report the ERROR kind, and their value() refuses to convert.
+            return EvalError(_OPTIONAL_MESSAGE)
         return EvalError(engine_error_text(str(text)))
-    return result.plain_value()
+    if "optional" not in result_type and "dyn" not in result_type:
+        return result.plain_value()
+    try:
+        return _walk(result)
+    except _OptionalValue:
+        return EvalError(_OPTIONAL_MESSAGE)
+
+
+def _walk(value: Any) -> Any:
+    kind = value.type()
+    if kind == cel.Type.ERROR:
+        raise _OptionalValue()
+    name = kind.name()
+    if name.startswith("LIST"):
+        return [_walk(item) for item in value.value()]
+    if name.startswith("MAP"):
+        return {key: _walk(item) for key, item in value.value().items()}
+    return value.plain_value()

@@ -1,31 +1,132 @@
 """Rewrites of a checked AST that give the engine Kubernetes' runtime behaviour.
 
-- every comprehension's loop condition first calls the budget function, which bounds iterations and
-  wall time per request (Kubernetes' per-call cost limit; the engine has no cost tracking of its own);
-- ``variables.<name>`` becomes a call that evaluates the variable lazily, once per request;
+- every comprehension's loop condition first charges the static cost of one iteration
+  (``@staticadm.tick``), and calls whose cost depends on sizes charge it after they return
+  (``@staticadm.charge``): see ``cost.py``;
 - calls of functions declared to return ``optional_type(T)`` are wrapped in
   ``optional.ofNonZeroValue`` because Python functions cannot return optional values to the engine;
-- ``lists.range(n)`` gets its argument bounded, since it allocates natively before any loop runs.
+- ``lists.range(n)`` gets its argument bounded, since it allocates natively before any loop runs;
+- identifiers of Kubernetes value types and ``type()`` of such values become constants.
+
+``variables.<name>`` stays as it is here; ``linking.py`` binds it to the variable's own expression.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cel import ast
+from staticadm.cel import ast, cost
 
-BUDGET_FUNCTION = "@staticadm.budget"
-VARIABLE_FUNCTION = "@staticadm.variable"
 RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
+#: ``@staticadm.direct(size)``: whether a loop that builds a list runs natively (see ``stepping.py``).
+DIRECT_FUNCTION = "@staticadm.direct"
+STEP_MESSAGE = "@staticadm: evaluated in steps"
+TYPE_CONSTANT_PREFIX = "@type:"
+#: The accumulator of the comprehensions the rewrite uses as ``let`` bindings (an empty range: no
+#: iteration, so they neither tick nor count toward the engine's iteration limit).
+_BIND_ITERATION_VARIABLE = "@unused"
+BODY_OWNER = -1
 
 
-class _Ids:
+class Ids:
+    """Fresh node ids above every id of the expression being rewritten."""
+
     def __init__(self, start: int) -> None:
         self._next = start
 
     def __call__(self) -> int:
         self._next += 1
         return self._next
+
+    @property
+    def last(self) -> int:
+        return self._next
+
+
+def call(node_id: int, function: str, *args: Any, target: Any = None) -> Any:
+    node = ast.Expr(id=node_id)
+    node.call_expr.function = function
+    if target is not None:
+        node.call_expr.target.CopyFrom(target)
+    for arg in args:
+        node.call_expr.args.add().CopyFrom(arg)
+    return node
+
+
+def ident(node_id: int, name: str) -> Any:
+    node = ast.Expr(id=node_id)
+    node.ident_expr.name = name
+    return node
+
+
+def int_constant(node_id: int, value: int) -> Any:
+    node = ast.Expr(id=node_id)
+    node.const_expr.int64_value = value
+    return node
+
+
+def bool_constant(node_id: int, value: bool) -> Any:
+    node = ast.Expr(id=node_id)
+    node.const_expr.bool_value = value
+    return node
+
+
+def list_of(node_id: int, *elements: Any) -> Any:
+    node = ast.Expr(id=node_id)
+    node.list_expr.SetInParent()
+    for element in elements:
+        node.list_expr.elements.add().CopyFrom(element)
+    return node
+
+
+def bind(ids: Ids, name: str, value: Any, body: Any) -> Any:
+    """``cel.bind(name, value, body)`` as the engine runs it: a comprehension over an empty list."""
+    node = ast.Expr(id=ids())
+    comprehension = node.comprehension_expr
+    comprehension.iter_var = _BIND_ITERATION_VARIABLE
+    comprehension.iter_range.CopyFrom(list_of(ids()))
+    comprehension.accu_var = name
+    comprehension.accu_init.CopyFrom(value)
+    comprehension.loop_condition.CopyFrom(bool_constant(ids(), False))
+    comprehension.loop_step.CopyFrom(ident(ids(), name))
+    comprehension.result.CopyFrom(body)
+    return node
+
+
+def renumbered(expr: Any, ids: Ids, references: Any) -> Any:
+    """A copy of ``expr`` with fresh ids (a subtree used twice must not share ids); the copies keep the
+    checker's references (resolved names and overloads) of the nodes they copy."""
+    copy = ast.Expr()
+    copy.CopyFrom(expr)
+    for node in ast.walk(copy):
+        old_id, node.id = node.id, ids()
+        if old_id in references:
+            references[node.id].CopyFrom(references[old_id])
+    return copy
+
+
+def _is_cheap(expr: Any) -> bool:
+    """An operand that costs nothing to evaluate twice: constants, identifiers, field selections and
+    constant indexes of those. Anything else is bound once instead of duplicated."""
+    kind = expr.WhichOneof("expr_kind")
+    if kind in ("const_expr", "ident_expr"):
+        return True
+    if kind == "select_expr":
+        return not expr.select_expr.test_only and _is_cheap(expr.select_expr.operand)
+    if kind == "call_expr" and expr.call_expr.function == "_[_]" and len(expr.call_expr.args) == 2:
+        return _is_cheap(expr.call_expr.args[0]) and expr.call_expr.args[1].WhichOneof("expr_kind") == "const_expr"
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A checked expression rewritten for the runtime, and its cost outside comprehensions."""
+
+    checked: Any
+    static_cost: int
+    #: Whether evaluating it can cost more than ``static_cost`` (comprehensions, size-driven calls).
+    dynamic: bool
 
 
 def _make_type_constant(node: Any, type_name: str) -> None:
@@ -37,29 +138,42 @@ def _make_type_constant(node: Any, type_name: str) -> None:
     node.const_expr.string_value = TYPE_CONSTANT_PREFIX + type_name
 
 
-def _call(node_id: int, function: str, *args: Any) -> Any:
-    node = ast.Expr(id=node_id)
-    node.call_expr.function = function
-    for arg in args:
-        node.call_expr.args.add().CopyFrom(arg)
-    return node
+def prepare(checked: Any, *, optional_functions: frozenset[str], opaque_types: frozenset[str],
+            null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER) -> Prepared:
+    """The runtime form of a checked expression.
 
-
-TYPE_CONSTANT_PREFIX = "@type:"
-
-
-def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque_types: frozenset[str],
-                        null_variables: frozenset[str] = frozenset()) -> Any:
-    """The runtime form of a checked expression; ``null_variables`` are variables that are always null for
-    this kind of expression (match conditions never see ``namespaceObject``), so the expression can share
-    an activation with the others of its request."""
+    ``null_variables`` are always null for this kind of expression (match conditions never see
+    ``namespaceObject``), so it can share an activation with the others of its request. ``owner`` is
+    who pays for the cost charged inside: the expression itself, or the variable of that index.
+    """
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
-    ids = _Ids(ast.max_id(result))
+    ids = Ids(ast.max_id(result))
     types = ast.node_types(result)
-    # Collect first: rewriting while walking would visit the nodes we insert.
+    function_of = cost.function_names(result)
+    overloads = {node_id: tuple(reference.overload_id) for node_id, reference in result.reference_map.items()}
+
+    # Costs are computed on the expression as written, before any node is replaced.
+    sized: dict[int, cost.SizedCall] = {}
+    for node in ast.walk(result.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        call_node = node.call_expr
+        operands = ([call_node.target] if call_node.HasField("target") else []) + list(call_node.args)
+        how = cost.sized_call(call_node.function, overloads.get(node.id, ()),
+                              [types.get(operand.id, "dyn") for operand in operands])
+        if how is not None:
+            sized[node.id] = how
+    sized_ids = frozenset(sized)
+    weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids)
+               for node in ast.walk(result.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"}
+    static = cost.static_cost(result.expr, function_of, sized_ids)
+
+    owner_args = () if owner == BODY_OWNER else (owner,)
+    # Collect first: rewriting while walking would visit the nodes we insert. Children are rewritten
+    # before their parents (reversed pre-order), so a wrapper copies already rewritten operands.
     nodes = list(ast.walk(result.expr))
-    for node in nodes:
+    for node in reversed(nodes):
         kind = node.WhichOneof("expr_kind")
         reference = result.reference_map.get(node.id) if node.id in result.reference_map else None
         if kind == "ident_expr" and reference is not None and reference.name in null_variables:
@@ -78,19 +192,16 @@ def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque
             comprehension = node.comprehension_expr
             condition = ast.Expr()
             condition.CopyFrom(comprehension.loop_condition)
-            comprehension.loop_condition.CopyFrom(_call(ids(), "_&&_", _call(ids(), BUDGET_FUNCTION), condition))
-        elif kind == "select_expr" and not node.select_expr.test_only:
-            operand = node.select_expr.operand
-            if operand.WhichOneof("expr_kind") == "ident_expr" and operand.ident_expr.name == "variables":
-                name = ast.Expr(id=ids())
-                name.const_expr.string_value = node.select_expr.field
-                node.CopyFrom(_call(node.id, VARIABLE_FUNCTION, name))
+            tick = call(ids(), cost.TICK_FUNCTION,
+                        *(int_constant(ids(), value) for value in (weights[node.id], *owner_args)))
+            comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", tick, condition))
+            if builds_collection(comprehension):
+                _guard_collection_loop(node, ids)
         elif kind == "call_expr":
-            call = node.call_expr
-            if call.function == "lists.range" and len(call.args) == 1:
-                bounded = _call(ids(), RANGE_GUARD_FUNCTION, call.args[0])
-                call.args[0].CopyFrom(bounded)
-            elif call.function in optional_functions:
+            call_node = node.call_expr
+            if call_node.function == "lists.range" and len(call_node.args) == 1:
+                call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
+            elif call_node.function in optional_functions:
                 inner = ast.Expr()
                 inner.CopyFrom(node)
                 inner.id = ids()
@@ -98,5 +209,107 @@ def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque
                 if node.id in result.reference_map:
                     result.reference_map[inner.id].CopyFrom(result.reference_map[node.id])
                     del result.reference_map[node.id]
-                node.CopyFrom(_call(node.id, "optional.ofNonZeroValue", inner))
-    return result
+                node.CopyFrom(call(node.id, "optional.ofNonZeroValue", inner))
+            if node.id in sized:
+                _charge_after(node, sized[node.id], ids, owner_args, result.reference_map)
+    return Prepared(result, static, bool(weights or sized))
+
+
+def builds_collection(comprehension: Any) -> bool:
+    """``map``, ``filter``, ``transformList``, ``transformMap``: loops that append to an empty list or map."""
+    init = comprehension.accu_init
+    kind = init.WhichOneof("expr_kind")
+    if kind == "list_expr":
+        return not init.list_expr.elements and not is_binding(comprehension)
+    return kind == "struct_expr" and not init.struct_expr.entries and not init.struct_expr.message_name
+
+
+def is_binding(comprehension: Any) -> bool:
+    """The rewrites' ``let`` bindings iterate over an empty list literal."""
+    iter_range = comprehension.iter_range
+    return iter_range.WhichOneof("expr_kind") == "list_expr" and not iter_range.list_expr.elements
+
+
+def _guard_collection_loop(node: Any, ids: Ids) -> None:
+    """The engine copies the accumulated list on every append (a loop of n appends costs n²/2 copies), so
+    a long one is evaluated in steps instead: ``bind(r, range, direct(size(r)) ? loop over r : fail)``;
+    the failure is only the signal to re-run in steps (``evaluation.py``)."""
+    loop = ast.Expr()
+    loop.CopyFrom(node)
+    loop.id = ids()
+    name = f"@g{node.id}"
+    loop.comprehension_expr.iter_range.CopyFrom(ident(ids(), name))
+    message = ast.Expr(id=ids())
+    message.const_expr.string_value = STEP_MESSAGE
+    direct = call(ids(), DIRECT_FUNCTION, call(ids(), "size", ident(ids(), name)))
+    guarded = call(ids(), "_?_:_", direct, loop, call(ids(), "@staticadm.fail", message))
+    iter_range = ast.Expr()
+    iter_range.CopyFrom(node.comprehension_expr.iter_range)
+    wrapped = bind(ids, name, iter_range, guarded)
+    wrapped.id = node.id
+    node.CopyFrom(wrapped)
+
+
+def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[int, ...],
+                  references: Any) -> None:
+    """Rewrites ``f(a, b)`` into ``bind(r, f(a, b), charge(code, size([r]), size(a)...) ? r : r)``.
+
+    The call runs first, as in cel-go, so its own errors win; ``size([r])`` carries an error of the
+    call into the charge before any operand is measured. Operands that are not cheap to evaluate twice
+    are bound first and the call reads the binding.
+    """
+    call_node = node.call_expr
+    has_target = call_node.HasField("target")
+    operands = ([call_node.target] if has_target else []) + list(call_node.args)
+    bindings: list[tuple[str, Any]] = []
+    measured: list[Any] = []
+    result_name = f"@r{node.id}"
+    for position in how.measured:
+        if position < 0:
+            measured.append(call(ids(), "size", ident(ids(), result_name)))
+            continue
+        operand = operands[position]
+        if _is_cheap(operand):
+            measured.append(call(ids(), "size", renumbered(operand, ids, references)))
+            continue
+        name = f"@a{node.id}_{position}"
+        moved = ast.Expr()
+        moved.CopyFrom(operand)
+        bindings.append((name, moved))
+        replacement = ident(ids(), name)
+        if has_target and position == 0:
+            call_node.target.CopyFrom(replacement)
+        else:
+            call_node.args[position - (1 if has_target else 0)].CopyFrom(replacement)
+        measured.append(call(ids(), "size", ident(ids(), name)))
+    original = ast.Expr()
+    original.CopyFrom(node)
+    # The wrapper takes the call's place (and the type the checker gave it); the call moves to a new id
+    # and keeps its overload reference there.
+    node_id = node.id
+    original.id = ids()
+    if node_id in references:
+        references[original.id].CopyFrom(references[node_id])
+        del references[node_id]
+    charge = call(ids(), cost.CHARGE_FUNCTION,
+                  int_constant(ids(), int(how.charge)), int_constant(ids(), how.extra),
+                  *(int_constant(ids(), value) for value in owner_args),
+                  call(ids(), "size", list_of(ids(), ident(ids(), result_name))),
+                  list_of(ids(), *measured))
+    if how.when_types:
+        # Charged only when the runtime chose a size-charged overload: type(operand) is string/bytes.
+        measured_operand = measured[0].call_expr.args[0]
+        tests = [call(ids(), "_==_", call(ids(), "type", renumbered(measured_operand, ids, references)),
+                      ident(ids(), type_name)) for type_name in how.when_types]
+        applies = tests[0]
+        for test in tests[1:]:
+            applies = call(ids(), "_||_", applies, test)
+        charge = call(ids(), "_?_:_", applies, charge, bool_constant(ids(), True))
+    guarded = call(ids(), "_?_:_", charge, ident(ids(), result_name), ident(ids(), result_name))
+    wrapped = bind(ids, result_name, original, guarded)
+    for name, value in reversed(bindings):
+        wrapped = bind(ids, name, value, wrapped)
+    wrapped.id = node_id
+    node.CopyFrom(wrapped)
+
+
