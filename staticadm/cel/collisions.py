@@ -8,63 +8,34 @@ carries both the string and the list overloads; error texts are mapped back to t
 
 from __future__ import annotations
 
-import re
-
+from staticadm.cel import lexer
 from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
 
 #: real member name -> alias of the same length.
 MEMBER_ALIASES = {"indexOf": "_ndexOf", "lastIndexOf": "_astIndexOf"}
 _ALIAS_TO_NAME = {alias: name for name, alias in MEMBER_ALIASES.items()}
-_MEMBER_CALL = re.compile(r"(\.\s*)(" + "|".join(MEMBER_ALIASES) + r")\b")
-_STRING_START = re.compile(r"""[rRbB]{0,2}('''|\"\"\"|'|")""")
+
+
+def member_alias_edits(source: str) -> list[lexer.Edit]:
+    """Edits renaming ``.indexOf``/``.lastIndexOf`` member calls to their aliases (same length, so
+    positions stay exact)."""
+    found = lexer.tokens(source)
+    return [lexer.Edit(token.start, token.end, MEMBER_ALIASES[token.text])
+            for index, token in enumerate(found)
+            if token.kind == "ident" and token.text in MEMBER_ALIASES and index > 0
+            and found[index - 1].kind == "punct" and found[index - 1].text == "."
+            and index + 1 < len(found) and found[index + 1].text == "("]
 
 
 def alias_member_calls(source: str) -> str:
     """Renames ``.indexOf``/``.lastIndexOf`` member calls outside string literals and comments."""
-    out: list[str] = []
-    position = 0
-    code_start = 0
-    while position < len(source):
-        char = source[position]
-        if char == "/" and source.startswith("//", position):
-            end = source.find("\n", position)
-            end = len(source) if end < 0 else end
-            out.append(_alias_code(source[code_start:position]))
-            out.append(source[position:end])
-            position = code_start = end
-            continue
-        match = _STRING_START.match(source, position) if char in "rRbB'\"" else None
-        if match and (position == 0 or not (source[position - 1].isalnum() or source[position - 1] == "_")):
-            quote = match.group(1)
-            raw = "r" in match.group(0).lower()
-            end = match.end()
-            while end < len(source) and not source.startswith(quote, end):
-                if source[end] == "\\" and not raw:
-                    end += 1
-                elif len(quote) == 1 and source[end] == "\n":
-                    break
-                end += 1
-            end = min(end + len(quote), len(source))
-            out.append(_alias_code(source[code_start:position]))
-            out.append(source[position:end])
-            position = code_start = end
-            continue
-        position += 1
-    out.append(_alias_code(source[code_start:]))
-    return "".join(out)
+    return lexer.apply(source, member_alias_edits(source)).text
 
 
-def _alias_code(code: str) -> str:
-    return _MEMBER_CALL.sub(lambda m: m.group(1) + MEMBER_ALIASES[m.group(2)], code)
-
-
-def restore_names(message: str, aliased_source: str, original_source: str) -> str:
-    """Maps an error text about the aliased source back to the source the author wrote."""
-    for aliased_line, original_line in zip(aliased_source.split("\n"), original_source.split("\n"), strict=True):
-        if aliased_line != original_line:
-            message = message.replace(f" | {aliased_line}", f" | {original_line}")
+def restore_alias_names(message: str) -> str:
+    """Error texts name the functions the author wrote, not their aliases."""
     for alias, name in _ALIAS_TO_NAME.items():
-        message = message.replace(f"'{alias}'", f"'{name}'")
+        message = message.replace(f"'{alias}'", f"'{name}'").replace(f"{alias}(", f"{name}(")
     return message
 
 

@@ -17,7 +17,19 @@ from typing import Any, cast
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
-from staticadm.cel import ast, collisions, cost, linking, rewrite, stepping, structs, validators
+from staticadm.cel import (
+    ast,
+    boundary,
+    collisions,
+    cost,
+    lexer,
+    linking,
+    optional_results,
+    rewrite,
+    stepping,
+    structs,
+    validators,
+)
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
     CostBudget,
@@ -166,8 +178,7 @@ class CompiledExpression:
         if cached is None:
             assert self.environment is not None
             environment = self.environment
-            cached = stepping.build(self.prepared, frozenset(environment.variable_names) | {"variables"},
-                                    environment.deserialize_runtime)
+            cached = stepping.build(self.prepared, environment.deserialize_runtime)
             self._relinked[_STEPPED] = cached
         return cast(stepping.SteppedProgram, cached)
 
@@ -200,11 +211,16 @@ class CelEnvironment:
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
         self.struct_syntax = any(getattr(library, "STRUCT_SYNTAX", False) for library in libraries)
         opaque_names = frozenset(self.opaque_types)
-        self._optional_functions = frozenset(
-            function.name
-            for function in functions
-            if any(overload.result.startswith("optional_type(") for overload in function.overloads)
-        )
+        # Functions returning optional values are declared as returning map(int, T) and followed by [?0].
+        returns_optional = [(function.name, overload.member) for function in functions
+                            for overload in function.overloads if overload.result.startswith("optional_type(")]
+        self._optional_members = frozenset(name for name, member in returns_optional if member)
+        self._optional_globals = frozenset(name for name, member in returns_optional if not member)
+        #: Functions with an overload implemented in Python: no optional value may reach them.
+        self._python_functions = frozenset(
+            function.name for function in functions
+            if any(overload.overload_id not in _STANDARD_OVERLOAD_IDS for overload in function.overloads)
+        ) | {"cel.@mapInsert", stepping.LOOP_FUNCTION}
         self.state = EvaluationState()
 
         authorizer_type = next(
@@ -393,17 +409,18 @@ class CelEnvironment:
         ``variable_names`` are the policy variables visible to the expression; ``None`` skips the check
         (the playground, where ``variables`` is just a map).
         """
-        rewritten = source
+        edits = [*collisions.member_alias_edits(source),
+                 *optional_results.optional_call_edits(source, self._optional_members, self._optional_globals)]
         if self.struct_syntax:
             try:
-                rewritten = structs.rewrite_struct_creation(source)
+                edits.extend(structs.struct_creation_edits(source))
             except structs.StructSyntaxError as error:
                 return CompileError(f"ERROR: <input>:1:1: {error}")
-        checker_source = collisions.alias_member_calls(rewritten)
+        rewritten = lexer.apply(source, edits)
         try:
-            checked_program = self._checker.compile(checker_source)
+            checked_program = self._checker.compile(rewritten.text)
         except RuntimeError as error:
-            return CompileError(collisions.restore_names(engine_error_text(str(error)), checker_source, rewritten))
+            return CompileError(collisions.restore_alias_names(rewritten.restore_errors(engine_error_text(str(error)))))
         checked = ast.decode(checked_program.serialize())
         issues = [
             *validators.check_homogeneous_literals(checked),
@@ -414,8 +431,8 @@ class CelEnvironment:
             rendered = []
             for issue in sorted(issues, key=lambda i: ast.position_of(checked, i.node_id)):
                 line, column = ast.position_of(checked, issue.node_id)
-                rendered.append(validators.format_issue(rewritten, line, column, issue.message))
-            return CompileError("\n".join(rendered))
+                rendered.append(validators.format_issue(rewritten.text, line, column, issue.message))
+            return CompileError(collisions.restore_alias_names(rewritten.restore_errors("\n".join(rendered))))
         result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]
         if allowed is not None and result_type not in allowed:
@@ -424,8 +441,8 @@ class CelEnvironment:
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
-        prepared = rewrite.prepare(checked, optional_functions=self._optional_functions,
-                                   opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
+        boundary.guard(checked, self._python_functions)
+        prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
                                    owner=declaration_index)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
@@ -468,7 +485,9 @@ class CelEnvironment:
                 components.append((name, failures[name]))
             else:
                 components.append((name, _linkable(value)))
-        return self._runtime.deserialize(ast.encode(linking.link(expression.prepared, components)))
+        linked = linking.link(expression.prepared, components)
+        boundary.guard(linked, self._python_functions)
+        return self._runtime.deserialize(ast.encode(linked))
 
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
@@ -592,13 +611,11 @@ def _runtime_impl(overload: Overload) -> Callable[..., Any]:
     impl = overload.impl
     if not overload.result.startswith("optional_type("):
         return impl
-    inner = overload.result[len("optional_type(") : -1]
-    zero: Any = [] if inner.startswith("list(") else {}
 
     def optional_result(*args: Any) -> Any:
-        # optional.ofNonZeroValue (inserted by the rewrite) turns the zero value into optional.none().
+        # The [?0] after the call (optional_results.py) makes {} optional.none() and {0: v} optional.of(v).
         value = impl(*args)
-        return zero if value is None else value
+        return {} if value is None else {0: value}
 
     return optional_result
 

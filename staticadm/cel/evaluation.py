@@ -265,6 +265,8 @@ class EvaluationContext:
         except stepping.NotSteppable as error:
             return EvalError(f"the expression needs more than 10000 loop iterations in one evaluation, which "
                              f"staticadm evaluates in steps, and it cannot be stepped: {error}")
+        except Exception as error:  # a bug of ours must cost this expression, never the request
+            return EvalError(f"internal error preparing the stepped evaluation: {type(error).__name__}")
         self._stepping.append((compiled, stepped))
         try:
             result = stepped.program.eval(self.activation)

@@ -3,8 +3,6 @@
 - every comprehension's loop condition first charges the static cost of one iteration
   (``@staticadm.tick``), and calls whose cost depends on sizes charge it after they return
   (``@staticadm.charge``): see ``cost.py``;
-- calls of functions declared to return ``optional_type(T)`` are wrapped in
-  ``optional.ofNonZeroValue`` because Python functions cannot return optional values to the engine;
 - ``lists.range(n)`` gets its argument bounded, since it allocates natively before any loop runs;
 - identifiers of Kubernetes value types and ``type()`` of such values become constants.
 
@@ -138,7 +136,7 @@ def _make_type_constant(node: Any, type_name: str) -> None:
     node.const_expr.string_value = TYPE_CONSTANT_PREFIX + type_name
 
 
-def prepare(checked: Any, *, optional_functions: frozenset[str], opaque_types: frozenset[str],
+def prepare(checked: Any, *, opaque_types: frozenset[str],
             null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER) -> Prepared:
     """The runtime form of a checked expression.
 
@@ -201,15 +199,6 @@ def prepare(checked: Any, *, optional_functions: frozenset[str], opaque_types: f
             call_node = node.call_expr
             if call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
-            elif call_node.function in optional_functions:
-                inner = ast.Expr()
-                inner.CopyFrom(node)
-                inner.id = ids()
-                # The overload reference belongs to the wrapped call, not to the wrapper.
-                if node.id in result.reference_map:
-                    result.reference_map[inner.id].CopyFrom(result.reference_map[node.id])
-                    del result.reference_map[node.id]
-                node.CopyFrom(call(node.id, "optional.ofNonZeroValue", inner))
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map)
     return Prepared(result, static, bool(weights or sized))

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cel import ast, linking, rewrite
+from staticadm.cel import ast, boundary, linking, rewrite
 
 LOOP_FUNCTION = "@staticadm.loop"
 VARIABLE_FUNCTION = "@staticadm.variable"
@@ -104,23 +104,61 @@ def _free(expr: Any, bound: frozenset[str], found: set[str]) -> None:
         _free(comprehension.loop_step, inner, found)
 
 
+def _enclosing_bindings(expr: Any) -> dict[int, frozenset[str]]:
+    """Comprehension node id -> the names that comprehensions around it bind where it is."""
+    found: dict[int, frozenset[str]] = {}
+    stack: list[tuple[Any, frozenset[str]]] = [(expr, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        kind = node.WhichOneof("expr_kind")
+        if kind == "comprehension_expr":
+            found[node.id] = bound
+            comprehension = node.comprehension_expr
+            with_accumulator = bound | {comprehension.accu_var}
+            in_body = with_accumulator | {comprehension.iter_var} | (
+                {comprehension.iter_var2} if comprehension.iter_var2 else set())
+            stack.extend(((comprehension.iter_range, bound), (comprehension.accu_init, bound),
+                          (comprehension.loop_condition, in_body), (comprehension.loop_step, in_body),
+                          (comprehension.result, with_accumulator)))
+            continue
+        if kind == "select_expr":
+            stack.append((node.select_expr.operand, bound))
+        elif kind == "call_expr":
+            if node.call_expr.HasField("target"):
+                stack.append((node.call_expr.target, bound))
+            stack.extend((arg, bound) for arg in node.call_expr.args)
+        elif kind == "list_expr":
+            stack.extend((element, bound) for element in node.list_expr.elements)
+        elif kind == "struct_expr":
+            for entry in node.struct_expr.entries:
+                if entry.HasField("map_key"):
+                    stack.append((entry.map_key, bound))
+                stack.append((entry.value, bound))
+    return found
+
+
 def _types_hold_optionals(checked: Any, nodes: list[Any]) -> bool:
     types = ast.node_types(checked)
     return any("optional_type" in types.get(node.id, "") for node in nodes)
 
 
-def build(prepared: Any, top_level: frozenset[str], deserialize: Any) -> SteppedProgram:
+def build(prepared: Any, deserialize: Any) -> SteppedProgram:
     """The stepped form of a prepared (unlinked) expression.
 
-    ``top_level`` are the activation's variable names (never captured); ``deserialize`` loads an AST into
-    the runtime environment.
+    ``deserialize`` loads an AST into the runtime environment.
     """
     checked = ast.CheckedExpr()
     checked.CopyFrom(prepared)
     ids = rewrite.Ids(ast.max_id(checked) + 1_000_000)
     _delegate_variables(checked.expr, ids)
     loops: dict[int, LoopPlan] = {}
-    _delegate_loops(checked, checked.expr, top_level, ids, loops, deserialize)
+    _delegate_loops(checked, checked.expr, ids, loops, deserialize)
+    # Captured values cross into Python too: none of them may hold optional values.
+    tainted = boundary.taint(checked.expr, ast.node_types(checked))
+    for node in ast.walk(checked.expr):
+        is_loop = node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function == LOOP_FUNCTION
+        if is_loop and any(arg.id in tainted for arg in node.call_expr.args):
+            raise NotSteppable("a loop whose body reads optional values from outside it")
     return SteppedProgram(deserialize(ast.encode(checked)), loops)
 
 
@@ -142,8 +180,9 @@ def _delegate_variables(expr: Any, ids: rewrite.Ids) -> None:
             node.CopyFrom(read)
 
 
-def _delegate_loops(checked: Any, expr: Any, top_level: frozenset[str], ids: rewrite.Ids,
+def _delegate_loops(checked: Any, expr: Any, ids: rewrite.Ids,
                     loops: dict[int, LoopPlan], deserialize: Any) -> None:
+    enclosing = _enclosing_bindings(expr)
     # Innermost loops first: a loop's plan is built from a body whose own loops are already delegated.
     for node in reversed(list(ast.walk(expr))):
         if node.WhichOneof("expr_kind") != "comprehension_expr" or rewrite.is_binding(node.comprehension_expr):
@@ -151,11 +190,13 @@ def _delegate_loops(checked: Any, expr: Any, top_level: frozenset[str], ids: rew
         comprehension = node.comprehension_expr
         if _types_hold_optionals(checked, [comprehension.iter_range, comprehension.accu_init, node]):
             raise NotSteppable("a loop over or building optional values")
+        # Only names bound by enclosing comprehensions are captured: the rest (activation variables,
+        # type names such as ``string``) resolve the same way in every slice's evaluation.
         captures = sorted(
             (free_variables(comprehension.loop_condition, frozenset())
              | free_variables(comprehension.loop_step, frozenset())
              | free_variables(comprehension.result, frozenset()))
-            - {comprehension.iter_var, comprehension.iter_var2, comprehension.accu_var, ""} - top_level)
+            & enclosing.get(node.id, frozenset()))
         plan = _plan(checked, comprehension, tuple(captures), ids, deserialize)
         loops[node.id] = plan
         capture_values = rewrite.list_of(ids(), *(rewrite.ident(ids(), name) for name in captures))

@@ -16,8 +16,7 @@ comments are never touched, and it keeps every character of the source outside t
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from staticadm.cel import lexer
 
 OBJECT_FUNCTION = "__staticadm_object__"
 OBJECT_PART_FUNCTION = "__staticadm_object_part__"
@@ -28,68 +27,12 @@ OBJECT_TYPE = "Object"
 JSONPATCH_TYPE = "JSONPatch"
 JSONPATCH_FIELDS = ("op", "path", "from", "value")
 
-_STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SPACE = re.compile(r"\s+")
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str  # "ident", "string", "punct", "other"
-    text: str
-    start: int
-    end: int
-
 
 class StructSyntaxError(Exception):
     """A struct creation we cannot rewrite; the message is shown as a compile error."""
 
 
-def _tokens(source: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    position, length = 0, len(source)
-    while position < length:
-        char = source[position]
-        if char.isspace():
-            position = _SPACE.match(source, position).end()  # type: ignore[union-attr]
-            continue
-        if source.startswith("//", position):
-            newline = source.find("\n", position)
-            position = length if newline < 0 else newline + 1
-            continue
-        string = _STRING_START.match(source, position)
-        if string is not None:
-            prefix = source[position:string.start(1)]
-            end = _string_end(source, string.end(), string.group(1), raw="r" in prefix.lower())
-            tokens.append(_Token("string", source[position:end], position, end))
-            position = end
-            continue
-        identifier = _IDENT.match(source, position)
-        if identifier is not None:
-            tokens.append(_Token("ident", identifier.group(0), position, identifier.end()))
-            position = identifier.end()
-            continue
-        tokens.append(_Token("punct", char, position, position + 1))
-        position += 1
-    return tokens
-
-
-def _string_end(source: str, position: int, quote: str, *, raw: bool) -> int:
-    length = len(source)
-    while position < length:
-        if not raw and source[position] == "\\":
-            position += 2
-            continue
-        if source.startswith(quote, position):
-            return position + len(quote)
-        if len(quote) == 1 and source[position] == "\n":
-            break
-        position += 1
-    # Unterminated: leave the rest to the parser, which reports it properly.
-    return length
-
-
-def _struct_at(tokens: list[_Token], index: int) -> tuple[str, int] | None:
+def _struct_at(tokens: list[lexer.Token], index: int) -> tuple[str, int] | None:
     """(type name, index of its ``{``) when a struct creation starts at ``index``."""
     first = tokens[index]
     if first.kind != "ident" or first.text not in (OBJECT_TYPE, JSONPATCH_TYPE):
@@ -108,9 +51,9 @@ def _struct_at(tokens: list[_Token], index: int) -> tuple[str, int] | None:
     return None
 
 
-def rewrite_struct_creation(source: str) -> str:
-    """The source with every ``Object``/``JSONPatch`` creation turned into a declared call."""
-    tokens = _tokens(source)
+def struct_creation_edits(source: str) -> list[lexer.Edit]:
+    """Edits turning every ``Object``/``JSONPatch`` creation into a declared call."""
+    tokens = lexer.tokens(source)
     for token in tokens:
         if token.kind == "ident" and token.text in RESERVED_NAMES:
             raise StructSyntaxError(f"undeclared reference to '{token.text}'")
@@ -155,13 +98,9 @@ def rewrite_struct_creation(source: str) -> str:
                 else:
                     top[2] = False
         index += 1
-    if not replacements:
-        return source
-    pieces: list[str] = []
-    cursor = 0
-    for start, end, text in sorted(replacements):
-        pieces.append(source[cursor:start])
-        pieces.append(text)
-        cursor = end
-    pieces.append(source[cursor:])
-    return "".join(pieces)
+    return [lexer.Edit(start, end, text) for start, end, text in replacements]
+
+
+def rewrite_struct_creation(source: str) -> str:
+    """The source with every ``Object``/``JSONPatch`` creation turned into a declared call."""
+    return lexer.apply(source, struct_creation_edits(source)).text

@@ -55,12 +55,10 @@ def parse_type(name: str, opaque_names: frozenset[str], *, runtime: bool) -> cel
         return cel.Type.LIST if runtime else cel.Type.List(arguments[0])
     if head == "map" and len(arguments) == 2:
         return cel.Type.MAP if runtime else cel.Type.Map(arguments[0], arguments[1])
-    if head == "optional_type" and len(arguments) == 1 and runtime:
-        # The runtime side of an optional-returning function returns the zero value for "none";
-        # the compiler wraps the call in optional.ofNonZeroValue (see rewrite.py).
-        return parse_type(rest[:-1], opaque_names, runtime=True)
     if head == "optional_type" and len(arguments) == 1:
-        return cel.Type.AbstractType("optional_type", [arguments[0]])
+        # Functions returning optional values are declared as returning map(int, T), read with [?0]
+        # (see optional_results.py): the engine cannot receive an optional value from Python.
+        return cel.Type.MAP if runtime else cel.Type.Map(cel.Type.INT, arguments[0])
     raise ValueError(f"unknown CEL type name {name!r}")
 
 
@@ -72,5 +70,5 @@ def runtime_kind(name: str, opaque_names: frozenset[str]) -> str:
     if name.startswith("list("):
         return "list"
     if name.startswith("optional_type("):
-        return runtime_kind(name[len("optional_type(") : -1], opaque_names)
+        return "map"
     return _PRIMITIVES[name].name() if name in _PRIMITIVES else name

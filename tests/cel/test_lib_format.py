@@ -148,17 +148,16 @@ def test_named_lookup_and_equality() -> None:
 
 
 # Listed in tests/cel/known_gaps.json: the engine cannot declare optional_type(T) results.
-OPTIONAL_GAP = "cel-expr-python cannot declare optional_type(T) in a Python function signature"
 
 
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        pytest.param('format.dns1123Label().validate("contains a space").value()', [LABEL_MSG], marks=pytest.mark.xfail(strict=True, reason=OPTIONAL_GAP)),  # noqa: E501
-        pytest.param('format.named("unknown").hasValue()', False, marks=pytest.mark.xfail(strict=True, reason=OPTIONAL_GAP)),  # noqa: E501
-        pytest.param('format.named("uri").value() == format.uri()', True, marks=pytest.mark.xfail(strict=True, reason=OPTIONAL_GAP)),  # noqa: E501
+        ('format.dns1123Label().validate("contains a space").value()', [LABEL_MSG]),
+        ('format.named("unknown").hasValue()', False),
+        ('format.named("uri").value() == format.uri()', True),
         ("format.dns1123Label() == format.dns1123Subdomain()", False),
-        pytest.param('format.byte().validate("aGVsbG8=") == optional.none()', True, marks=pytest.mark.xfail(strict=True, reason=OPTIONAL_GAP)),  # noqa: E501
+        ('format.byte().validate("aGVsbG8=") == optional.none()', True),
     ],
 )
 def test_end_to_end(source: str, expected: Any) -> None:

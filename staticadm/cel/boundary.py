@@ -1,0 +1,127 @@
+"""Optional values never reach a function implemented in Python.
+
+cel-expr-python converts the arguments of a Python function into Python values before calling it, and
+it crashes the whole process (SIGSEGV) on a map holding an optional value. Kubernetes' library functions
+implemented in Python here (lists, quantity, the map insertion of two-variable comprehensions, the
+``Object{}``/``JSONPatch{}`` constructors, ...) would receive one only when an expression passes such a
+map, directly or through ``dyn``. This pass finds every call of such a function whose arguments may hold
+optional values (by their checked types, following ``dyn`` values from where they come from: variables,
+comprehension variables, operands) and links it as an error naming the function, so the request gets an
+error under the policy's failurePolicy instead of taking the daemon down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from staticadm.cel import ast, linking
+from staticadm.cel.collisions import MEMBER_ALIASES
+from staticadm.cel.rewrite import call
+
+_ALIAS_TO_NAME = {alias: name for name, alias in MEMBER_ALIASES.items()}
+MESSAGE = ("{function}: a value holding optional values cannot be passed to this function in staticadm "
+           "(the CEL engine cannot hand it over)")
+
+
+def guard(checked: Any, python_functions: frozenset[str]) -> int:
+    """Replaces, in place, the calls of ``python_functions`` whose arguments may hold optional values.
+    Returns how many were replaced."""
+    types = ast.node_types(checked)
+    tainted = taint(checked.expr, types)
+    replaced = 0
+    for node in list(ast.walk(checked.expr)):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        function = node.call_expr.function
+        if function not in python_functions:
+            continue
+        operands = ([node.call_expr.target] if node.call_expr.HasField("target") else []) + list(node.call_expr.args)
+        if any(operand.id in tainted for operand in operands):
+            message = ast.Expr(id=node.id + (1 << 40))
+            message.const_expr.string_value = MESSAGE.format(function=_ALIAS_TO_NAME.get(function, function))
+            node.CopyFrom(call(node.id, linking.FAIL_FUNCTION, message))
+            replaced += 1
+    return replaced
+
+
+def _may_hold_optional(type_name: str) -> bool:
+    return "optional_type" in type_name
+
+
+def taint(expr: Any, types: Mapping[int, str]) -> set[int]:
+    """Ids of the nodes whose value may hold an optional value."""
+    tainted: set[int] = set()
+    _visit(expr, types, {}, tainted, {})
+    return tainted
+
+
+def _visit(expr: Any, types: Mapping[int, str], scope: dict[str, bool], tainted: set[int],
+           blocks: dict[str, bool]) -> bool:
+    kind = expr.WhichOneof("expr_kind")
+    own_type = types.get(expr.id, "dyn")
+    carries_dyn = "dyn" in own_type or own_type.startswith("T") or own_type == ""
+    result = _may_hold_optional(own_type)
+    if kind == "ident_expr":
+        name = expr.ident_expr.name
+        result = result or scope.get(name, False) or blocks.get(name, False)
+    elif kind == "select_expr":
+        child = _visit(expr.select_expr.operand, types, scope, tainted, blocks)
+        result = result or (child and carries_dyn)
+    elif kind == "call_expr":
+        call_node = expr.call_expr
+        if call_node.function == linking.BLOCK_FUNCTION and len(call_node.args) == 2:
+            entries = call_node.args[0].list_expr.elements
+            for index, entry in enumerate(entries):
+                blocks[f"{linking.INDEX_PREFIX}{index}"] = _visit(entry, types, scope, tainted, blocks)
+            result = _visit(call_node.args[1], types, scope, tainted, blocks)
+        else:
+            operands = ([call_node.target] if call_node.HasField("target") else []) + list(call_node.args)
+            children = [_visit(operand, types, scope, tainted, blocks) for operand in operands]
+            result = result or (any(children) and carries_dyn)
+    elif kind == "list_expr":
+        optional_indices = set(expr.list_expr.optional_indices)
+        children = [_element(element, index in optional_indices, types, scope, tainted, blocks)
+                    for index, element in enumerate(expr.list_expr.elements)]
+        result = result or any(children)
+    elif kind == "struct_expr":
+        children = []
+        for entry in expr.struct_expr.entries:
+            if entry.HasField("map_key"):
+                children.append(_visit(entry.map_key, types, scope, tainted, blocks))
+            children.append(_element(entry.value, entry.optional_entry, types, scope, tainted, blocks))
+        result = result or any(children)
+    elif kind == "comprehension_expr":
+        comprehension = expr.comprehension_expr
+        range_tainted = _visit(comprehension.iter_range, types, scope, tainted, blocks)
+        init_tainted = _visit(comprehension.accu_init, types, scope, tainted, blocks)
+        inner = dict(scope)
+        inner[comprehension.iter_var] = range_tainted
+        if comprehension.iter_var2:
+            inner[comprehension.iter_var2] = range_tainted
+        inner[comprehension.accu_var] = init_tainted
+        # The accumulator may pick up what the step computes: visit twice to reach the fixed point.
+        step_tainted = _visit(comprehension.loop_step, types, inner, tainted, blocks)
+        if step_tainted and not inner[comprehension.accu_var]:
+            inner[comprehension.accu_var] = True
+            _visit(comprehension.loop_step, types, inner, tainted, blocks)
+        _visit(comprehension.loop_condition, types, inner, tainted, blocks)
+        result_scope = dict(scope)
+        result_scope[comprehension.accu_var] = inner[comprehension.accu_var]
+        result = _visit(comprehension.result, types, result_scope, tainted, blocks) or result
+    if result:
+        tainted.add(expr.id)
+    return result
+
+
+def _element(expr: Any, optional_entry: bool, types: Mapping[int, str], scope: dict[str, bool],
+             tainted: set[int], blocks: dict[str, bool]) -> bool:
+    """Whether an element of a list or map literal holds optional values; ``[?x]`` and ``{?k: x}`` hold
+    the value inside ``x``, not ``x`` itself."""
+    held = _visit(expr, types, scope, tainted, blocks)
+    if not optional_entry:
+        return held
+    own_type = types.get(expr.id, "dyn")
+    if own_type.startswith("optional_type(") and own_type.endswith(")"):
+        return _may_hold_optional(own_type[len("optional_type("):-1])
+    return held
