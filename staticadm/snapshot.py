@@ -166,7 +166,12 @@ def _lookup(compiled: Mapping[str, Any], policy_kind: str, name: str, path: str,
     if isinstance(program, CompiledExpression):
         return program
     # The loader keeps every program it compiled; compiling here only covers a loader without one.
-    return compile_expression(source, kind, variable_names=list(variable_names), mutating=mutating)
+    names = list(variable_names)
+    types = {}
+    for index, variable in enumerate(names):
+        earlier = compiled.get(f"{policy_kind}/{name}/spec.variables[{index}].expression")
+        types[variable] = getattr(earlier, "result_type", "dyn")
+    return compile_expression(source, kind, variable_names=names, variable_types=types, mutating=mutating)
 
 
 def _link_variables(variables: Mapping[str, Program], *, mutating: bool) -> dict[str, Program]:

@@ -37,18 +37,21 @@ def _environment(mutating: bool) -> CelEnvironment:
 
 
 def compile_expression(
-    source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (), mutating: bool = False
+    source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (),
+    variable_types: Mapping[str, str] | None = None, mutating: bool = False
 ) -> CompiledExpression | CompileError:
     """Compiles as Kubernetes would. Results are immutable and depend only on the arguments, so they are
     remembered: a reload recompiles only the expressions that changed (compiling costs ~0.7 ms each)."""
     names = None if variable_names is None else tuple(variable_names)
-    return _compile_cached(source, kind, names, bool(mutating))
+    types = tuple(sorted((variable_types or {}).items()))
+    return _compile_cached(source, kind, names, types, bool(mutating))
 
 
 @lru_cache(maxsize=2048)
 def _compile_cached(source: str, kind: ExpressionKind, variable_names: tuple[str, ...] | None,
-                    mutating: bool) -> CompiledExpression | CompileError:
-    return admission_environment(mutating).compile(source, kind, variable_names=variable_names)
+                    variable_types: tuple[tuple[str, str], ...], mutating: bool) -> CompiledExpression | CompileError:
+    return admission_environment(mutating).compile(source, kind, variable_names=variable_names,
+                                                   variable_types=dict(variable_types))
 
 
 __all__ = [

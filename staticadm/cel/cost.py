@@ -51,7 +51,7 @@ _TENTH = 10
 _REGEX_FACTOR = 4
 
 #: Functions with no cost of their own: logical operators and the internal calls the rewrites add.
-FREE_FUNCTIONS = frozenset({"_&&_", "_||_", "_?_:_", "@not_strictly_false", "cel.@block"})
+FREE_FUNCTIONS = frozenset({"_&&_", "_||_", "_?_:_", "cel.@block"})
 
 
 class Charge(enum.IntEnum):

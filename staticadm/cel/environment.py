@@ -28,6 +28,7 @@ from staticadm.cel import (
     rewrite,
     stepping,
     structs,
+    typed_variables,
     validators,
 )
 from staticadm.cel.evaluation import (
@@ -47,6 +48,8 @@ from staticadm.cel.values import opaque_type_name
 
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
+#: Checker environments kept for typed variable placeholders (each ~3 ms to build, ~1 MB).
+_TYPED_CHECKERS = 256
 
 
 class ExpressionKind(enum.Enum):
@@ -277,12 +280,19 @@ class CelEnvironment:
         checker_decls = [
             self._checker_decl(function, opaque_names) for function in [*merged_overrides, *library_functions]
         ]
-        self._checker = cel.NewEnv(
-            config=cel.NewEnvConfigFromYaml(config_yaml),
-            variables=checker_variables,
-            extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
-            functions=checker_decls,
-        )
+        def checker(extra: Mapping[str, cel.Type]) -> Any:
+            return cel.NewEnv(
+                config=cel.NewEnvConfigFromYaml(config_yaml),
+                variables={**checker_variables, **extra},
+                extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
+                functions=checker_decls,
+            )
+
+        self._new_checker = checker
+        self._checker = checker({})
+        #: Checkers with typed variable placeholders, by the tuple of their types (typed_variables.py).
+        self._typed_checkers: dict[tuple[str, ...], Any] = {}
+        self._opaque_names = opaque_names
         runtime_decls = [
             decl
             for function in [*merged_overrides, *library_functions]
@@ -401,16 +411,32 @@ class CelEnvironment:
 
     # -- compilation --------------------------------------------------------------------------------
 
+    def _checker_for(self, types: tuple[str, ...]) -> Any:
+        if not types:
+            return self._checker
+        found = self._typed_checkers.get(types)
+        if found is None:
+            if len(self._typed_checkers) >= _TYPED_CHECKERS:
+                self._typed_checkers.pop(next(iter(self._typed_checkers)))
+            found = self._new_checker({typed_variables.PLACEHOLDER.format(index): parse_type(
+                type_name, self._opaque_names, runtime=False) for index, type_name in enumerate(types)})
+            self._typed_checkers[types] = found
+        return found
+
     def compile(
-        self, source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = ()
+        self, source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (),
+        variable_types: Mapping[str, str] | None = None,
     ) -> CompiledExpression | CompileError:
         """Compiles ``source`` as Kubernetes would; errors come back as values with cel-go's wording.
 
         ``variable_names`` are the policy variables visible to the expression; ``None`` skips the check
-        (the playground, where ``variables`` is just a map).
+        (the playground, where ``variables`` is just a map). ``variable_types`` gives their compiled
+        types, so ``variables.<name>`` is checked with the type Kubernetes declares for it.
         """
         edits = [*collisions.member_alias_edits(source),
                  *optional_results.optional_call_edits(source, self._optional_members, self._optional_globals)]
+        typed = typed_variables.placeholders(source, variable_types or {})
+        edits.extend(typed.edits)
         if self.struct_syntax:
             try:
                 edits.extend(structs.struct_creation_edits(source))
@@ -418,10 +444,11 @@ class CelEnvironment:
                 return CompileError(f"ERROR: <input>:1:1: {error}")
         rewritten = lexer.apply(source, edits)
         try:
-            checked_program = self._checker.compile(rewritten.text)
+            checked_program = self._checker_for(typed.types).compile(rewritten.text)
         except RuntimeError as error:
             return CompileError(collisions.restore_alias_names(rewritten.restore_errors(engine_error_text(str(error)))))
         checked = ast.decode(checked_program.serialize())
+        typed_variables.restore_selections(checked, typed.names)
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_literal_arguments(checked, self._literal_error),

@@ -43,7 +43,8 @@ STATIC_SUFFIX = ".static.k8s.io"
 GROUP = "admissionregistration.k8s.io"
 
 #: compile(source, kind name, variable names, mutating) -> compiled program, or an error message.
-CelCompiler = Callable[[str, str, Sequence[str], bool], "tuple[Any, str | None]"]
+#: compile(source, kind, visible variable names, their compiled types, mutating) -> (program, error).
+CelCompiler = Callable[[str, str, Sequence[str], Mapping[str, str], bool], "tuple[Any, str | None]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,10 @@ def default_cel_compiler() -> CelCompiler | str:
     except ImportError as err:
         return f"the CEL compiler (staticadm.cel) is unavailable: {err}"
 
-    def compile_fn(source: str, kind: str, names: Sequence[str], mutating: bool) -> tuple[Any, str | None]:
-        result = compile_expression(source, ExpressionKind[kind], variable_names=tuple(names), mutating=mutating)
+    def compile_fn(source: str, kind: str, names: Sequence[str], types: Mapping[str, str],
+                   mutating: bool) -> tuple[Any, str | None]:
+        result = compile_expression(source, ExpressionKind[kind], variable_names=tuple(names),
+                                    variable_types=types, mutating=mutating)
         if isinstance(result, CompileError):
             return None, result.message
         return result, None
@@ -335,8 +338,13 @@ class _Load:
             self.compiled_count_wanted += 1
             return None
         mutating = expr in (Expr.APPLY_CONFIGURATION, Expr.JSON_PATCH)
+        # Variables are compiled in order before anything reads them: their types are known here.
+        types = {}
+        for index, variable in enumerate(names):
+            earlier = self.recorded.get(compiled_key(kind, name, f"spec.variables[{index}].expression"))
+            types[variable] = getattr(earlier, "result_type", "dyn")
         try:
-            program, error = self.cel(source, expr.value, names, mutating)
+            program, error = self.cel(source, expr.value, names, types, mutating)
         except Exception as err:
             return f"internal error compiling expression: {type(err).__name__}: {err}"
         if error is not None:
@@ -345,7 +353,7 @@ class _Load:
             # Kubernetes checks MAP variables without the patch types, but mutation expressions read them
             # lazily from their own context, so the program kept for evaluation comes from that environment.
             try:
-                program, error = self.cel(source, expr.value, names, True)
+                program, error = self.cel(source, expr.value, names, types, True)
             except Exception as err:
                 return f"internal error compiling expression: {type(err).__name__}: {err}"
             if error is not None:
