@@ -152,9 +152,10 @@ class TestCost:
                    for o in outcomes[10:])
 
 
-class TestLongLoops:
-    ENV = {"object": {"spec": {"containers": [{"name": "app", "env": [{"name": f"E{i}"} for i in range(12_000)]}]}}}
+LONG_ENV = {"object": {"spec": {"containers": [{"name": "app", "env": [{"name": f"E{i}"} for i in range(12_000)]}]}}}
 
+
+class TestLongLoops:
     @pytest.mark.parametrize(("source", "expected"), [
         ("object.spec.containers.all(c, c.env.all(e, e.name != 'FORBIDDEN'))", True),
         ("object.spec.containers.exists(c, c.env.exists(e, e.name == 'E11999'))", True),
@@ -166,11 +167,11 @@ class TestLongLoops:
         ("object.spec.containers.all(c, c.env.all(e, c.env.size() == 12000))", True),
     ])
     def test_loops_longer_than_the_engine_allows(self, source: str, expected: Any) -> None:
-        assert _evaluate(source, self.ENV, kind=ExpressionKind.STANDALONE) == expected
+        assert _evaluate(source, LONG_ENV, kind=ExpressionKind.STANDALONE) == expected
 
     def test_a_long_loop_reading_variables(self) -> None:
         variables = _variables(("forbidden", "'E11999'"), ("env", "object.spec.containers[0].env"))
-        outcome = _evaluate("!variables.env.exists(e, e.name == variables.forbidden)", self.ENV, variables)
+        outcome = _evaluate("!variables.env.exists(e, e.name == variables.forbidden)", LONG_ENV, variables)
         assert outcome is False
 
 
