@@ -231,6 +231,9 @@ class CelEnvironment:
             if (decl := self._runtime_decl(function, opaque_names)) is not None
         ]
         runtime_decls.extend(self._internal_runtime_decls())
+        #: overload id -> runtime function name, for calls the rewrite routes to a concretely typed result.
+        self._typed_calls: dict[str, str] = {}
+        runtime_decls.extend(self._typed_runtime_decls(library_functions, opaque_names))
         self._runtime = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=runtime_variables,
@@ -279,6 +282,34 @@ class CelEnvironment:
                 engine_overloads.append(cel.Overload(first.overload_id + suffix, result, params,
                                                      is_member=first.member, impl=impl))
         return cel.FunctionDecl(function.name, engine_overloads)
+
+    def _typed_runtime_decls(self, functions: Sequence[Function],
+                             opaque_names: frozenset[str]) -> list[cel.FunctionDecl]:
+        """Overloads that share one runtime registration but declare different results (``list(T).max()``
+        returns ``T``) are also registered one by one under their own name with their concrete result
+        type: a Python function with a dyn result cannot hand a duration or timestamp to the engine."""
+        decls = []
+        for function in functions:
+            groups: dict[tuple[bool, tuple[str, ...]], list[Overload]] = {}
+            for overload in function.overloads:
+                key = (overload.member, tuple(runtime_kind(p, opaque_names) for p in overload.params))
+                groups.setdefault(key, []).append(overload)
+            for overloads in groups.values():
+                if len({overload.result for overload in overloads}) < 2:
+                    continue
+                for overload in overloads:
+                    if overload.result not in _TYPED_RESULTS:
+                        continue
+                    name = f"{function.name}@{overload.overload_id}"
+                    result = parse_type(overload.result, opaque_names, runtime=True)
+                    engine_overloads = [
+                        cel.Overload(f"{overload.overload_id}@typed{suffix}", result, params,
+                                     is_member=overload.member, impl=_runtime_impl(overload))
+                        for suffix, params in _concrete_parameter_types(overload.params, opaque_names)
+                    ]
+                    decls.append(cel.FunctionDecl(name, engine_overloads))
+                    self._typed_calls[overload.overload_id] = name
+        return decls
 
     def _internal_runtime_decls(self) -> list[cel.FunctionDecl]:
         def range_guard(count: int) -> int:
@@ -367,7 +398,7 @@ class CelEnvironment:
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
         runtime_ast = rewrite.rewrite_for_runtime(checked, self._optional_functions, frozenset(self.opaque_types),
-                                                  null_variables)
+                                                  null_variables, self._typed_calls)
         try:
             program = self._runtime.deserialize(ast.encode(runtime_ast))
         except RuntimeError as error:
@@ -453,6 +484,8 @@ _CONCRETE_KINDS: tuple[tuple[str, cel.Type], ...] = (
     ("duration", cel.Type.DURATION),
 )
 _MAP_KEY_TYPES = (cel.Type.INT, cel.Type.UINT, cel.Type.BOOL, cel.Type.STRING)
+#: Result types the engine accepts from Python only when declared concretely (see _typed_runtime_decls).
+_TYPED_RESULTS = frozenset({"int", "uint", "double", "bool", "string", "bytes", "duration", "timestamp"})
 
 
 def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str]) -> list[tuple[str, list[cel.Type]]]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from staticadm.cel import ast
@@ -49,7 +50,8 @@ TYPE_CONSTANT_PREFIX = "@type:"
 
 
 def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque_types: frozenset[str],
-                        null_variables: frozenset[str] = frozenset()) -> Any:
+                        null_variables: frozenset[str] = frozenset(),
+                        typed_calls: Mapping[str, str] | None = None) -> Any:
     """The runtime form of a checked expression; ``null_variables`` are variables that are always null for
     this kind of expression (match conditions never see ``namespaceObject``), so the expression can share
     an activation with the others of its request."""
@@ -87,7 +89,11 @@ def rewrite_for_runtime(checked: Any, optional_functions: frozenset[str], opaque
                 node.CopyFrom(_call(node.id, VARIABLE_FUNCTION, name))
         elif kind == "call_expr":
             call = node.call_expr
-            if call.function == "lists.range" and len(call.args) == 1:
+            overload_ids = list(reference.overload_id) if reference is not None else []
+            if typed_calls and len(overload_ids) == 1 and overload_ids[0] in typed_calls:
+                # The checker resolved one overload whose result the engine needs declared concretely.
+                call.function = typed_calls[overload_ids[0]]
+            elif call.function == "lists.range" and len(call.args) == 1:
                 bounded = _call(ids(), RANGE_GUARD_FUNCTION, call.args[0])
                 call.args[0].CopyFrom(bounded)
             elif call.function in optional_functions:
