@@ -15,9 +15,9 @@ from types import ModuleType
 from typing import Any
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_optional, ext_strings
+from cel_expr_python.ext import ext_optional
 
-from staticadm.cel import ast, collisions, rewrite, structs, validators
+from staticadm.cel import ast, rewrite, string_format, structs, validators
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
     CostLimitExceeded,
@@ -26,7 +26,7 @@ from staticadm.cel.evaluation import (
     EvaluationState,
     engine_error_text,
 )
-from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES
+from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.types import parse_type, runtime_kind
 from staticadm.cel.values import opaque_type_name
@@ -153,7 +153,7 @@ class CelEnvironment:
         for library in libraries:
             for function in library.FUNCTIONS:
                 merged.setdefault(function.name, []).extend(function.overloads)
-        functions = collisions.alias_functions([Function(name, tuple(o)) for name, o in merged.items()])
+        functions = [Function(name, tuple(o)) for name, o in merged.items()]
         opaque_types: list[OpaqueType] = [t for library in libraries for t in getattr(library, "TYPES", ())]
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
         self.struct_syntax = any(getattr(library, "STRUCT_SYNTAX", False) for library in libraries)
@@ -222,7 +222,7 @@ class CelEnvironment:
         self._checker = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=checker_variables,
-            extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
+            extensions=[ext_optional.ExtOptional()],
             functions=checker_decls,
         )
         runtime_decls = [
@@ -237,7 +237,7 @@ class CelEnvironment:
         self._runtime = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=runtime_variables,
-            extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
+            extensions=[ext_optional.ExtOptional()],
             functions=runtime_decls,
         )
         self._literal_programs: dict[tuple[str, str], Any] = {}
@@ -373,16 +373,17 @@ class CelEnvironment:
                 rewritten = structs.rewrite_struct_creation(source)
             except structs.StructSyntaxError as error:
                 return CompileError(f"ERROR: <input>:1:1: {error}")
-        checker_source = collisions.alias_member_calls(rewritten)
+        checker_source = macros.respell_exists_one(rewritten, self._parse)
         try:
             checked_program = self._checker.compile(checker_source)
         except RuntimeError as error:
-            return CompileError(collisions.restore_names(engine_error_text(str(error)), checker_source, rewritten))
+            return CompileError(macros.restore_source(engine_error_text(str(error)), checker_source, rewritten))
         checked = ast.decode(checked_program.serialize())
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_literal_arguments(checked, self._literal_error),
             *validators.check_typed_variables(checked, None if variable_names is None else frozenset(variable_names)),
+            *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
         ]
         if issues:
             rendered = []
@@ -410,6 +411,9 @@ class CelEnvironment:
             program=program,
             variables_used=validators.uses_of_variables(checked),
         )
+
+    def _parse(self, source: str) -> Any:
+        return ast.decode(self._checker.compile(source, disable_check=True).serialize())
 
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
