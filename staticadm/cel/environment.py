@@ -17,7 +17,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 
-from staticadm.cel import ast, rewrite, string_format, structs, validators
+from staticadm.cel import ast, messages, rewrite, string_format, structs, validators
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
     CostLimitExceeded,
@@ -154,6 +154,7 @@ class CelEnvironment:
             for function in library.FUNCTIONS:
                 merged.setdefault(function.name, []).extend(function.overloads)
         functions = [Function(name, tuple(o)) for name, o in merged.items()]
+        self._function_names = frozenset(merged) | messages.STANDARD_FUNCTIONS
         opaque_types: list[OpaqueType] = [t for library in libraries for t in getattr(library, "TYPES", ())]
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
         self.struct_syntax = any(getattr(library, "STRUCT_SYNTAX", False) for library in libraries)
@@ -377,7 +378,8 @@ class CelEnvironment:
         try:
             checked_program = self._checker.compile(checker_source)
         except RuntimeError as error:
-            return CompileError(macros.restore_source(engine_error_text(str(error)), checker_source, rewritten))
+            text = macros.restore_source(engine_error_text(str(error)), checker_source, rewritten)
+            return CompileError(messages.compile_error_text(text, rewritten, functions=self._function_names))
         checked = ast.decode(checked_program.serialize())
         issues = [
             *validators.check_homogeneous_literals(checked),

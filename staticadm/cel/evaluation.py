@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from cel_expr_python import cel
 
+from staticadm.cel import messages
+
 if TYPE_CHECKING:
     from staticadm.cel.environment import CompiledExpression
 
@@ -40,6 +42,11 @@ class EvalError:
 def engine_error_text(raw: str) -> str:
     """Strips the absl status code the engine puts around error texts."""
     return _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", raw.strip()))
+
+
+def _runtime_error(raw: str) -> str:
+    """An evaluation error in cel-go's words (what kube-apiserver reports)."""
+    return messages.runtime_error_text(engine_error_text(raw))
 
 
 class EvaluationState:
@@ -150,7 +157,7 @@ class EvaluationContext:
         except Exception as error:  # the engine raises for some internal failures; never let them escape
             if self.cost_exceeded:
                 return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
-            return EvalError(engine_error_text(str(error)))
+            return EvalError(_runtime_error(str(error)))
         finally:
             if nested:
                 self._iterations = max(self._iterations, saved_iterations)
@@ -165,5 +172,5 @@ def _python_value(result: Any) -> Any:
         except Exception:
             # Optional values report the ERROR kind and cannot cross into Python.
             return EvalError("expression returned an optional value, which has no JSON form")
-        return EvalError(engine_error_text(str(text)))
+        return EvalError(_runtime_error(str(text)))
     return result.plain_value()
