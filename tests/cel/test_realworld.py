@@ -62,3 +62,13 @@ def test_check_outcome_matches_kube_apiserver(case: str, reports: dict[str, dict
     outcome = "accepted" if report["valid"] else "rejected"
     errors = [error["message"] for error in report["errors"]]
     assert outcome == VERDICTS[case]["expected"], f"{case}: {VERDICTS[case].get('reason', '')} errors: {errors}"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["116-volcano-vap-pods", "123-pawtograder-preview-namespace-names", "124-devpolaris-require-app-owner-label"],
+)
+def test_has_misuse_is_reported_in_cel_go_words(case: str, reports: dict[str, dict[str, Any]]) -> None:
+    messages = [error["message"] for error in reports[case]["errors"]]
+    assert messages, case
+    assert all("invalid argument to has() macro" in message for message in messages), messages
