@@ -50,6 +50,10 @@ _RUNTIME_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]],
     (re.compile(r"Type conversion error from '([^']*)' to '([^']*)'"),
      lambda m: f"type conversion error from '{m.group(1)}' to '{m.group(2)}'"),
     (re.compile(r"Applying SELECT to non-message type"), lambda m: "no such key"),
+    # cel-cpp's lists extension prefixes its errors with the function; cel-go's texts are bare.
+    (re.compile(r"(?:flatten|sort)\(\): (level must be non-negative|list elements must have the same type)"),
+     lambda m: m.group(1)),
+    (re.compile(r"sort\(\): unsupported type \S+"), lambda m: "list elements must be comparable"),
 )
 
 

@@ -40,6 +40,9 @@ from staticadm.cel.messages import compile_error_text, runtime_error_text, undec
         ("timestamp('9999-12-31T23:59:59Z') + duration('1s')", "timestamp overflow"),
         ("optional.none().value()", "optional.none() dereference"),
         ("[1].slice(2, 1)", "cannot slice(2, 1), start index must be less than or equal to end index"),
+        ("[[1], [2]].flatten(-1)", "level must be non-negative"),
+        ("[dyn('d'), dyn(3)].sort()", "list elements must have the same type"),
+        ("[dyn([1]), dyn(2)].sortBy(x, x)", "list elements must be comparable"),
     ],
 )
 def test_runtime_errors_in_cel_go_words(expression: str, message: str) -> None:
