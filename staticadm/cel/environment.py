@@ -314,6 +314,8 @@ class CelEnvironment:
 
     def _internal_runtime_decls(self) -> list[cel.FunctionDecl]:
         def range_guard(count: int) -> int:
+            if count < 0:
+                return 0  # cel-go's lists.range(n) is empty for n < 0; cel-cpp fails in vector::reserve
             if count > MAX_RANGE:
                 self.state.current.cost_exceeded = True
                 raise CostLimitExceeded()

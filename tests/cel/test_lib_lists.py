@@ -126,3 +126,9 @@ def test_end_to_end_errors() -> None:
     no_overload = evaluate_standalone("['a', 'b'].sum() == 'c'")
     assert isinstance(no_overload, CompileError)
     assert "found no matching overload for 'sum'" in no_overload.message
+
+
+def test_lists_range_of_a_negative_count_is_empty() -> None:
+    # cel-go ext/lists.go genRange loops while i < n; cel-cpp fails with 'vector::reserve'.
+    assert evaluate_standalone("lists.range(-1)") == []
+    assert evaluate_standalone("lists.range(-5).size() == 0") is True
