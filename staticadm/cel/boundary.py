@@ -16,10 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from staticadm.cel import ast, linking
-from staticadm.cel.collisions import MEMBER_ALIASES
 from staticadm.cel.rewrite import call
 
-_ALIAS_TO_NAME = {alias: name for name, alias in MEMBER_ALIASES.items()}
 MESSAGE = ("{function}: a value holding optional values cannot be passed to this function in staticadm "
            "(the CEL engine cannot hand it over)")
 
@@ -39,7 +37,7 @@ def guard(checked: Any, python_functions: frozenset[str]) -> int:
         operands = ([node.call_expr.target] if node.call_expr.HasField("target") else []) + list(node.call_expr.args)
         if any(operand.id in tainted for operand in operands):
             message = ast.Expr(id=node.id + (1 << 40))
-            message.const_expr.string_value = MESSAGE.format(function=_ALIAS_TO_NAME.get(function, function))
+            message.const_expr.string_value = MESSAGE.format(function=function)
             node.CopyFrom(call(node.id, linking.FAIL_FUNCTION, message))
             replaced += 1
     return replaced

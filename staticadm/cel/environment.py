@@ -15,18 +15,19 @@ from types import ModuleType
 from typing import Any, cast
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_optional, ext_strings
+from cel_expr_python.ext import ext_optional
 
 from staticadm.cel import (
     ast,
     boundary,
-    collisions,
     cost,
     lexer,
     linking,
+    messages,
     optional_results,
     rewrite,
     stepping,
+    string_format,
     structs,
     typed_variables,
     validators,
@@ -41,7 +42,7 @@ from staticadm.cel.evaluation import (
     engine_error_text,
     to_python,
 )
-from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES
+from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.types import parse_type, runtime_kind
 from staticadm.cel.values import opaque_type_name
@@ -209,7 +210,8 @@ class CelEnvironment:
         for library in libraries:
             for function in library.FUNCTIONS:
                 merged.setdefault(function.name, []).extend(function.overloads)
-        functions = collisions.alias_functions([Function(name, tuple(o)) for name, o in merged.items()])
+        functions = [Function(name, tuple(o)) for name, o in merged.items()]
+        self._function_names = frozenset(merged) | messages.STANDARD_FUNCTIONS
         opaque_types: list[OpaqueType] = [t for library in libraries for t in getattr(library, "TYPES", ())]
         self.opaque_types: Mapping[str, OpaqueType] = {t.name: t for t in opaque_types}
         self.struct_syntax = any(getattr(library, "STRUCT_SYNTAX", False) for library in libraries)
@@ -284,7 +286,7 @@ class CelEnvironment:
             return cel.NewEnv(
                 config=cel.NewEnvConfigFromYaml(config_yaml),
                 variables={**checker_variables, **extra},
-                extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
+                extensions=[ext_optional.ExtOptional()],
                 functions=checker_decls,
             )
 
@@ -299,10 +301,13 @@ class CelEnvironment:
             if (decl := self._runtime_decl(function, opaque_names)) is not None
         ]
         runtime_decls.extend(self._internal_runtime_decls())
+        #: overload id -> runtime function name, for calls the rewrite routes to a concretely typed result.
+        self._typed_calls: dict[str, str] = {}
+        runtime_decls.extend(self._typed_runtime_decls(library_functions, opaque_names))
         self._runtime = cel.NewEnv(
             config=cel.NewEnvConfigFromYaml(config_yaml),
             variables=runtime_variables,
-            extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],
+            extensions=[ext_optional.ExtOptional()],
             functions=runtime_decls,
         )
         self._literal_programs: dict[tuple[str, str], Any] = {}
@@ -348,8 +353,38 @@ class CelEnvironment:
                                                      is_member=first.member, impl=impl))
         return cel.FunctionDecl(function.name, engine_overloads)
 
+    def _typed_runtime_decls(self, functions: Sequence[Function],
+                             opaque_names: frozenset[str]) -> list[cel.FunctionDecl]:
+        """Overloads that share one runtime registration but declare different results (``list(T).max()``
+        returns ``T``) are also registered one by one under their own name with their concrete result
+        type: a Python function with a dyn result cannot hand a duration or timestamp to the engine."""
+        decls = []
+        for function in functions:
+            groups: dict[tuple[bool, tuple[str, ...]], list[Overload]] = {}
+            for overload in function.overloads:
+                key = (overload.member, tuple(runtime_kind(p, opaque_names) for p in overload.params))
+                groups.setdefault(key, []).append(overload)
+            for overloads in groups.values():
+                if len({overload.result for overload in overloads}) < 2:
+                    continue
+                for overload in overloads:
+                    if overload.result not in _TYPED_RESULTS:
+                        continue
+                    name = f"{function.name}@{overload.overload_id}"
+                    result = parse_type(overload.result, opaque_names, runtime=True)
+                    engine_overloads = [
+                        cel.Overload(f"{overload.overload_id}@typed{suffix}", result, params,
+                                     is_member=overload.member, impl=_runtime_impl(overload))
+                        for suffix, params in _concrete_parameter_types(overload.params, opaque_names)
+                    ]
+                    decls.append(cel.FunctionDecl(name, engine_overloads))
+                    self._typed_calls[overload.overload_id] = name
+        return decls
+
     def _internal_runtime_decls(self) -> list[cel.FunctionDecl]:
         def range_guard(count: int) -> int:
+            if count < 0:
+                return 0  # cel-go's lists.range(n) is empty for n < 0; cel-cpp fails in vector::reserve
             if count > MAX_RANGE:
                 self.state.current.charge(cost.PER_CALL_LIMIT + 1, rewrite.BODY_OWNER)
             return count
@@ -433,7 +468,7 @@ class CelEnvironment:
         (the playground, where ``variables`` is just a map). ``variable_types`` gives their compiled
         types, so ``variables.<name>`` is checked with the type Kubernetes declares for it.
         """
-        edits = [*collisions.member_alias_edits(source),
+        edits = [*macros.exists_one_edits(source),
                  *optional_results.optional_call_edits(source, self._optional_members, self._optional_globals)]
         typed = typed_variables.placeholders(source, variable_types or {})
         edits.extend(typed.edits)
@@ -446,20 +481,24 @@ class CelEnvironment:
         try:
             checked_program = self._checker_for(typed.types).compile(rewritten.text)
         except RuntimeError as error:
-            return CompileError(collisions.restore_alias_names(rewritten.restore_errors(engine_error_text(str(error)))))
+            text = rewritten.restore_errors(engine_error_text(str(error)))
+            return CompileError(messages.compile_error_text(text, source, functions=self._function_names))
         checked = ast.decode(checked_program.serialize())
         typed_variables.restore_selections(checked, typed.names)
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_literal_arguments(checked, self._literal_error),
-            *validators.check_typed_variables(checked, None if variable_names is None else frozenset(variable_names)),
+            *validators.check_typed_variables(checked, None if variable_names is None or kind is
+                                              ExpressionKind.MATCH_CONDITION else frozenset(variable_names)),
+            *(validators.check_undeclared_variables(checked) if kind is ExpressionKind.MATCH_CONDITION else ()),
+            *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
         ]
         if issues:
             rendered = []
             for issue in sorted(issues, key=lambda i: ast.position_of(checked, i.node_id)):
                 line, column = ast.position_of(checked, issue.node_id)
                 rendered.append(validators.format_issue(rewritten.text, line, column, issue.message))
-            return CompileError(collisions.restore_alias_names(rewritten.restore_errors("\n".join(rendered))))
+            return CompileError(rewritten.restore_errors("\n".join(rendered)))
         result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]
         if allowed is not None and result_type not in allowed:
@@ -470,7 +509,7 @@ class CelEnvironment:
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)
         prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
-                                   owner=declaration_index)
+                                   owner=declaration_index, typed_calls=self._typed_calls)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
@@ -604,6 +643,8 @@ _CONCRETE_KINDS: tuple[tuple[str, cel.Type], ...] = (
     ("duration", cel.Type.DURATION),
 )
 _MAP_KEY_TYPES = (cel.Type.INT, cel.Type.UINT, cel.Type.BOOL, cel.Type.STRING)
+#: Result types the engine accepts from Python only when declared concretely (see _typed_runtime_decls).
+_TYPED_RESULTS = frozenset({"int", "uint", "double", "bool", "string", "bytes", "duration", "timestamp"})
 
 
 def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str]) -> list[tuple[str, list[cel.Type]]]:

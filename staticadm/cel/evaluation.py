@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cel_expr_python import cel
 
-from staticadm.cel import cost, stepping
+from staticadm.cel import cost, messages, stepping
 
 if TYPE_CHECKING:
     from staticadm.cel.environment import CompiledExpression
@@ -65,6 +65,11 @@ class EvalError:
 def engine_error_text(raw: str) -> str:
     """Strips the absl status code the engine puts around error texts."""
     return _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", raw.strip()))
+
+
+def runtime_error(raw: str) -> str:
+    """An evaluation error in cel-go's words (what kube-apiserver reports)."""
+    return messages.runtime_error_text(engine_error_text(raw))
 
 
 class CostBudget:
@@ -239,7 +244,7 @@ class EvaluationContext:
                 if BODY in run.exceeded:
                     return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
                 if ENGINE_ITERATION_LIMIT_TEXT not in str(error):
-                    return EvalError(engine_error_text(str(error))), run
+                    return EvalError(runtime_error(str(error))), run
                 if own_run:
                     # Charged again from the start: the stepped evaluation runs every tick once more.
                     run = _RunCost()
@@ -272,7 +277,7 @@ class EvaluationContext:
             result = stepped.program.eval(self.activation)
         except Exception as error:
             result = None
-            failure = EvalError(engine_error_text(str(error)))
+            failure = EvalError(runtime_error(str(error)))
         finally:
             self._stepping.pop()
         if BODY in run.exceeded:
@@ -418,7 +423,7 @@ def to_python(result: Any, result_type: str = "dyn") -> Any:
         except TypeError:
             # Optional values report the ERROR kind, and their value() refuses to convert.
             return EvalError(_OPTIONAL_MESSAGE)
-        return EvalError(engine_error_text(str(text)))
+        return EvalError(runtime_error(str(text)))
     if "optional" not in result_type and "dyn" not in result_type:
         return result.plain_value()
     try:

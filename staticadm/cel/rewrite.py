@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,12 +138,15 @@ def _make_type_constant(node: Any, type_name: str) -> None:
 
 
 def prepare(checked: Any, *, opaque_types: frozenset[str],
-            null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER) -> Prepared:
+            null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER,
+            typed_calls: Mapping[str, str] | None = None) -> Prepared:
     """The runtime form of a checked expression.
 
     ``null_variables`` are always null for this kind of expression (match conditions never see
     ``namespaceObject``), so it can share an activation with the others of its request. ``owner`` is
     who pays for the cost charged inside: the expression itself, or the variable of that index.
+    ``typed_calls`` maps overload ids to the runtime function registered with that overload's concrete
+    result type (a Python function with a dyn result cannot return a duration or timestamp).
     """
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
@@ -197,6 +201,10 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 _guard_collection_loop(node, ids)
         elif kind == "call_expr":
             call_node = node.call_expr
+            resolved = overloads.get(node.id, ())
+            if typed_calls and len(resolved) == 1 and resolved[0] in typed_calls:
+                # The checker resolved one overload whose result the engine needs declared concretely.
+                call_node.function = typed_calls[resolved[0]]
             if call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
             if node.id in sized:

@@ -165,6 +165,13 @@ def check_typed_variables(checked: Any, variable_names: frozenset[str] | None) -
     return issues
 
 
+def check_undeclared_variables(checked: Any) -> list[Issue]:
+    """Kubernetes compiles match conditions without ``variables`` declared at all."""
+    return [Issue(node.id, "undeclared reference to 'variables' (in container '')")
+            for node in ast.walk(checked.expr)
+            if node.WhichOneof("expr_kind") == "ident_expr" and node.ident_expr.name == "variables"]
+
+
 def uses_of_variables(checked: Any) -> frozenset[str]:
     names = set()
     for node in ast.walk(checked.expr):

@@ -91,3 +91,78 @@ def test_literal_pattern_errors_at_compile_time() -> None:
     result = evaluate_standalone("'abc'.findAll(')', 1) == []")
     assert isinstance(result, CompileError)
     assert "error parsing regexp: unexpected ): `)`" in result.message
+
+
+def test_nested_quantifiers_do_not_backtrack() -> None:
+    """Issue 14: this annotation froze Python's backtracking matcher for ~30 s; RE2 answers at once.
+    Timing figures are in bench/cel_micro.py ("find nested quantifier")."""
+    pattern = "^(\\w+\\s?)*$"
+    assert rx.find("a" * 40 + "!", pattern) == ""
+    assert rx.find("a" * 40, pattern) == "a" * 40
+    assert rx.find_all("ab cd " * 2000 + "!", pattern) == []
+    assert evaluate_standalone(f"'{'a' * 31}!'.find('{pattern.replace(chr(92), chr(92) * 2)}')") == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern", "expected"),
+    [
+        ("abγδ", "\\p{Greek}+", "γδ"),  # scripts, from RE2's tables
+        ("abγδ", "\\P{Greek}+", "ab"),
+        ("1aB", "\\p{Letter}+", "aB"),  # Go 1.25+: category aliases
+        ("1aB", "\\p{lu}", "B"),  # Go 1.25+: names are case-insensitive
+        ("1aB", "\\p{Uppercase_Letter}", "B"),
+        ("1aB", "\\p{uppercase letter}", "B"),
+        ("1aB", "\\p{Cased_Letter}+", "aB"),
+        ("1aB", "\\p{LC}+", "aB"),
+        ("é1", "\\p{ASCII}", "1"),
+        ("é1", "[\\p{^ASCII}]", "é"),
+        ("\U000e0080a", "\\p{Assigned}", "a"),
+        ("a\U000e0080", "\\p{Cn}", "\U000e0080"),
+        ("ab", "\\p{Any}+", "ab"),
+        ("aB", "(?i)\\p{Lu}+", "aB"),  # folding applies to Unicode classes, as in Go
+        ("ka", "(?i)[^\u212a]", "a"),  # and to negated classes: the Kelvin sign folds to k
+        ("\n", "[^a]", "\n"),  # Go's Perl flags include ClassNL
+        ("a-b", "[\\w-]+", "a-b"),
+        ("x]", "[]x]+", "x]"),
+        ("a\tb", "[[:^alpha:]]", "\t"),
+        ("a\u0301", "\\pM", "\u0301"),
+    ],
+)
+def test_unicode_classes_follow_go(text: str, pattern: str, expected: str) -> None:
+    assert rx.find(text, pattern) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "error"),
+    [
+        ("\\p{Nope}", "error parsing regexp: invalid character class range: `\\p{Nope}`"),
+        ("[[:^^alpha:]]", "error parsing regexp: invalid character class range: `[:^^alpha:]`"),
+        ("\\C", "error parsing regexp: invalid escape sequence: `\\C`"),  # RE2 has \C, Go does not
+        ("(?P=n)", "error parsing regexp: invalid or unsupported Perl syntax: `(?P`"),
+    ],
+)
+def test_go_rejects_what_re2_might_accept(pattern: str, error: str) -> None:
+    assert rx.compile_error(pattern) == error
+
+
+def test_find_all_steps_over_whole_code_points() -> None:
+    assert rx.find_all("éa", "") == ["", "", ""]
+    assert rx.find_all("héllo wörld", "\\w+") == ["h", "llo", "w", "rld"]
+    assert rx.find_all("日本語", ".") == ["日", "本", "語"]
+    assert rx.find_all("aé", "a*") == ["a", ""]
+
+
+def test_large_repeats_go_accepts_compile() -> None:
+    # 1,000 repeats of a Unicode class: Go accepts it, and RE2 needs more than its default memory budget.
+    assert rx.compile_error("\\pL{1000}") is None
+    assert rx.find("a" * 1001, "\\pL{1000}") == "a" * 1000
+
+
+def test_literal_script_class_compiles_and_bad_class_is_a_compile_error() -> None:
+    assert evaluate_standalone("'abγδ'.find('\\\\p{Greek}+')") == "γδ"
+    result = evaluate_standalone("'abc'.find('\\\\p{Nope}') == ''")
+    assert isinstance(result, CompileError)
+    assert "error parsing regexp: invalid character class range: `\\p{Nope}`" in result.message
+    runtime = evaluate_standalone("'abc'.find('\\\\p{' + 'Nope}') == ''")
+    assert isinstance(runtime, EvalError)
+    assert runtime.message == "Illegal regex: error parsing regexp: invalid character class range: `\\p{Nope}`"

@@ -15,10 +15,11 @@ from staticadm.cel.libraries import (
     quantity,
     regex,
     semver,
+    strings,
     urls,
 )
 
 #: Libraries every admission expression sees.
-BASE_LIBRARIES: tuple[ModuleType, ...] = (lists, regex, urls, quantity, ip, cidr, format, semver, authz)
+BASE_LIBRARIES: tuple[ModuleType, ...] = (strings, lists, regex, urls, quantity, ip, cidr, format, semver, authz)
 #: Libraries only MutatingAdmissionPolicy mutation expressions see.
 MUTATION_LIBRARIES: tuple[ModuleType, ...] = (jsonpatch, objects)

@@ -11,5 +11,8 @@ def escape_key(key: str) -> str:
 
 
 FUNCTIONS = (
-    Function("jsonpatch.escapeKey", (Overload("jsonpatch_escape_key_string", ("string",), "string", escape_key),)),
+    Function(
+        "jsonpatch.escapeKey",
+        (Overload("string_jsonpatch_escapeKey_string", ("string",), "string", escape_key),),
+    ),
 )

@@ -5,7 +5,12 @@ them; ``indexOf``/``lastIndexOf`` use ``list(dyn)``/``dyn`` where Kubernetes use
 ``includes`` is the lists library version 1, added in Kubernetes 1.37 (see ``INTRODUCED_IN_1_37``).
 
 The runtime dispatches on coarse kinds (every list is a list), so each function has one generic
-implementation that follows cel-go's ``Compare``/``Add``/``Equal`` on the element values.
+implementation that follows cel-go's ``Compare``/``Add``/``Equal`` on the element values. ``sum``,
+``min`` and ``max`` return a value of the element type; the engine accepts a duration or timestamp
+back from Python only through an overload whose declared result is that concrete type, so the
+environment registers each of their overloads under its own runtime name as well (see
+``environment._typed_runtime_decls``) and the rewrite routes every call the checker resolved to one
+overload there.
 """
 
 from __future__ import annotations
@@ -97,13 +102,26 @@ def _add(total: Any, value: Any) -> Any:
 
 
 def sum_list(values: list[Any]) -> Any:
-    # An empty list yields int 0: the runtime cannot see the declared element type (see report).
+    """Sum of a non-empty list; an empty one gives int 0 (see ``_typed_sum`` for the declared zero)."""
     if not values:
         return 0
     total = values[0]
     for value in values[1:]:
         total = _add(total, value)
     return total
+
+
+#: cel-go's zero value per summable element type: ``[].sum()`` of a ``list(double)`` is ``0.0``.
+_SUM_ZEROS: dict[str, Any] = {"int": 0, "uint": 0, "double": 0.0, "duration": timedelta(0)}
+
+
+def _typed_sum(element_type: str) -> Callable[[list[Any]], Any]:
+    zero = _SUM_ZEROS[element_type]
+
+    def typed_sum(values: list[Any]) -> Any:
+        return sum_list(values) if values else zero
+
+    return typed_sum
 
 
 def _extreme(name: str, preferred: int) -> Callable[[list[Any]], Any]:
@@ -153,7 +171,7 @@ FUNCTIONS = (
     ),
     Function(
         "sum",
-        tuple(Overload(f"list_{t}_sum_{t}", (f"list({t})",), t, sum_list, member=True) for t in SUMMABLE_TYPES),
+        tuple(Overload(f"list_{t}_sum_{t}", (f"list({t})",), t, _typed_sum(t), member=True) for t in SUMMABLE_TYPES),
     ),
     Function(
         "max",

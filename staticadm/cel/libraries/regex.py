@@ -1,28 +1,36 @@
 """Kubernetes' CEL regex library (``k8s.io/apiserver/pkg/cel/library/regex.go``): ``find``/``findAll``.
 
-Kubernetes compiles patterns with Go's ``regexp`` (RE2 syntax, leftmost-first matching). Python's ``re``
-has the same match semantics but a different syntax, so ``translate`` parses the pattern the way Go's
-``regexp/syntax`` does (Perl flags), reports Go's error for anything Go rejects, and emits an
-equivalent Python pattern spelled out explicitly (ASCII ``\\d \\w \\s \\b``, ``$`` as end of text,
-``(?U)``, ``\\Q..\\E``, ``\\x{..}``, Unicode general categories, POSIX classes).
+Kubernetes compiles patterns with Go's ``regexp``: RE2 syntax, leftmost-first matching, and time linear
+in the input, so no pattern can make a request backtrack for seconds. We match with RE2 itself
+(``google-re2``), which has the same semantics. Go's parser and RE2's C++ parser differ in details
+(error texts, the Unicode class names Go 1.25 added, a few escapes), so ``_Parser`` parses the pattern
+the way Go's ``regexp/syntax`` does (Perl flags), reports Go's error for anything Go rejects, and emits
+the same regular expression in a small, explicit subset of RE2 syntax (every literal as ``\\x{..}``,
+``$`` as ``\\z``, named groups as plain groups, Unicode classes resolved by Go's rules).
 
-Limits: Unicode *script* classes such as ``\\p{Greek}`` need tables Python does not ship, so they are
-reported as errors; and Python's backtracking matcher is not linear-time like RE2.
+Matching runs on UTF-8 bytes: Go's ``FindAllString`` loop (skip an empty match right after a match,
+step one code point past an empty match) over RE2 byte offsets, so ``findAll`` is linear too.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
+
+import re2
 
 from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
 
 _MAX_RUNE = 0x10FFFF
 _MAX_REPEAT = 1000
 _MAX_NESTING = 1000
+#: RE2's memory budget per pattern. Go accepts ``\pL{1000}`` (1,000 instructions for Go, ~1.2 million
+#: byte-level instructions for RE2, which needs ~20 MiB to compile it); RE2's 8 MiB default refuses it.
+_RE2_MAX_MEM = 64 << 20
+#: Patterns compiled at run time (from request data) are cached by text; literal patterns are few.
+_COMPILED_CACHE_SIZE = 64
 
 Ranges = list[tuple[int, int]]
 
@@ -47,30 +55,64 @@ _ERR_MISSING_REPEAT_ARGUMENT = "missing argument to repetition operator"
 _ERR_TRAILING_BACKSLASH = "trailing backslash at end of expression"
 _ERR_NESTING_DEPTH = "expression nests too deeply"
 
-_PERL_CLASSES: dict[str, Ranges] = {
-    "d": [(0x30, 0x39)],
-    "s": [(0x09, 0x0A), (0x0C, 0x0D), (0x20, 0x20)],
-    "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+#: Perl classes (``\d \s \w`` and negations) and POSIX classes mean the same ASCII sets in Go and RE2.
+_PERL_CLASS_LETTERS = frozenset("dDsSwW")
+_POSIX_CLASSES = frozenset(
+    {"alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper",
+     "word", "xdigit"}
+)
+
+#: ``unicode.Categories`` keys (Go 1.25+ adds ``Cn`` and ``LC``; ``LC`` is special-cased below).
+_CATEGORIES = frozenset(
+    {
+        *("C", "Cc", "Cf", "Co", "Cs", "L", "Ll", "Lm", "Lo", "Lt", "Lu", "M", "Mc", "Me", "Mn", "N", "Nd"),
+        *("Nl", "No", "P", "Pc", "Pd", "Pe", "Pf", "Pi", "Po", "Ps", "S", "Sc", "Sk", "Sm", "So", "Z", "Zl"),
+        *("Zp", "Zs"),
+    }
+)
+#: ``unicode.CategoryAliases`` (Go 1.25+), the Unicode long names of the categories.
+_CATEGORY_ALIASES = {
+    "Cased_Letter": "LC", "Close_Punctuation": "Pe", "Combining_Mark": "M", "Connector_Punctuation": "Pc",
+    "Control": "Cc", "Currency_Symbol": "Sc", "Dash_Punctuation": "Pd", "Decimal_Number": "Nd",
+    "Enclosing_Mark": "Me", "Final_Punctuation": "Pf", "Format": "Cf", "Initial_Punctuation": "Pi",
+    "Letter": "L", "Letter_Number": "Nl", "Line_Separator": "Zl", "Lowercase_Letter": "Ll", "Mark": "M",
+    "Math_Symbol": "Sm", "Modifier_Letter": "Lm", "Modifier_Symbol": "Sk", "Nonspacing_Mark": "Mn",
+    "Number": "N", "Open_Punctuation": "Ps", "Other": "C", "Other_Letter": "Lo", "Other_Number": "No",
+    "Other_Punctuation": "Po", "Other_Symbol": "So", "Paragraph_Separator": "Zp", "Private_Use": "Co",
+    "Punctuation": "P", "Separator": "Z", "Space_Separator": "Zs", "Spacing_Mark": "Mc", "Surrogate": "Cs",
+    "Symbol": "S", "Titlecase_Letter": "Lt", "Unassigned": "Cn", "Uppercase_Letter": "Lu", "cntrl": "Cc",
+    "digit": "Nd", "punct": "P",
 }
-_POSIX_CLASSES: dict[str, Ranges] = {
-    "alnum": [(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)],
-    "alpha": [(0x41, 0x5A), (0x61, 0x7A)],
-    "ascii": [(0x00, 0x7F)],
-    "blank": [(0x09, 0x09), (0x20, 0x20)],
-    "cntrl": [(0x00, 0x1F), (0x7F, 0x7F)],
-    "digit": [(0x30, 0x39)],
-    "graph": [(0x21, 0x7E)],
-    "lower": [(0x61, 0x7A)],
-    "print": [(0x20, 0x7E)],
-    "punct": [(0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)],
-    "space": [(0x09, 0x0D), (0x20, 0x20)],
-    "upper": [(0x41, 0x5A)],
-    "word": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
-    "xdigit": [(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)],
-}
-_WORD = "[0-9A-Za-z_]"
-_WORD_BOUNDARY = f"(?:(?<={_WORD})(?!{_WORD})|(?<!{_WORD})(?={_WORD}))"
-_NOT_WORD_BOUNDARY = f"(?:(?<={_WORD})(?={_WORD})|(?<!{_WORD})(?!{_WORD}))"
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.max_mem = _RE2_MAX_MEM
+    options.log_errors = False
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+def _canonical_name(name: str) -> str:
+    """Go's ``regexp/syntax.canonicalName``: first letter upper case, the rest lower, no ``_ -`` or spaces."""
+    out = []
+    first = True
+    for char in name:
+        if char in "_- ":
+            continue
+        if first:
+            first = False
+            if "a" <= char <= "z":
+                char = char.upper()
+        elif "A" <= char <= "Z":
+            char = char.lower()
+        out.append(char)
+    return "".join(out)
+
+
+_CANONICAL_ALIASES = {_canonical_name(alias): actual for alias, actual in _CATEGORY_ALIASES.items()}
 
 
 def _normalize(ranges: Ranges) -> Ranges:
@@ -96,51 +138,66 @@ def _negate(ranges: Ranges) -> Ranges:
 
 
 @cache
-def _category_ranges(name: str) -> tuple[tuple[int, int], ...]:
-    """Code point ranges of a Unicode general category ("L", "Lu", ...) from ``unicodedata``."""
-    ranges: Ranges = []
-    start = -1
-    for code in range(sys.maxunicode + 1):
-        matches = unicodedata.category(chr(code)).startswith(name)
-        if matches and start < 0:
-            start = code
-        elif not matches and start >= 0:
-            ranges.append((start, code - 1))
-            start = -1
-    if start >= 0:
-        ranges.append((start, sys.maxunicode))
-    return tuple(ranges)
+def _ranges_of(re2_class: str) -> tuple[tuple[int, int], ...]:
+    """The code points RE2's ``re2_class`` holds, read off RE2's own tables (one linear scan)."""
+    every_char = "".join(chr(code) for code in range(_MAX_RUNE + 1) if not 0xD800 <= code <= 0xDFFF)
+    runs = re2.compile(f"{re2_class}+", _OPTIONS).finditer(every_char)
+    return tuple((ord(run.group(0)[0]), ord(run.group(0)[-1])) for run in runs)
 
 
-_CATEGORIES = frozenset(
-    {
-        *("C", "Cc", "Cf", "Co", "Cs", "L", "Ll", "Lm", "Lo", "Lt", "Lu", "M", "Mc", "Me", "Mn", "N", "Nd"),
-        *("Nl", "No", "P", "Pc", "Pd", "Pe", "Pf", "Pi", "Po", "Ps", "S", "Sc", "Sk", "Sm", "So", "Z", "Zl"),
-        *("Zp", "Zs"),
-    }
-)
+def _unassigned() -> Ranges:
+    """``unicode.Cn``: what no other general category holds (RE2 has no ``\\p{Cn}``)."""
+    return list(_ranges_of(r"[^\pL\pM\pN\pP\pS\pZ\p{Cc}\p{Cf}\p{Co}\p{Cs}]"))
 
 
-def _unicode_class(name: str) -> Ranges | None:
-    if name == "Any":
-        return [(0, _MAX_RUNE)]
-    if name in _CATEGORIES:
-        return list(_category_ranges(name))
-    return None
+@lru_cache(maxsize=256)
+def _is_script(name: str) -> bool:
+    try:
+        re2.compile(f"\\p{{{name}}}", _OPTIONS)
+    except re2.error:
+        return False
+    return True
 
 
-def _class_char(code: int) -> str:
-    return f"\\U{code:08x}" if code > 0xFFFF else f"\\u{code:04x}"
+def _ranges_atoms(ranges: Ranges) -> list[str]:
+    return [_char(lo) if lo == hi else f"{_char(lo)}-{_char(hi)}" for lo, hi in _normalize(ranges)]
 
 
-def _class_pattern(ranges: Ranges, negated: bool) -> str:
-    items = []
-    for lo, hi in _normalize(ranges):
-        items.append(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}")
-    body = "".join(items)
+def _unicode_class_atoms(name: str, negate: bool) -> list[str] | None:
+    """Go 1.25+'s ``unicodeTable``: ``\\p{name}`` as RE2 class items, or None if Go knows no such class."""
+    canonical = _canonical_name(name)
+    ranges: Ranges | None = None
+    if canonical == "Any":
+        ranges = [(0, _MAX_RUNE)]
+    elif canonical == "Assigned":
+        ranges = _negate(_unassigned())
+    elif canonical == "Ascii":
+        ranges = [(0, 0x7F)]
+    elif canonical in ("Lc", "Cn"):
+        ranges = list(_ranges_of(r"[\p{Lu}\p{Ll}\p{Lt}]")) if canonical == "Lc" else _unassigned()
+    elif canonical in _CATEGORIES or (canonical not in _CANONICAL_ALIASES and _is_script(canonical)):
+        return [f"\\{'P' if negate else 'p'}{{{canonical}}}"]
+    elif canonical in _CANONICAL_ALIASES:
+        return _unicode_class_atoms(_CANONICAL_ALIASES[canonical], negate)
+    else:
+        return None
+    return _ranges_atoms(_negate(ranges) if negate else ranges)
+
+
+def _char(code: int) -> str:
+    """One code point in RE2 syntax: ASCII letters and digits as themselves, everything else as ``\\x{..}``."""
+    char = chr(code)
+    return char if char.isascii() and char.isalnum() else f"\\x{{{code:X}}}"
+
+
+_NEVER = r"[^\x00-\x{10FFFF}]"
+
+
+def _class_pattern(atoms: list[str], negated: bool) -> str:
+    body = "".join(atoms)
     if not body:
         # An empty class never matches; its negation matches any character.
-        return "(?s:.)" if negated else "(?!)"
+        return "(?s:.)" if negated else _NEVER
     return f"[^{body}]" if negated else f"[{body}]"
 
 
@@ -186,7 +243,7 @@ class _Parser:
         return f"(?i:{text})" if self.flags.fold else text
 
     def _literal(self, code: int) -> _Node:
-        return _Node(self._wrap_fold(re.escape(chr(code))))
+        return _Node(self._wrap_fold(_char(code)))
 
     # -- escapes -----------------------------------------------------------------------------------
 
@@ -251,7 +308,7 @@ class _Parser:
             return simple[c]
         raise invalid()
 
-    def _unicode_escape(self) -> Ranges | None:
+    def _unicode_escape(self) -> list[str] | None:
         """``\\pN``, ``\\p{Name}``, ``\\PN``, ``\\p{^Name}`` at ``self.pos``; None if not one."""
         if self._peek() != "\\" or self._peek(1) not in ("p", "P"):
             return None
@@ -272,18 +329,17 @@ class _Parser:
         if name.startswith("^"):
             negate = not negate
             name = name[1:]
-        ranges = _unicode_class(name)
-        if ranges is None:
+        atoms = _unicode_class_atoms(name, negate)
+        if atoms is None:
             raise RegexSyntaxError(_ERR_INVALID_CHAR_RANGE, self.pattern[start : self.pos])
-        return _negate(ranges) if negate else ranges
+        return atoms
 
-    def _perl_class(self) -> Ranges | None:
-        if self._peek() != "\\" or self._peek(1).lower() not in _PERL_CLASSES:
+    def _perl_class(self) -> str | None:
+        if self._peek() != "\\" or self._peek(1) not in _PERL_CLASS_LETTERS:
             return None
         letter = self._peek(1)
         self.pos += 2
-        ranges = _PERL_CLASSES[letter.lower()]
-        return _negate(ranges) if letter.isupper() else list(ranges)
+        return f"\\{letter}"
 
     # -- character classes -------------------------------------------------------------------------
 
@@ -294,7 +350,7 @@ class _Parser:
         if self._peek() == "^":
             negated = True
             self.pos += 1
-        ranges: Ranges = []
+        atoms: list[str] = []
         first = True
         while self.pos < len(self.pattern) and (self._peek() != "]" or first):
             # A leading ']' is a literal; with Perl flags a '-' may appear anywhere.
@@ -303,20 +359,18 @@ class _Parser:
                 end = self.pattern.find(":]", self.pos + 2)
                 if end >= 0:
                     name = self.pattern[self.pos + 2 : end]
-                    posix_negate = name.startswith("^")
-                    posix = _POSIX_CLASSES.get(name.lstrip("^"))
-                    if posix is None:
+                    if name.removeprefix("^") not in _POSIX_CLASSES:
                         raise RegexSyntaxError(_ERR_INVALID_CHAR_RANGE, self.pattern[self.pos : end + 2])
-                    ranges += _negate(posix) if posix_negate else posix
+                    atoms.append(f"[:{name}:]")
                     self.pos = end + 2
                     continue
-            unicode_ranges = self._unicode_escape()
-            if unicode_ranges is not None:
-                ranges += unicode_ranges
+            unicode_atoms = self._unicode_escape()
+            if unicode_atoms is not None:
+                atoms += unicode_atoms
                 continue
             perl = self._perl_class()
             if perl is not None:
-                ranges += perl
+                atoms.append(perl)
                 continue
             range_start = self.pos
             lo = self._class_char()
@@ -326,11 +380,11 @@ class _Parser:
                 hi = self._class_char()
                 if hi < lo:
                     raise RegexSyntaxError(_ERR_INVALID_CHAR_RANGE, self.pattern[range_start : self.pos])
-            ranges.append((lo, hi))
+            atoms += _ranges_atoms([(lo, hi)])
         if self.pos >= len(self.pattern):
             raise RegexSyntaxError(_ERR_MISSING_BRACKET, self.pattern[start:])
         self.pos += 1  # ']'
-        return _Node(self._wrap_fold(_class_pattern(ranges, negated)))
+        return _Node(self._wrap_fold(_class_pattern(atoms, negated)))
 
     def _class_char(self) -> int:
         if self._peek() == "\\":
@@ -384,7 +438,7 @@ class _Parser:
                 current.append(_Node("(?m:^)" if self.flags.multi_line else r"\A"))
             elif c == "$":
                 self.pos += 1
-                current.append(_Node("(?m:$)" if self.flags.multi_line else r"\Z"))
+                current.append(_Node("(?m:$)" if self.flags.multi_line else r"\z"))
             elif c == ".":
                 self.pos += 1
                 current.append(_Node("(?s:.)" if self.flags.dot_nl else "[^\\n]"))
@@ -401,7 +455,8 @@ class _Parser:
 
     def _parse_backslash(self) -> list[_Node]:
         nxt = self._peek(1)
-        assertions = {"A": r"\A", "z": r"\Z", "b": _WORD_BOUNDARY, "B": _NOT_WORD_BOUNDARY}
+        # RE2's \b and \B are ASCII word boundaries, as Go's.
+        assertions = {"A": r"\A", "z": r"\z", "b": r"\b", "B": r"\B"}
         if nxt in assertions:
             self.pos += 2
             return [_Node(assertions[nxt])]
@@ -411,12 +466,12 @@ class _Parser:
             literal = self.pattern[self.pos :] if end < 0 else self.pattern[self.pos : end]
             self.pos = len(self.pattern) if end < 0 else end + 2
             return [self._literal(ord(ch)) for ch in literal]
-        unicode_ranges = self._unicode_escape()
-        if unicode_ranges is not None:
-            return [_Node(self._wrap_fold(_class_pattern(unicode_ranges, False)))]
+        unicode_atoms = self._unicode_escape()
+        if unicode_atoms is not None:
+            return [_Node(self._wrap_fold(_class_pattern(unicode_atoms, False)))]
         perl = self._perl_class()
         if perl is not None:
-            return [_Node(self._wrap_fold(_class_pattern(perl, False)))]
+            return [_Node(self._wrap_fold(_class_pattern([perl], False)))]
         return [self._literal(self._parse_escape())]
 
     def _parse_perl_flags(self, stack: list[_Paren]) -> _Paren | None:
@@ -523,65 +578,92 @@ class _Parser:
         current.append(_Node(text, factor, is_repeat=True))
 
 
-@cache
-def translate(pattern: str) -> re.Pattern[str]:
-    """Compiles a Go RE2 pattern to an equivalent Python pattern; raises ``RegexSyntaxError``."""
-    return re.compile(_Parser(pattern).parse())
+def to_re2(pattern: str) -> str:
+    """The RE2 pattern equivalent to Go pattern ``pattern``; raises ``RegexSyntaxError`` with Go's text."""
+    return _Parser(pattern).parse()
+
+
+@lru_cache(maxsize=_COMPILED_CACHE_SIZE)
+def _compile(pattern: str) -> re2._Regexp | RegexSyntaxError:
+    try:
+        return re2.compile(to_re2(pattern), _OPTIONS)
+    except RegexSyntaxError as error:
+        return error
+    except re2.error as error:
+        # A pattern Go accepts but RE2 cannot build (beyond even the raised memory budget): refuse it
+        # with RE2's reason rather than run something else.
+        reason = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+        return RegexSyntaxError(reason, pattern)
 
 
 def compile_error(pattern: str) -> str | None:
     """Go's ``regexp.Compile`` error text for ``pattern`` (what Kubernetes reports when a literal
     pattern fails at program creation), or None if the pattern is valid."""
-    try:
-        translate(pattern)
-    except RegexSyntaxError as err:
-        return str(err)
-    except re.error as err:
-        return f"error parsing regexp: {err}"
-    return None
+    compiled = _compile(pattern)
+    return str(compiled) if isinstance(compiled, RegexSyntaxError) else None
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
-    error = compile_error(pattern)
-    if error is not None:
-        raise CelFunctionError(f"Illegal regex: {error}")
-    return translate(pattern)
+def _compiled(pattern: str) -> re2._Regexp:
+    compiled = _compile(pattern)
+    if isinstance(compiled, RegexSyntaxError):
+        raise CelFunctionError(f"Illegal regex: {compiled}")
+    return compiled
 
 
-def find_all_matches(compiled: re.Pattern[str], text: str, limit: int) -> list[str]:
-    """Go's ``Regexp.FindAllString``: an empty match right after a previous match is skipped."""
-    if limit < 0:
-        limit = len(text) + 1
-    results: list[str] = []
+def _utf8(text: str) -> bytes:
+    # Lone surrogates (possible in decoded JSON) pass through and come back unchanged.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _matches(compiled: re2._Regexp, data: bytes) -> Iterator[tuple[int, int]]:
+    """Go's ``Regexp.allMatches`` over UTF-8 ``data``: byte spans of successive matches, where an empty
+    match right after the previous match is skipped and an empty match steps one code point on."""
     pos = 0
     previous_end = -1
-    while len(results) < limit and pos <= len(text):
-        match = compiled.search(text, pos)
+    end = len(data)
+    while pos <= end:
+        match = compiled.search(data, pos)
         if match is None:
-            break
+            return
+        start, stop = match.span()
         accept = True
-        if match.end() == pos:
-            if match.start() == previous_end:
+        if stop == pos:
+            if start == previous_end:
                 accept = False
-            pos += 1
+            pos += _code_point_width(data, pos) if pos < end else 1
         else:
-            pos = match.end()
-        previous_end = match.end()
+            pos = stop
+        previous_end = stop
         if accept:
-            results.append(match.group(0))
-    return results
+            yield start, stop
+
+
+def _code_point_width(data: bytes, pos: int) -> int:
+    lead = data[pos]
+    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
 
 
 def find(text: str, pattern: str) -> str:
-    match = _compiled(pattern).search(text)
-    return match.group(0) if match else ""
+    data = _utf8(text)
+    match = _compiled(pattern).search(data)
+    return _decode(match.group(0)) if match else ""
 
 
 def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     compiled = _compiled(pattern)
     if limit == 0:
         return []
-    return find_all_matches(compiled, text, limit)
+    data = _utf8(text)
+    results: list[str] = []
+    for start, stop in _matches(compiled, data):
+        results.append(_decode(data[start:stop]))
+        if len(results) == limit:
+            break
+    return results
 
 
 FUNCTIONS = (
