@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
+from google.protobuf.message import DecodeError
 
 from staticadm.cel import (
     ast,
@@ -49,6 +50,18 @@ from staticadm.cel.values import opaque_type_name
 
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
+_PARSER_DEPTH = "Exceeded max recursion depth of 32 when parsing"
+_EXPRESSION_DEPTH = "Expression recursion limit exceeded"
+#: cel-cpp's parser stops at 32 levels of nesting (not configurable through cel-expr-python); cel-go's at 250.
+PARSER_DEPTH_MESSAGE = (
+    "ERROR: <input>:1:1: the expression nests deeper than the 32 levels staticadm's CEL parser (cel-cpp) accepts; "
+    "kube-apiserver's (cel-go) accepts 250. Reduce the nesting: split long chains of '+' or of nested calls and "
+    "conditionals into variables")
+#: Protobuf (Python and C++) refuses messages nested more than 100 levels; every expression crosses it.
+AST_DEPTH_MESSAGE = (
+    "ERROR: <input>:1:1: the expression nests too deeply for staticadm to load (its syntax tree exceeds the "
+    "100 levels protobuf decodes; about 24 nested comprehensions); kube-apiserver accepts up to 250 levels. "
+    "Reduce the nesting, for example with variables")
 #: Checker environments kept for typed variable placeholders (each ~3 ms to build, ~1 MB).
 _TYPED_CHECKERS = 256
 
@@ -481,9 +494,14 @@ class CelEnvironment:
         try:
             checked_program = self._checker_for(typed.types).compile(rewritten.text)
         except RuntimeError as error:
+            if _PARSER_DEPTH in str(error) or _EXPRESSION_DEPTH in str(error):
+                return CompileError(PARSER_DEPTH_MESSAGE)
             text = rewritten.restore_errors(engine_error_text(str(error)))
             return CompileError(messages.compile_error_text(text, source, functions=self._function_names))
-        checked = ast.decode(checked_program.serialize())
+        try:
+            checked = ast.decode(checked_program.serialize())
+        except DecodeError:
+            return CompileError(AST_DEPTH_MESSAGE)
         typed_variables.restore_selections(checked, typed.names)
         issues = [
             *validators.check_homogeneous_literals(checked),
@@ -513,6 +531,8 @@ class CelEnvironment:
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
+            if "too deep" in str(error) or "recursion limit" in str(error):
+                return CompileError(AST_DEPTH_MESSAGE)
             return CompileError(f"program instantiation failed: {engine_error_text(str(error))}")
         return CompiledExpression(
             source=source,
@@ -528,9 +548,10 @@ class CelEnvironment:
         )
 
     def link(self, expression: CompiledExpression,
-             variables: Sequence[tuple[str, CompiledExpression | CompileError]]) -> CompiledExpression:
+             variables: Sequence[tuple[str, CompiledExpression | CompileError]]) -> CompiledExpression | CompileError:
         """``expression`` with the variables it reads (``variables``: the policy's, declaration order,
-        each already linked) bound into its program, evaluated lazily by the engine."""
+        each already linked) bound into its program, evaluated lazily by the engine. A CompileError when
+        the linked program is too deep for the engine to load."""
         needed = linking.closure(expression.variables_used, [(name, _linkable(value)) for name, value in variables])
         if not needed:
             return expression
@@ -538,7 +559,10 @@ class CelEnvironment:
         may_iterate = expression.may_iterate or any(
             isinstance(value, CompiledExpression) and value.may_iterate for _, value in chosen)
         linked = replace(expression, linked_variables=chosen, _relinked={}, may_iterate=may_iterate)
-        return replace(linked, program=self.link_program(linked, {}))
+        try:
+            return replace(linked, program=self.link_program(linked, {}))
+        except RuntimeError:
+            return CompileError(AST_DEPTH_MESSAGE)
 
     def deserialize_runtime(self, serialized: bytes) -> Any:
         return self._runtime.deserialize(serialized)

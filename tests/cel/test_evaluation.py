@@ -189,3 +189,26 @@ class TestOptionalValuesNeverCrash:
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode in (0, 1), result
         assert "0x" not in result.stdout + result.stderr  # no heap addresses in error texts
+
+
+class TestNestingLimits:
+    """cel-cpp parses at most 32 levels and protobuf loads at most 100 message levels; cel-go allows 250.
+    Past either, the error says which limit and that kube-apiserver would accept the expression."""
+
+    def test_long_chains_name_the_parser_limit(self) -> None:
+        assert _evaluate(" + ".join(["1"] * 30) + " == 30", {}, kind=ExpressionKind.VALIDATION) is True
+        deep = ENVIRONMENT.compile(" + ".join(["1"] * 40) + " == 40", ExpressionKind.VALIDATION)
+        assert isinstance(deep, CompileError)
+        assert "32 levels" in deep.message and "250" in deep.message
+
+    def test_deep_comprehensions_name_the_loading_limit(self) -> None:
+        source = "true"
+        for depth in range(30):
+            source = f"[1].all(x{depth}, {source})"
+        deep = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION)
+        assert isinstance(deep, CompileError)
+        assert "100 levels" in deep.message and "DecodeError" not in deep.message
+        source = "true"
+        for depth in range(20):
+            source = f"[1].all(x{depth}, {source})"
+        assert _evaluate(source, {}) is True
