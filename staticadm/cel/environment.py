@@ -46,7 +46,7 @@ from staticadm.cel.evaluation import (
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.types import parse_type, runtime_kind
-from staticadm.cel.values import opaque_type_name
+from staticadm.cel.values import holds_time_values, opaque_type_name, to_engine
 
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
@@ -408,13 +408,13 @@ class CelEnvironment:
         def map_insert_entry(target: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
             if key in target:
                 raise ValueError(f"insert failed: key {key!r} already exists")
-            return {**target, key: value}
+            return to_engine({**target, key: value})
 
         def map_insert_map(target: dict[Any, Any], other: dict[Any, Any]) -> dict[Any, Any]:
             for key in other:
                 if key in target:
                     raise ValueError(f"insert failed: key {key!r} already exists")
-            return {**target, **other}
+            return to_engine({**target, **other})
 
         T = cel.Type
         map_insert_entries = [
@@ -701,6 +701,8 @@ def _dispatching_impl(name: str, overloads: Sequence[Overload],
 
 def _runtime_impl(overload: Overload) -> Callable[..., Any]:
     impl = overload.impl
+    if overload.result.startswith(("list(", "map(", "dyn")):
+        impl = _time_values_for_engine(impl)
     if not overload.result.startswith("optional_type("):
         return impl
 
@@ -710,6 +712,16 @@ def _runtime_impl(overload: Overload) -> Callable[..., Any]:
         return {} if value is None else {0: value}
 
     return optional_result
+
+
+def _time_values_for_engine(impl: Callable[..., Any]) -> Callable[..., Any]:
+    def converted(*args: Any) -> Any:
+        result = impl(*args)
+        if isinstance(result, list | dict) and holds_time_values(result):
+            return to_engine(result)
+        return result
+
+    return converted
 
 
 def build_environment(*, mutating: bool = False, extra_variables: Iterable[str] = ()) -> CelEnvironment:

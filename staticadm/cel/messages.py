@@ -57,8 +57,17 @@ _RUNTIME_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]],
 )
 
 
+#: The binding quotes Python reprs (with heap addresses and values) in some errors: never pass them on.
+_PYTHON_FUNCTION = re.compile(r"Non-CEL value type for 'Python function .*': ([\w.]+)\.?$", re.DOTALL)
+_HEAP_ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
 def runtime_error_text(text: str) -> str:
     """cel-go's words for a cel-cpp evaluation error."""
+    value_type = _PYTHON_FUNCTION.search(text)
+    if value_type is not None:
+        return f"unsupported type conversion: a function returned a value of type {value_type.group(1)}"
+    text = _HEAP_ADDRESS.sub("<function>", text)
     if text in _RUNTIME_EXACT:
         return _RUNTIME_EXACT[text]
     for pattern, replace in _RUNTIME_PATTERNS:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm.cel import ast, cost
+from staticadm.cel.string_format import BOOL_KEY_PREFIX, DURATION_PREFIX
 
 RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
 #: ``@staticadm.direct(size)``: whether a loop that builds a list runs natively (see ``stepping.py``).
@@ -205,11 +206,96 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             if typed_calls and len(resolved) == 1 and resolved[0] in typed_calls:
                 # The checker resolved one overload whose result the engine needs declared concretely.
                 call_node.function = typed_calls[resolved[0]]
-            if call_node.function == "lists.range" and len(call_node.args) == 1:
+            if (call_node.function == "format" and call_node.HasField("target") and len(call_node.args) == 1
+                    and any(word in types.get(call_node.args[0].id, "dyn") for word in _SPELT_FORMAT_TYPES)):
+                call_node.args[0].CopyFrom(_bool_keys_spelt(call_node.args[0], ids))
+            if call_node.function == "optional.ofNonZeroValue" and len(call_node.args) == 1:
+                _timestamp_zero_is_go_zero(node, ids)
+            elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map)
     return Prepared(result, static, bool(weights or sized))
+
+
+#: Format arguments of these types are spelt before they reach Python (see _bool_keys_spelt).
+_SPELT_FORMAT_TYPES = ("map", "dyn", "Duration")
+
+
+def _comprehension(ids: Ids, iter_var: str, iter_range: Any, accu_var: str, accu_init: Any, step: Any,
+                   iter_var2: str = "") -> Any:
+    node = ast.Expr(id=ids())
+    loop = node.comprehension_expr
+    loop.iter_var = iter_var
+    if iter_var2:
+        loop.iter_var2 = iter_var2
+    loop.iter_range.CopyFrom(iter_range)
+    loop.accu_var = accu_var
+    loop.accu_init.CopyFrom(accu_init)
+    loop.loop_condition.CopyFrom(bool_constant(ids(), True))
+    loop.loop_step.CopyFrom(step)
+    loop.result.CopyFrom(ident(ids(), accu_var))
+    return node
+
+
+def _bool_keys_spelt(arguments: Any, ids: Ids) -> Any:
+    """``args.map(a, type(a) == map ? a.transformMapEntry(k, v, {spelt(k): v}) : spelt(a))``: the maps
+    among ``format``'s arguments reach Python with their bool keys as prefixed strings (a Python dict cannot
+    hold both ``true`` and ``1``), and durations as prefixed ``string(d)`` (``datetime.timedelta`` stops at
+    microseconds); ``string_format.decode_arguments`` reads them back."""
+    key = call(ids(), "_?_:_",
+               call(ids(), "_==_", call(ids(), "type", ident(ids(), "@fk")), ident(ids(), "bool")),
+               call(ids(), "_+_", _string(ids(), BOOL_KEY_PREFIX), call(ids(), "string", ident(ids(), "@fk"))),
+               ident(ids(), "@fk"))
+    respelt = _comprehension(ids, "@fk", ident(ids(), "@fa"), "@fm", _empty_map(ids()),
+                             call(ids(), "cel.@mapInsert", ident(ids(), "@fm"), key, ident(ids(), "@fv")),
+                             iter_var2="@fv")
+    duration = call(ids(), "_+_", _string(ids(), DURATION_PREFIX), call(ids(), "string", ident(ids(), "@fa")))
+    element = call(ids(), "_?_:_",
+                   call(ids(), "_==_", call(ids(), "type", ident(ids(), "@fa")), ident(ids(), "map")),
+                   respelt,
+                   call(ids(), "_?_:_", call(ids(), "_==_", call(ids(), "type", ident(ids(), "@fa")),
+                                             ident(ids(), "google.protobuf.Duration")),
+                        duration, ident(ids(), "@fa")))
+    original = ast.Expr()
+    original.CopyFrom(arguments)
+    return _comprehension(ids, "@fa", original, "@fl", list_of(ids()),
+                          call(ids(), "_+_", ident(ids(), "@fl"), list_of(ids(), element)))
+
+
+def _string(node_id: int, value: str) -> Any:
+    node = ast.Expr(id=node_id)
+    node.const_expr.string_value = value
+    return node
+
+
+def _empty_map(node_id: int) -> Any:
+    node = ast.Expr(id=node_id)
+    node.struct_expr.SetInParent()
+    return node
+
+
+#: cel-go's zero timestamp is Go's zero time; cel-cpp's is the Unix epoch.
+_GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
+    """``optional.ofNonZeroValue(t)`` of a timestamp is none for 0001-01-01T00:00:00Z (Go's zero time, what
+    cel-go and so Kubernetes compare with) and has a value for the Unix epoch; cel-cpp has it the other way."""
+    name = f"@nz{node.id}"
+    argument = ast.Expr()
+    argument.CopyFrom(node.call_expr.args[0])
+    zero = ast.Expr(id=ids())
+    zero.const_expr.string_value = _GO_ZERO_TIME
+    is_timestamp = call(ids(), "_==_", call(ids(), "type", ident(ids(), name)),
+                        ident(ids(), "google.protobuf.Timestamp"))
+    timestamp_case = call(ids(), "_?_:_",
+                          call(ids(), "_==_", ident(ids(), name), call(ids(), "timestamp", zero)),
+                          call(ids(), "optional.none"), call(ids(), "optional.of", ident(ids(), name)))
+    native = call(ids(), "optional.ofNonZeroValue", ident(ids(), name))
+    wrapped = bind(ids, name, argument, call(ids(), "_?_:_", is_timestamp, timestamp_case, native))
+    wrapped.id = node.id
+    node.CopyFrom(wrapped)
 
 
 def builds_collection(comprehension: Any) -> bool:

@@ -19,6 +19,7 @@ One deliberate difference: precisions above 1,000 are refused, as cel-go does si
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -144,12 +145,39 @@ def _go_float_f_shortest(value: float) -> str:
     return f"{sign}{digits[:point]}.{digits[point:]}"
 
 
+class ExactDuration(datetime.timedelta):
+    """A duration with its nanoseconds: ``datetime.timedelta`` stops at microseconds."""
+
+    nanoseconds: int
+
+    @classmethod
+    def from_nanoseconds(cls, nanoseconds: int) -> ExactDuration:
+        duration = cls(microseconds=nanoseconds // 1000)
+        duration.nanoseconds = nanoseconds
+        return duration
+
+
+def decode_arguments(value: Any) -> Any:
+    """Format arguments as the rewrite spelt them (``rewrite.py``): durations as ``DURATION_PREFIX`` +
+    ``string(d)`` (exact to the nanosecond), bool map keys as ``BOOL_KEY_PREFIX`` + ``string(k)``."""
+    if isinstance(value, str) and value.startswith(DURATION_PREFIX):
+        seconds = decimal.Decimal(value[len(DURATION_PREFIX):].rstrip("s"))
+        return ExactDuration.from_nanoseconds(int(seconds * 1_000_000_000))
+    if isinstance(value, list):
+        return [decode_arguments(item) for item in value]
+    if isinstance(value, dict):
+        return {key: decode_arguments(item) for key, item in value.items()}
+    return value
+
+
 def _duration_string(value: datetime.timedelta) -> str:
     """cel-go's ``string(duration)``: ``Seconds()`` as the shortest float, then ``s``."""
-    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-    whole, fraction = divmod(abs(micros), 1_000_000)
-    seconds = float(whole) + fraction / 1e6
-    return ("-" if micros < 0 else "") + _go_float_f_shortest(seconds) + "s"
+    nanos = getattr(value, "nanoseconds", None)
+    if nanos is None:
+        nanos = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1000
+    whole, fraction = divmod(abs(nanos), 1_000_000_000)
+    seconds = float(whole) + fraction / 1e9
+    return ("-" if nanos < 0 else "") + _go_float_f_shortest(seconds) + "s"
 
 
 def _go_fixed(value: float, precision: int) -> str:
@@ -326,10 +354,18 @@ def _format_list(values: list[Any]) -> str:
     return "[" + ", ".join(_member_text(value) for value in values) + "]"
 
 
+#: Bool map keys arrive spelt with this prefix: in a Python dict ``True`` and ``1`` are one key, in CEL two
+#: (the rewrite before ``format`` respells them; ``rewrite.py``).
+BOOL_KEY_PREFIX = "\uE000cel-bool:"
+DURATION_PREFIX = "\uE000cel-duration:"
+
+
 def _format_map(mapping: dict[Any, Any]) -> str:
     pairs = []
     for key, value in mapping.items():
-        if isinstance(key, bool | str):
+        if isinstance(key, str) and key.startswith(BOOL_KEY_PREFIX):
+            key_text = key[len(BOOL_KEY_PREFIX):]
+        elif isinstance(key, bool | str):
             key_text = go_quote(key) if isinstance(key, str) else format_value_string(key)
         elif _is_int(key):
             key_text = str(key)

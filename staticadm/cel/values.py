@@ -11,7 +11,40 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from google.protobuf import duration_pb2, timestamp_pb2
+
 TYPE_TAG = "@k8s"
+
+
+def to_engine(value: Any) -> Any:
+    """A Python function's result as the engine can take it back: inside lists and maps the engine refuses
+    ``datetime.timedelta``/``datetime.datetime`` but takes the protobuf well-known types, which it turns
+    into CEL durations and timestamps."""
+    if isinstance(value, datetime.timedelta):
+        total = (value.days * 86_400 + value.seconds) * 1_000_000_000 + value.microseconds * 1000
+        nanoseconds = getattr(value, "nanoseconds", total)
+        seconds, nanos = divmod(abs(nanoseconds), 1_000_000_000)
+        sign = -1 if nanoseconds < 0 else 1
+        return duration_pb2.Duration(seconds=sign * seconds, nanos=sign * nanos)
+    if isinstance(value, datetime.datetime):
+        stamp = timestamp_pb2.Timestamp()
+        stamp.FromDatetime(value.astimezone(datetime.UTC) if value.tzinfo else value)
+        return stamp
+    if isinstance(value, list):
+        return [to_engine(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_engine(item) for key, item in value.items()}
+    return value
+
+
+def holds_time_values(value: Any) -> bool:
+    if isinstance(value, datetime.timedelta | datetime.datetime):
+        return True
+    if isinstance(value, list):
+        return any(holds_time_values(item) for item in value)
+    if isinstance(value, dict):
+        return any(holds_time_values(item) for item in value.values())
+    return False
 
 
 def make_opaque(type_name: str, **payload: Any) -> dict[str, Any]:

@@ -212,3 +212,23 @@ class TestNestingLimits:
         for depth in range(20):
             source = f"[1].all(x{depth}, {source})"
         assert _evaluate(source, {}) is True
+
+
+class TestValuesPythonHandsBack:
+    """Values built by functions implemented in Python go back to the engine intact."""
+
+    @pytest.mark.parametrize(("expression", "expected"), [
+        ("{'a': 1}.transformMap(k, v, duration('90s'))['a'] == duration('1m30s')", True),
+        ("{'a': 1}.transformMap(k, v, timestamp('2020-01-01T00:00:00Z'))['a'].getFullYear()", 2020),
+        ("[1].transformMap(i, v, [duration('1s')])[0][0] + duration('1s') == duration('2s')", True),
+        ("optional.ofNonZeroValue(timestamp('0001-01-01T00:00:00Z')).hasValue()", False),
+        ("optional.ofNonZeroValue(timestamp(0)).hasValue()", True),
+        ("'%s and %s'.format([duration('2ns'), {1: 'a', true: 'b'}])", '0.000000002s and {1:"a", true:"b"}'),
+    ])
+    def test_round_trips(self, expression: str, expected: Any) -> None:
+        assert _evaluate(expression, {}, kind=ExpressionKind.STANDALONE) == expected
+
+    def test_errors_never_quote_python_objects(self) -> None:
+        outcome = _evaluate("{'a': 1}.transformMap(k, v, dyn(k) + dyn(v))", {}, kind=ExpressionKind.STANDALONE)
+        assert isinstance(outcome, EvalError)
+        assert "0x" not in outcome.message and "<function" not in outcome.message

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
-from staticadm.cel.string_format import FormatError, format_string
+from staticadm.cel.string_format import FormatError, decode_arguments, format_string
 
 #: Go's ``unicode.IsSpace``, what ``strings.TrimSpace`` strips (Python's ``str.strip`` also strips
 #: U+001C..U+001F, which Go keeps).
@@ -147,7 +147,7 @@ def join(values: list[Any], separator: str = "") -> str:
 
 def format_call(template: str, args: list[Any]) -> str:
     try:
-        return format_string(template, args)
+        return format_string(template, decode_arguments(args))
     except FormatError as error:
         raise CelFunctionError(str(error)) from None
 
