@@ -43,7 +43,7 @@ from staticadm.admission.response import (
     warning_message,
 )
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
-from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.cel.cost import MAX_EXPRESSION_COST, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.model import ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import CompiledValidatingPolicy, Snapshot
 
@@ -248,18 +248,20 @@ def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, str 
     Kubernetes evaluates every messageExpression (of passing validations too) with what the validations
     left of the budget, and when that runs out every validation without an error of its own becomes an
     error. Their values only matter for a denial, so they are evaluated when a validation failed, or
-    when they could cost more than the budget has left (they loop, or their fixed costs exceed it).
+    when they could cost more than the budget has left: each expression and variable costs at most
+    ``MAX_EXPRESSION_COST`` unless it multiplies sizes (contains, matches, find).
     """
     programs = [validation.message_expression for validation in compiled.validations]
     results: list[Any] = [None] * len(programs)
     compiled_programs = [p for p in programs if isinstance(p, CompiledExpression)]
     if not compiled_programs:
         return results, None
-    any_denied = any(error is None and value is not True for value, error in outcomes)
-    fixed = sum(p.static_cost for p in compiled_programs)
-    may_exhaust = budget is not None and (fixed > budget.remaining or any(p.may_iterate for p in compiled_programs))
-    if not any_denied and not may_exhaust:
-        return results, None
+    if all(error is not None or value is True for value, error in outcomes) and budget is not None:
+        variables = {name for program in compiled_programs for name, _ in program.linked_variables}
+        bound = sum(p.static_cost for p in compiled_programs) + MAX_EXPRESSION_COST * (
+            len(compiled_programs) + len(variables))
+        if bound <= budget.remaining and not any(p.multiplies for p in compiled_programs):
+            return results, None
     # messageExpressions get their own activation and no authorizer.
     message_context = environment.new_context(activation=activation, request_deadline=deadline, budget=budget)
     for index, program in enumerate(programs):

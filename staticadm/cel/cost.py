@@ -36,11 +36,20 @@ from staticadm.cel import ast
 PER_CALL_LIMIT = 1_000_000
 #: ``celconfig.RuntimeCELCostBudget``: what the validations of one (policy, binding) may cost together.
 RUNTIME_CEL_COST_BUDGET = 10_000_000
+#: What a size-driven call is charged before its sizes are known (the cost of a 40-character string): a
+#: call costing no more is not charged again, which keeps short strings from calling into Python; one
+#: costing less (a shorter string) is charged up to this many units more than cel-go charges.
+SIZED_CALL_BASE = 4
+#: The most one expression (or variable) without product-charged calls can cost: the per-call limit,
+#: plus the last step that crossed it, which charges at most a fifth of a string it could afford to build.
+MAX_EXPRESSION_COST = 3 * PER_CALL_LIMIT
 #: ``celconfig.RuntimeCELCostBudgetMatchConditions``.
 RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS = 2_500_000
 
 TICK_FUNCTION = "@staticadm.tick"
 CHARGE_FUNCTION = "@staticadm.charge"
+#: The same inside a variable: the first argument is the variable's declaration index.
+CHARGE_OWNER_FUNCTION = "@staticadm.chargeFor"
 
 SELECT_AND_IDENT_COST = 1
 LIST_CREATE_BASE_COST = 10
@@ -73,33 +82,23 @@ class Charge(enum.IntEnum):
     REGEX = 7
     #: ceil(min(size(arg0), size(arg1)) / 10): string and bytes ordering.
     COMPARE = 8
-    #: ceil(2 * size(arg0) / 10) + ceil(size(arg1) / 10) (+1 for CIDRs): containsIP/containsCIDR by string.
-    CONTAINS_ADDRESS = 9
-
-
-def _ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
 
 
 def charge_amount(code: int, sizes: tuple[int, ...]) -> int:
     """The cost cel-go (with Kubernetes' estimator) charges for a call, from its operands' sizes."""
-    if code == Charge.TRAVERSE_FIRST:
-        return _ceil_div(sizes[0], _TENTH)
-    if code == Charge.TRAVERSE_FIRST_TWICE or code == Charge.BUILD_RESULT:
-        return _ceil_div(2 * sizes[0], _TENTH)
-    if code == Charge.IN_LIST:
-        return sizes[0]
-    if code == Charge.CONCATENATE:
-        return _ceil_div(sizes[0] + sizes[1], _TENTH)
-    if code == Charge.CONTAINS:
-        return _ceil_div(sizes[0], _TENTH) * _ceil_div(sizes[1], _TENTH)
-    if code == Charge.REGEX:
-        return _ceil_div(1 + sizes[0], _TENTH) * _ceil_div(sizes[1], _REGEX_FACTOR)
-    if code == Charge.COMPARE:
-        return _ceil_div(min(sizes[0], sizes[1]), _TENTH)
-    if code == Charge.CONTAINS_ADDRESS:
-        return _ceil_div(2 * sizes[0], _TENTH) + _ceil_div(sizes[1], _TENTH) + (sizes[2] if len(sizes) > 2 else 0)
-    raise ValueError(f"unknown charge code {code}")
+    return CHARGES[code](sizes)
+
+
+CHARGES = {
+    Charge.TRAVERSE_FIRST: lambda sizes: -(-sizes[0] // _TENTH),
+    Charge.TRAVERSE_FIRST_TWICE: lambda sizes: -(-2 * sizes[0] // _TENTH),
+    Charge.BUILD_RESULT: lambda sizes: -(-2 * sizes[0] // _TENTH),
+    Charge.IN_LIST: lambda sizes: sizes[0],
+    Charge.CONCATENATE: lambda sizes: -(-(sizes[0] + sizes[1]) // _TENTH),
+    Charge.CONTAINS: lambda sizes: -(-sizes[0] // _TENTH) * -(-sizes[1] // _TENTH),
+    Charge.REGEX: lambda sizes: -(-(1 + sizes[0]) // _TENTH) * -(-sizes[1] // _REGEX_FACTOR),
+    Charge.COMPARE: lambda sizes: -(-min(sizes[0], sizes[1]) // _TENTH),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +171,9 @@ def sized_call(function: str, overload_ids: Iterable[str], operand_types: list[s
     if function in SIZED_FUNCTIONS:
         return SIZED_FUNCTIONS[function]
     if function in ("containsIP", "containsCIDR") and len(operand_types) > 1 and operand_types[1] == "string":
-        return SizedCall(Charge.CONTAINS_ADDRESS, (0, 1), extra=1 if function == "containsCIDR" else 0)
+        # The CIDR receiver is no Sizer in cel-go (size 1): ceil(2 * 1 / 10) = 1 for the comparison, then
+        # the string's traversal; containsCIDR adds ceil(1 / 10) + 1 for masking.
+        return SizedCall(Charge.TRAVERSE_FIRST, (1,), extra=3 if function == "containsCIDR" else 1)
     # With dyn operands the checker leaves several candidate overloads and the runtime picks one by the
     # operands' types; the size charge then applies when the operand turns out to be a string or bytes.
     charges = {SIZED_OVERLOADS.get(overload) for overload in overloads}
@@ -205,10 +206,13 @@ def call_base_cost(function: str) -> int:
     return 1
 
 
-def static_cost(expr: Any, function_of: dict[int, str], sized: frozenset[int] = frozenset()) -> int:
+def static_cost(expr: Any, function_of: dict[int, str], sized: frozenset[int] = frozenset(),
+                fixed: dict[int, int] | None = None) -> int:
     """The cost of evaluating ``expr`` once, as an upper bound, leaving out what is charged at run time:
     the iterations of comprehensions inside it (their range, initial value and result count) and the
-    size-driven part of the calls in ``sized``."""
+    size-driven part of the calls in ``sized``. ``fixed`` gives the cost of size-driven calls whose
+    operands are literals (known before any evaluation)."""
+    fixed = fixed or {}
     kind = expr.WhichOneof("expr_kind")
     if kind == "const_expr" or kind is None:
         return 0
@@ -216,37 +220,39 @@ def static_cost(expr: Any, function_of: dict[int, str], sized: frozenset[int] = 
         return SELECT_AND_IDENT_COST
     if kind == "select_expr":
         own = 0 if expr.select_expr.test_only else SELECT_AND_IDENT_COST
-        return own + static_cost(expr.select_expr.operand, function_of, sized)
+        return own + static_cost(expr.select_expr.operand, function_of, sized, fixed)
     if kind == "list_expr":
-        return LIST_CREATE_BASE_COST + sum(static_cost(e, function_of, sized) for e in expr.list_expr.elements)
+        return LIST_CREATE_BASE_COST + sum(static_cost(e, function_of, sized, fixed) for e in expr.list_expr.elements)
     if kind == "struct_expr":
         struct = expr.struct_expr
         base = STRUCT_CREATE_BASE_COST if struct.message_name else MAP_CREATE_BASE_COST
         total = base
         for entry in struct.entries:
             if entry.HasField("map_key"):
-                total += static_cost(entry.map_key, function_of, sized)
-            total += static_cost(entry.value, function_of, sized)
+                total += static_cost(entry.map_key, function_of, sized, fixed)
+            total += static_cost(entry.value, function_of, sized, fixed)
         return total
     if kind == "comprehension_expr":
         comprehension = expr.comprehension_expr
-        return (static_cost(comprehension.iter_range, function_of, sized)
-                + static_cost(comprehension.accu_init, function_of, sized)
-                + static_cost(comprehension.result, function_of, sized))
+        return (static_cost(comprehension.iter_range, function_of, sized, fixed)
+                + static_cost(comprehension.accu_init, function_of, sized, fixed)
+                + static_cost(comprehension.result, function_of, sized, fixed))
     call = expr.call_expr
     function = function_of.get(expr.id, call.function)
     operands = ([call.target] if call.HasField("target") else []) + list(call.args)
     if function == "_?_:_" and len(operands) == 3:
-        condition, then, otherwise = (static_cost(o, function_of, sized) for o in operands)
+        condition, then, otherwise = (static_cost(o, function_of, sized, fixed) for o in operands)
         return condition + max(then, otherwise)
-    own = 0 if expr.id in sized else call_base_cost(function)
-    return own + sum(static_cost(operand, function_of, sized) for operand in operands)
+    # A size-driven call's first units are static; the rest is charged when the sizes are known.
+    own = SIZED_CALL_BASE if expr.id in sized else fixed.get(expr.id, call_base_cost(function))
+    return own + sum(static_cost(operand, function_of, sized, fixed) for operand in operands)
 
 
-def iteration_cost(comprehension: Any, function_of: dict[int, str], sized: frozenset[int] = frozenset()) -> int:
+def iteration_cost(comprehension: Any, function_of: dict[int, str], sized: frozenset[int] = frozenset(),
+                   fixed: dict[int, int] | None = None) -> int:
     """What one iteration of ``comprehension`` costs: its loop condition and loop step."""
-    return (static_cost(comprehension.loop_condition, function_of, sized)
-            + static_cost(comprehension.loop_step, function_of, sized))
+    return (static_cost(comprehension.loop_condition, function_of, sized, fixed)
+            + static_cost(comprehension.loop_step, function_of, sized, fixed))
 
 
 def function_names(checked: Any) -> dict[int, str]:

@@ -176,8 +176,9 @@ class CompiledExpression:
     prepared: Any = field(default=None, repr=False, compare=False)
     #: Its cost outside comprehensions, charged once per evaluation.
     static_cost: int = 0
-    #: Whether it can cost more than ``static_cost``: it loops or calls size-driven functions.
-    may_iterate: bool = False
+    #: Whether one step of it may cost without bound: it calls a function charged by the product of two
+    #: sizes (``contains``, ``matches``, ``find``); otherwise it costs at most ``cost.MAX_EXPRESSION_COST``.
+    multiplies: bool = False
     #: For a variable, its index in the policy's declarations (who pays for the cost inside it).
     declaration_index: int = rewrite.BODY_OWNER
     #: The variables linked into ``program`` (declaration order), to explain their failures.
@@ -428,11 +429,10 @@ class CelEnvironment:
                 cel.Overload("staticadm_tick", T.BOOL, [T.INT], impl=state.tick),
                 cel.Overload("staticadm_tick_owner", T.BOOL, [T.INT, T.INT], impl=state.tick),
             ]),
-            cel.FunctionDecl(cost.CHARGE_FUNCTION, [
-                cel.Overload("staticadm_charge", T.BOOL, [T.INT, T.INT, T.INT, T.LIST], impl=state.charge),
-                cel.Overload("staticadm_charge_owner", T.BOOL, [T.INT, T.INT, T.INT, T.INT, T.LIST],
-                             impl=state.charge),
-            ]),
+            cel.FunctionDecl(cost.CHARGE_FUNCTION,
+                             [cel.Overload("staticadm_charge", T.BOOL, [T.INT], impl=state.charge)]),
+            cel.FunctionDecl(cost.CHARGE_OWNER_FUNCTION,
+                             [cel.Overload("staticadm_charge_for", T.BOOL, [T.INT, T.INT], impl=state.charge_for)]),
             cel.FunctionDecl(linking.FAIL_FUNCTION, [cel.Overload("staticadm_fail", T.BOOL, [T.STRING], impl=fail)]),
             cel.FunctionDecl(rewrite.DIRECT_FUNCTION,
                              [cel.Overload("staticadm_direct", T.BOOL, [T.INT], impl=state.direct)]),
@@ -542,7 +542,7 @@ class CelEnvironment:
             variables_used=linking.direct_uses(checked),
             prepared=prepared.checked,
             static_cost=prepared.static_cost,
-            may_iterate=prepared.dynamic,
+            multiplies=prepared.multiplies,
             declaration_index=declaration_index,
             environment=self,
         )
@@ -556,9 +556,9 @@ class CelEnvironment:
         if not needed:
             return expression
         chosen = tuple((name, value) for name, value in variables if name in needed)
-        may_iterate = expression.may_iterate or any(
-            isinstance(value, CompiledExpression) and value.may_iterate for _, value in chosen)
-        linked = replace(expression, linked_variables=chosen, _relinked={}, may_iterate=may_iterate)
+        multiplies = expression.multiplies or any(
+            isinstance(value, CompiledExpression) and value.multiplies for _, value in chosen)
+        linked = replace(expression, linked_variables=chosen, _relinked={}, multiplies=multiplies)
         try:
             return replace(linked, program=self.link_program(linked, {}))
         except RuntimeError:

@@ -110,7 +110,7 @@ class EvaluationState:
         # False ends the loop: once over the limit nothing more of it may run (an error would not stop
         # it: the engine's loops go on past an error condition, and ``all``/``exists`` absorb errors).
         try:
-            self.current.charge(weight, owner)
+            self._local.context.charge(weight, owner)
         except (CostLimitExceeded, DeadlineExceeded):
             return False
         return True
@@ -124,12 +124,12 @@ class EvaluationState:
     def direct(self, size: int) -> bool:
         return self.current.loop_runs_directly(size)
 
-    def charge(self, code: int, extra: int, *rest: Any) -> bool:
-        # (owner,)? then the result probe (size([result]): its only role is to carry the call's error),
-        # then the measured sizes.
-        owner = rest[0] if len(rest) == 3 else BODY
-        sizes = rest[-1]
-        self.current.charge(cost.charge_amount(code, tuple(sizes)) + extra, owner)
+    def charge(self, amount: int) -> bool:
+        self._local.context.charge(amount, BODY)
+        return True
+
+    def charge_for(self, owner: int, amount: int) -> bool:
+        self._local.context.charge(amount, owner)
         return True
 
 
@@ -139,6 +139,9 @@ class SharedActivation:
 
     engine: Any
     data: Mapping[str, Any]
+
+
+_NONE_EXCEEDED: set[int] = set()
 
 
 class _RunCost:
@@ -151,8 +154,8 @@ class _RunCost:
         #: A long loop asked for the evaluation to be re-run in steps.
         self.needs_steps = False
         self.variables: dict[int, int] = {}
-        #: Owners (BODY or a variable index) that passed their per-call limit.
-        self.exceeded: set[int] = set()
+        #: Owners (BODY or a variable index) that passed their per-call limit; empty until one does.
+        self.exceeded: set[int] = _NONE_EXCEEDED
 
 
 class EvaluationContext:
@@ -179,14 +182,14 @@ class EvaluationContext:
             self.activation = activation if activation is not None else engine_env.Activation(data=self._data)
         #: What stepped evaluations are running (innermost last), to find loop plans and variables.
         self._stepping: list[tuple[CompiledExpression, stepping.SteppedProgram]] = []
-        self._stepped_variables: dict[str, Any] = {}
+        self._stepped_variables: dict[str, Any] | None = None
         self._deadline = request_deadline
         self.budget = CostBudget(budget) if isinstance(budget, int) else budget
         self._run = _RunCost()
         self._charge_calls = 0
         self._deadline_exceeded = False
         #: Variable name -> Kubernetes' error text for it, once a failed evaluation had to find out.
-        self._variable_failures: dict[str, str | None] = {}
+        self._variable_failures: dict[str, str | None] | None = None
 
     # -- the engine's callbacks -------------------------------------------------------------------
 
@@ -199,6 +202,8 @@ class EvaluationContext:
             total = run.variables.get(owner, 0) + amount
             run.variables[owner] = total
         if total > cost.PER_CALL_LIMIT or owner in run.exceeded:
+            if run.exceeded is _NONE_EXCEEDED:
+                run.exceeded = set()
             run.exceeded.add(owner)
             raise CostLimitExceeded()
         if self._deadline is not None:
@@ -212,36 +217,64 @@ class EvaluationContext:
 
     def run(self, compiled: CompiledExpression) -> Any:
         """Evaluates one expression; returns its Python value or an EvalError, never raises."""
-        if self.budget is not None and self.budget.remaining < 0:
+        budget = self.budget
+        if budget is not None and budget.remaining < 0:
             return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
-        outcome, run = self._evaluate(compiled.program, compiled)
+        # The common case inline (one engine call, no error, nothing special): it runs for every
+        # expression of every request.
+        run = _RunCost()
+        saved, self._run = self._run, run
+        local = self._state._local
+        previous = getattr(local, "context", None)
+        local.context = self
+        try:
+            result: Any = compiled.program.eval(self.activation)
+        except Exception as error:  # the engine raises for some internal failures; handled below
+            result = error
+        finally:
+            local.context = previous
+            self._run = saved
+        if isinstance(result, Exception) or run.exceeded or run.needs_steps or self._deadline_exceeded:
+            outcome, run = self._evaluate(compiled.program, compiled, first=(result, run))
+        else:
+            outcome = to_python(result, compiled.result_type)
         if self._deadline_exceeded:
             return EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
-        if isinstance(outcome, EvalError) and not outcome.cost_exceeded and compiled.linked_variables:
+        if outcome.__class__ is EvalError and not outcome.cost_exceeded and compiled.linked_variables:
             outcome = self._explain_variable_error(compiled, outcome)
-        if self.budget is not None:
+        if budget is not None:
             spent = compiled.static_cost + run.body
-            for owner, amount in run.variables.items():
-                if owner not in self.budget.charged_variables:
-                    self.budget.charged_variables.add(owner)
-                    spent += amount
-            if spent > self.budget.remaining:
-                self.budget.remaining = -1
+            if run.variables:
+                for owner, amount in run.variables.items():
+                    if owner not in budget.charged_variables:
+                        budget.charged_variables.add(owner)
+                        spent += amount
+            if spent > budget.remaining:
+                budget.remaining = -1
                 return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
-            self.budget.remaining -= spent
+            budget.remaining -= spent
         return outcome
 
-    def _evaluate(self, program: Any, compiled: CompiledExpression, *,
-                  run: _RunCost | None = None) -> tuple[Any, _RunCost]:
+    def _evaluate(self, program: Any, compiled: CompiledExpression, *, run: _RunCost | None = None,
+                  first: tuple[Any, _RunCost] | None = None) -> tuple[Any, _RunCost]:
+        """One evaluation with everything that can go wrong handled; ``first`` is the outcome of an
+        evaluation already made (``run``'s fast path), to finish instead of evaluating again."""
         own_run = run is None
-        run = _RunCost() if run is None else run
+        if first is not None:
+            result, run = first
+        else:
+            run = _RunCost() if run is None else run
         saved, self._run = self._run, run
         previous = self._state.enter(self)
         try:
-            try:
-                result = program.eval(self.activation)
-            except Exception as error:  # the engine raises for some internal failures; never let them escape
-                if BODY in run.exceeded:
+            if first is None:
+                try:
+                    result = program.eval(self.activation)
+                except Exception as error:  # the engine raises for some internal failures
+                    result = error
+            if isinstance(result, Exception):
+                error = result
+                if run.exceeded and BODY in run.exceeded:
                     return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
                 if ENGINE_ITERATION_LIMIT_TEXT not in str(error):
                     return EvalError(runtime_error(str(error))), run
@@ -250,7 +283,7 @@ class EvaluationContext:
                     run = _RunCost()
                     self._run = run
                 return self._evaluate_stepped(compiled, run), run
-            if BODY in run.exceeded:
+            if run.exceeded and BODY in run.exceeded:
                 return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
             if run.needs_steps:
                 if own_run:
@@ -335,6 +368,8 @@ class EvaluationContext:
 
     def read_variable(self, name: str) -> Any:
         """``@staticadm.variable``: a variable read by a stepped evaluation, evaluated once per scope."""
+        if self._stepped_variables is None:
+            self._stepped_variables = {}
         if name not in self._stepped_variables:
             compiled = self._stepping[-1][0]
             variable = dict(compiled.linked_variables).get(name)
@@ -378,6 +413,8 @@ class EvaluationContext:
         return explained if isinstance(explained, EvalError) else outcome
 
     def _variable_failure(self, name: str, variable: Any, earlier: Mapping[str, str]) -> str | None:
+        if self._variable_failures is None:
+            self._variable_failures = {}
         if name in self._variable_failures:
             return self._variable_failures[name]
         from staticadm.cel.environment import CompiledExpression  # circular at import time only

@@ -106,6 +106,71 @@ def renumbered(expr: Any, ids: Ids, references: Any) -> Any:
     return copy
 
 
+def _native_charge(how: cost.SizedCall, measured: list[Any], ids: Ids, owner_args: tuple[int, ...]) -> Any:
+    """The charge of a size-driven call computed by the engine: ``bind(c, amount, c > B ? charge(c - B) :
+    true)`` with ``B = cost.SIZED_CALL_BASE`` units already in the expression's static cost, so the common
+    case (strings up to 40 characters, lists up to 4 elements) costs no call into Python."""
+    sizes = [f"@s{ids()}" for _ in measured]
+
+    def size(index: int) -> Any:
+        return ident(ids(), sizes[index])
+
+    def plus(left: Any, right: Any) -> Any:
+        return call(ids(), "_+_", left, right)
+
+    def times(left: Any, right: Any) -> Any:
+        return call(ids(), "_*_", left, right)
+
+    def ceil_div(numerator: Any, denominator: int) -> Any:
+        return call(ids(), "_/_", plus(numerator, int_constant(ids(), denominator - 1)),
+                    int_constant(ids(), denominator))
+
+    code = how.charge
+    if code == cost.Charge.TRAVERSE_FIRST:
+        amount = ceil_div(size(0), 10)
+    elif code in (cost.Charge.TRAVERSE_FIRST_TWICE, cost.Charge.BUILD_RESULT):
+        amount = ceil_div(times(int_constant(ids(), 2), size(0)), 10)
+    elif code == cost.Charge.IN_LIST:
+        amount = size(0)
+    elif code == cost.Charge.CONCATENATE:
+        amount = ceil_div(plus(size(0), size(1)), 10)
+    elif code == cost.Charge.CONTAINS:
+        amount = times(ceil_div(size(0), 10), ceil_div(size(1), 10))
+    elif code == cost.Charge.REGEX:
+        amount = times(ceil_div(plus(int_constant(ids(), 1), size(0)), 10), ceil_div(size(1), 4))
+    else:  # COMPARE: the shorter operand
+        shorter = call(ids(), "_?_:_", call(ids(), "_<_", size(0), size(1)), size(0), size(1))
+        amount = ceil_div(shorter, 10)
+    if how.extra:
+        amount = plus(amount, int_constant(ids(), how.extra))
+    name = f"@c{ids()}"
+    function = cost.CHARGE_OWNER_FUNCTION if owner_args else cost.CHARGE_FUNCTION
+    beyond_first = call(ids(), "_-_", ident(ids(), name), int_constant(ids(), cost.SIZED_CALL_BASE))
+    pay = call(ids(), function, *(int_constant(ids(), owner) for owner in owner_args), beyond_first)
+    expression = bind(ids, name, amount,
+                      call(ids(), "_?_:_", call(ids(), "_>_", ident(ids(), name),
+                                                int_constant(ids(), cost.SIZED_CALL_BASE)),
+                           pay, bool_constant(ids(), True)))
+    for sized_name, value in reversed(list(zip(sizes, measured, strict=True))):
+        expression = bind(ids, sized_name, value, expression)
+    return expression
+
+
+def _literal_size(expr: Any) -> int | None:
+    """The size of a string or list literal, as cel-go measures it (code points, elements)."""
+    kind = expr.WhichOneof("expr_kind")
+    if kind == "const_expr":
+        constant = expr.const_expr.WhichOneof("constant_kind")
+        if constant == "string_value":
+            return len(expr.const_expr.string_value)
+        if constant == "bytes_value":
+            return len(expr.const_expr.bytes_value)
+        return None
+    if kind == "list_expr" and not expr.list_expr.optional_indices:
+        return len(expr.list_expr.elements)
+    return None
+
+
 def _is_cheap(expr: Any) -> bool:
     """An operand that costs nothing to evaluate twice: constants, identifiers, field selections and
     constant indexes of those. Anything else is bound once instead of duplicated."""
@@ -125,8 +190,9 @@ class Prepared:
 
     checked: Any
     static_cost: int
-    #: Whether evaluating it can cost more than ``static_cost`` (comprehensions, size-driven calls).
-    dynamic: bool
+    #: Whether one step of it may cost without bound: it calls a function charged by the product of two
+    #: sizes (contains, matches, find, findAll).
+    multiplies: bool
 
 
 def _make_type_constant(node: Any, type_name: str) -> None:
@@ -158,6 +224,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
 
     # Costs are computed on the expression as written, before any node is replaced.
     sized: dict[int, cost.SizedCall] = {}
+    fixed: dict[int, int] = {}
     for node in ast.walk(result.expr):
         if node.WhichOneof("expr_kind") != "call_expr":
             continue
@@ -165,12 +232,18 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
         operands = ([call_node.target] if call_node.HasField("target") else []) + list(call_node.args)
         how = cost.sized_call(call_node.function, overloads.get(node.id, ()),
                               [types.get(operand.id, "dyn") for operand in operands])
-        if how is not None:
+        if how is None:
+            continue
+        literal_sizes = [_literal_size(operands[position]) if position >= 0 else None for position in how.measured]
+        if not how.when_types and all(size is not None for size in literal_sizes):
+            # Every measured operand is a literal: the charge is known now (``'a' in ['a', 'b']``).
+            fixed[node.id] = cost.charge_amount(how.charge, tuple(size or 0 for size in literal_sizes)) + how.extra
+        else:
             sized[node.id] = how
     sized_ids = frozenset(sized)
-    weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids)
+    weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids, fixed)
                for node in ast.walk(result.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"}
-    static = cost.static_cost(result.expr, function_of, sized_ids)
+    static = cost.static_cost(result.expr, function_of, sized_ids, fixed)
 
     owner_args = () if owner == BODY_OWNER else (owner,)
     # Collect first: rewriting while walking would visit the nodes we insert. Children are rewritten
@@ -214,8 +287,10 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
             if node.id in sized:
-                _charge_after(node, sized[node.id], ids, owner_args, result.reference_map)
-    return Prepared(result, static, bool(weights or sized))
+                _charge_after(node, sized[node.id], ids, owner_args, result.reference_map,
+                              boolean=types.get(node.id) == "bool")
+    multiplies = any(how.charge in (cost.Charge.CONTAINS, cost.Charge.REGEX) for how in sized.values())
+    return Prepared(result, static, multiplies)
 
 
 #: Format arguments of these types are spelt before they reach Python (see _bool_keys_spelt).
@@ -334,12 +409,14 @@ def _guard_collection_loop(node: Any, ids: Ids) -> None:
 
 
 def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[int, ...],
-                  references: Any) -> None:
-    """Rewrites ``f(a, b)`` into ``bind(r, f(a, b), charge(code, size([r]), size(a)...) ? r : r)``.
+                  references: Any, boolean: bool) -> None:
+    """Charges a size-driven call from its operands' or its result's sizes, computed natively.
 
-    The call runs first, as in cel-go, so its own errors win; ``size([r])`` carries an error of the
-    call into the charge before any operand is measured. Operands that are not cheap to evaluate twice
-    are bound first and the call reads the binding.
+    A call returning a bool whose measured operands are cheap to read twice becomes
+    ``charge(code, extra, size(a)...) ? f(a, b) : false`` (an error of ``a`` is the same error either way).
+    Any other becomes ``bind(r, f(a, b), charge(code, extra, size([r]), sizes...) ? r : r)``: the call
+    runs first, as in cel-go, and ``size([r])`` carries its error into the charge before anything is
+    measured. Operands that are not cheap to evaluate twice are bound first and the call reads them.
     """
     call_node = node.call_expr
     has_target = call_node.HasField("target")
@@ -347,6 +424,8 @@ def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[in
     bindings: list[tuple[str, Any]] = []
     measured: list[Any] = []
     result_name = f"@r{node.id}"
+    needs_result = not boolean or how.when_types or any(
+        position < 0 or not _is_cheap(operands[position]) for position in how.measured)
     for position in how.measured:
         if position < 0:
             measured.append(call(ids(), "size", ident(ids(), result_name)))
@@ -374,11 +453,12 @@ def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[in
     if node_id in references:
         references[original.id].CopyFrom(references[node_id])
         del references[node_id]
-    charge = call(ids(), cost.CHARGE_FUNCTION,
-                  int_constant(ids(), int(how.charge)), int_constant(ids(), how.extra),
-                  *(int_constant(ids(), value) for value in owner_args),
-                  call(ids(), "size", list_of(ids(), ident(ids(), result_name))),
-                  list_of(ids(), *measured))
+    charge = _native_charge(how, measured, ids, owner_args)
+    if needs_result:
+        # size([r]) carries an error of the call into the charge before anything is measured.
+        probe = call(ids(), "_==_", call(ids(), "size", list_of(ids(), ident(ids(), result_name))),
+                     int_constant(ids(), 1))
+        charge = call(ids(), "_&&_", probe, charge)
     if how.when_types:
         # Charged only when the runtime chose a size-charged overload: type(operand) is string/bytes.
         measured_operand = measured[0].call_expr.args[0]
@@ -388,8 +468,11 @@ def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[in
         for test in tests[1:]:
             applies = call(ids(), "_||_", applies, test)
         charge = call(ids(), "_?_:_", applies, charge, bool_constant(ids(), True))
-    guarded = call(ids(), "_?_:_", charge, ident(ids(), result_name), ident(ids(), result_name))
-    wrapped = bind(ids, result_name, original, guarded)
+    if needs_result:
+        guarded = call(ids(), "_?_:_", charge, ident(ids(), result_name), ident(ids(), result_name))
+        wrapped = bind(ids, result_name, original, guarded)
+    else:
+        wrapped = call(ids(), "_?_:_", charge, original, bool_constant(ids(), False))
     for name, value in reversed(bindings):
         wrapped = bind(ids, name, value, wrapped)
     wrapped.id = node_id
