@@ -1,3 +1,3 @@
-from staticadm.cli import main
+from staticadm.launch import main
 
 raise SystemExit(main())

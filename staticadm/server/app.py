@@ -7,6 +7,7 @@ is never echoed back (it may hold Secrets). A 500 only ever means a bug in stati
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
 from staticadm.reload import ManifestSource
+from staticadm.server.connections import track_requests
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
 
@@ -36,6 +38,9 @@ MAX_REVIEW_TIMEOUT = 30.0
 #: Admission requests past the header stage at once (reading, parsing, evaluating). Each may hold a
 #: 3 MiB body and its parsed form; the rest wait in the kernel's socket buffers, up to their deadline.
 MAX_CONCURRENT_REVIEWS = 64
+#: Request bodies being received at once, in bytes (each is reserved at its declared length, or the
+#: body limit when undeclared): bounds memory now that bodies are read before an evaluation slot.
+MAX_BUFFERED_BODY_BYTES = 256 * 1024 * 1024
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -54,6 +59,10 @@ class ServerState:
     #: Admission requests whose handler is running, so shutdown can wait for them, bodies included.
     in_flight: int = 0
     extra_ready_checks: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    max_buffered_body_bytes: int = MAX_BUFFERED_BODY_BYTES
+    buffered_body_bytes: int = 0
+    #: Set once the first load of the manifest directory has finished, whatever its outcome.
+    first_load_done: asyncio.Event = field(default_factory=asyncio.Event)
     _review_slots: asyncio.Semaphore | None = None
 
     def review_slots(self) -> asyncio.Semaphore:
@@ -127,7 +136,7 @@ def _review_timeout(request: web.Request) -> float:
     return min(seconds, MAX_REVIEW_TIMEOUT)
 
 
-async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+async def _read_body(request: web.Request, limit: int, timeout: float, buffered: _BufferedBytes) -> bytes:
     length = request.content_length
     if length is not None and length > limit:
         raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
@@ -143,6 +152,7 @@ async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
                 if size > limit:
                     raise BadRequest(413, "RequestEntityTooLarge",
                                      f"request body is larger than the limit of {limit} bytes")
+                buffered.add(len(chunk))
                 chunks.append(chunk)
     except TimeoutError:
         raise BadRequest(408, "Timeout", f"request body was not received within {timeout:g} seconds") from None
@@ -200,32 +210,71 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
                                                   "with POST")
     if request.content_type != "application/json":
         raise BadRequest(415, "UnsupportedMediaType", "Content-Type must be application/json")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        # kube-apiserver never compresses webhook bodies; inflating one would cost CPU on the event loop
+        # (the daemon does not let aiohttp decompress: auto_decompress is off).
+        raise BadRequest(415, "UnsupportedMediaType", "Content-Encoding must be identity (bodies are not "
+                                                      "accepted compressed)")
     timeout = _review_timeout(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout - (time.perf_counter() - started)
+    if state.source.current is None and not state.shutting_down and not state.first_load_done.is_set():
+        # Starting (a socket-activated restart queues kube-apiserver's requests meanwhile): wait for the
+        # first load within the request's own deadline instead of failing it at once.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await state.first_load_done.wait()
     # The snapshot this request is evaluated against, fixed now: a reload during the request does
     # not change its answer half way.
     served = state.source.current
     if served is None or state.shutting_down:
         raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request" if served is None
                          else "shutting down")
-    slots = state.review_slots()
+    # The body is read (bounded in size and time) before an evaluation slot is taken: slots are for
+    # complete requests, so clients that trickle a body cannot keep kube-apiserver's requests waiting.
+    buffered = _BufferedBytes(state)
     try:
-        async with asyncio.timeout_at(deadline):
-            await slots.acquire()
-    except TimeoutError:
-        raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within {timeout:g} "
-                                         "seconds") from None
-    try:
-        return await _admit(request, state, endpoint, evaluate, served, timeout, deadline)
+        body = await _read_body(request, state.max_body_bytes,
+                                max(min(state.body_timeout, deadline - loop.time()), 0.001), buffered)
+        slots = state.review_slots()
+        try:
+            async with asyncio.timeout_at(deadline):
+                await slots.acquire()
+        except TimeoutError:
+            raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
+                                             f"{timeout:g} seconds") from None
+        try:
+            return _admit(state, evaluate, served, body, timeout, deadline)
+        finally:
+            slots.release()
     finally:
-        slots.release()
+        buffered.release()
 
 
-async def _admit(request: web.Request, state: ServerState, endpoint: str, evaluate: Evaluator, served: Any,
-                 timeout: float, deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+class _BufferedBytes:
+    """The bytes of one request body held in memory, counted against the daemon-wide budget as they
+    arrive (a client trickling a body holds only what it sent)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self.size = 0
+
+    def add(self, count: int) -> None:
+        state = self._state
+        if state.buffered_body_bytes + count > state.max_buffered_body_bytes:
+            raise BadRequest(503, "ServiceUnavailable", "too many request bodies being received; retry")
+        state.buffered_body_bytes += count
+        self.size += count
+
+    def release(self) -> None:
+        self._state.buffered_body_bytes -= self.size
+        self.size = 0
+
+
+def _admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, timeout: float,
+           deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
     loop = asyncio.get_running_loop()
-    body = await _read_body(request, state.max_body_bytes, max(min(state.body_timeout, deadline - loop.time()), 0.001))
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -371,7 +420,7 @@ async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitab
 def create_app(state: ServerState) -> web.Application:
     # client_max_size guards aiohttp's own body helpers; our handlers read the body themselves with
     # the same limit and a deadline.
-    app = web.Application(client_max_size=state.max_body_bytes, middlewares=[_errors])
+    app = web.Application(client_max_size=state.max_body_bytes, middlewares=[track_requests, _errors])
     app[STATE] = state
     for endpoint, evaluate in ENDPOINTS.items():
         app.router.add_route("*", f"/{endpoint}", review_handler(endpoint, evaluate))

@@ -20,6 +20,9 @@ DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_POLL_INTERVAL = 60.0
 DEFAULT_SHUTDOWN_GRACE = 10.0
 DEFAULT_BODY_TIMEOUT = 10.0
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_IDLE_TIMEOUT = 90.0
+DEFAULT_MAX_CONNECTIONS = 4096
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -77,6 +80,12 @@ class ServeConfig:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     #: Bound on receiving a request body, against slow clients.
     body_timeout: float = DEFAULT_BODY_TIMEOUT
+    #: Bound on receiving a request's headers (and on a new connection's first request).
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    #: How long an idle keep-alive connection is kept.
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    #: Open connections at most (lowered to fit the open-file limit); idle ones are shed first.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Load a manifest directory or file that any local user may write (refused by default).
     allow_world_writable_manifests: bool = False
 
@@ -116,6 +125,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"after SIGTERM, how long in-flight requests may take to finish (default: {DEFAULT_SHUTDOWN_GRACE:g})")
     add("--body-timeout", metavar="SECONDS", default=None,
         help=f"how long a client may take to send a request body (default: {DEFAULT_BODY_TIMEOUT:g})")
+    add("--header-timeout", metavar="SECONDS", default=None,
+        help=f"how long a client may take to send request headers, and a new connection its first request "
+             f"(default: {DEFAULT_HEADER_TIMEOUT:g})")
+    add("--idle-timeout", metavar="SECONDS", default=None,
+        help=f"how long an idle keep-alive connection is kept open (default: {DEFAULT_IDLE_TIMEOUT:g})")
+    add("--max-connections", metavar="N", default=None,
+        help=f"open connections at most, lowered to fit the open-file limit; over it the longest-idle "
+             f"connection is closed (default: {DEFAULT_MAX_CONNECTIONS})")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
@@ -124,7 +141,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tls-key", "client-ca", "namespaces",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
-                 "body-timeout", "allow-world-writable-manifests")
+                 "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -176,9 +193,11 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "state-dir"):
         if values.get(name) not in (None, ""):
             updates[name.replace("-", "_")] = Path(str(values[name]))
-    for name in ("poll-interval", "shutdown-grace", "body-timeout"):
+    for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout"):
         if name in values:
             updates[name.replace("-", "_")] = _parse_seconds(name, values[name])
+    if "max-connections" in values:
+        updates["max_connections"] = _parse_count("max-connections", values["max-connections"])
     if "log-format" in values:
         updates["log_format"] = _choice("log-format", values["log-format"], LOG_FORMATS)
     if "log-level" in values:
@@ -225,6 +244,16 @@ def _parse_seconds(name: str, value: Any) -> float:
     if not seconds > 0:
         raise ConfigError(f"--{name} {value!r}: must be greater than zero")
     return seconds
+
+
+def _parse_count(name: str, value: Any) -> int:
+    try:
+        count = int(str(value))
+    except ValueError as error:
+        raise ConfigError(f"--{name} {value!r}: expected a whole number") from error
+    if count < 1:
+        raise ConfigError(f"--{name} {value!r}: must be at least 1")
+    return count
 
 
 def _parse_bool(name: str, value: Any) -> bool:

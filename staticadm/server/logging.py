@@ -7,7 +7,11 @@ Field names follow Kubernetes' JSON log format where it has one (``ts`` as a uni
 from __future__ import annotations
 
 import logging as stdlib_logging
+import os
+import queue
+import select
 import sys
+import threading
 from typing import Any, TextIO
 
 import orjson
@@ -26,7 +30,101 @@ def _orjson_dumps(event: dict[str, Any], **_kwargs: Any) -> str:
     return orjson.dumps(event, default=str).decode()
 
 
-def configure(log_format: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
+#: Lines waiting for the writer thread before new ones are dropped (a few MB at most).
+QUEUE_LINES = 10_000
+
+
+class NonBlockingWriter:
+    """A stream whose writes never block.
+
+    stderr is a pipe to journald or a container runtime; when nobody reads it, a synchronous write
+    blocks after ~64 KiB, and with it admission, probes and the watchdog. A line is written at once when
+    nothing is pending, it fits one atomic pipe write and the descriptor can take it now; otherwise it
+    goes to a bounded queue that a thread writes out, in order. A full queue drops the line and counts
+    it (``staticadm_log_lines_dropped``).
+    """
+
+    def __init__(self, stream: TextIO, capacity: int = QUEUE_LINES) -> None:
+        self._stream = stream
+        try:
+            self._fd: int | None = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=capacity)
+        self._lock = threading.Lock()
+        #: Lines queued or being written by the thread: while any, new lines queue behind them.
+        self._pending = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._drain, name="log-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8", "replace")
+        with self._lock:
+            if self._pending == 0 and self._write_now(data):
+                return len(text)
+            try:
+                self._queue.put_nowait(data)
+            except queue.Full:
+                self.dropped += 1
+                return len(text)
+            self._pending += 1
+        return len(text)
+
+    def flush(self) -> None:
+        """Lines are written as they come, or by the writer thread."""
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Writes out what is queued, for at most ``timeout`` seconds (a stalled reader is not waited for)."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def _write_now(self, data: bytes) -> bool:
+        if self._fd is None or len(data) > select.PIPE_BUF:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLOUT)
+            if not poller.poll(0):
+                return False
+            written = os.write(self._fd, data)
+        except OSError:
+            return False
+        if written < len(data):  # not a pipe (a short write to a file): the thread writes the rest
+            self._queue.put_nowait(data[written:])
+            self._pending += 1
+        return True
+
+    def _drain(self) -> None:
+        while True:
+            data = self._queue.get()
+            if data is None:
+                return
+            try:
+                if self._fd is not None:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self._fd, view):]
+                else:
+                    self._stream.write(data.decode("utf-8", "replace"))
+                    self._stream.flush()
+            except (OSError, ValueError):
+                self.dropped += 1
+            with self._lock:
+                self._pending -= 1
+
+
+def configure(log_format: str = "json", level: str = "info", stream: TextIO | None = None,
+              *, non_blocking: bool = False) -> NonBlockingWriter | None:
+    """Configures structlog and the standard library logging; with ``non_blocking`` (the daemon) lines
+    go through a :class:`NonBlockingWriter`, which is returned."""
+    target: Any = stream or sys.stderr
+    writer = NonBlockingWriter(target) if non_blocking else None
+    if writer is not None:
+        target = writer
     numeric = getattr(stdlib_logging, level.upper())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -44,14 +142,15 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(target),
         cache_logger_on_first_use=False,
     )
     # aiohttp and watchdog log through the standard library; route their warnings to the same stream
     # without their access log, which would duplicate our one line per decision.
-    stdlib_logging.basicConfig(stream=stream or sys.stderr, level=max(numeric, stdlib_logging.WARNING),
+    stdlib_logging.basicConfig(stream=target, level=max(numeric, stdlib_logging.WARNING),
                                format="%(name)s: %(message)s", force=True)
     stdlib_logging.getLogger("aiohttp.access").setLevel(stdlib_logging.WARNING)
+    return writer
 
 
 def get_logger(name: str = "staticadm") -> Any:

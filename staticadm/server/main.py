@@ -16,10 +16,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
-
-from aiohttp import web
 
 from staticadm.admission.namespaces import (
     NamespaceFileError,
@@ -31,6 +30,14 @@ from staticadm.reload import ManifestSource, ReloadResult
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig
+from staticadm.server.connections import (
+    AcceptErrorLimiter,
+    ConnectionGuard,
+    GuardedAppRunner,
+    GuardedSockSite,
+    connection_cap,
+    raise_open_file_limit,
+)
 from staticadm.server.listeners import (
     Listener,
     ListenerError,
@@ -43,6 +50,7 @@ from staticadm.server.listeners import (
     split_activated,
 )
 from staticadm.server.metrics import Metrics
+from staticadm.server.supervision import TaskHealth, supervise
 from staticadm.server.systemd import Notifier, listen_fds
 
 EXIT_OK = 0
@@ -50,8 +58,15 @@ EXIT_FAILED = 1
 
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
-    server_logging.configure(config.log_format, config.log_level)
-    return asyncio.run(_Daemon(config, stderr or sys.stderr).run())
+    writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
+    daemon = _Daemon(config, stderr or sys.stderr)
+    if writer is not None:
+        daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
+    try:
+        return asyncio.run(daemon.run())
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 class _Daemon:
@@ -61,6 +76,7 @@ class _Daemon:
         self.log = server_logging.get_logger("staticadm")
         self.metrics = Metrics()
         self.notifier = Notifier()
+        self.health = TaskHealth()
         #: READY=1 has been sent: set by the first successful load, never unset.
         self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
@@ -126,9 +142,18 @@ class _Daemon:
             raise ListenerError(f"--namespaces {path}: {error}") from error
 
     def _listeners(self) -> list[tuple[Listener, bool]]:
-        """(listener, uses TLS) pairs; activated sockets replace the configured ones of their family."""
-        activated_unix, activated_tcp = split_activated(listen_fds())
+        """(listener, uses TLS) pairs; activated sockets replace the configured ones of their family.
+        On failure nothing stays bound and no socket file of ours is left behind (the loser of a port
+        conflict must not leave a dead socket where clients look for the winner's)."""
         listeners: list[tuple[Listener, bool]] = []
+        try:
+            return self._bind_listeners(listeners)
+        except ListenerError:
+            self._close_listeners(listeners)
+            raise
+
+    def _bind_listeners(self, listeners: list[tuple[Listener, bool]]) -> list[tuple[Listener, bool]]:
+        activated_unix, activated_tcp = split_activated(listen_fds())
         for sock in activated_unix:
             listeners.append((Listener("unix", sock, f"activated unix socket {sock.getsockname()!r}"), False))
         if not activated_unix and self.config.socket is not None:
@@ -147,6 +172,14 @@ class _Daemon:
         if any(tls for _, tls in listeners):
             self.tls = self._serving_tls()
         return listeners
+
+    def _close_listeners(self, listeners: list[tuple[Listener, bool]]) -> None:
+        """After a failed start: close what was bound and remove only the socket files we created."""
+        for listener, _ in listeners:
+            listener.sock.close()
+        for path, inode in self.unix_paths:
+            remove_unix_socket(path, inode)
+        self.unix_paths.clear()
 
     def _serving_tls(self) -> ServingTls:
         cert, key = self.config.tls_cert, self.config.tls_key
@@ -167,29 +200,48 @@ class _Daemon:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        # Repeated accept failures (EMFILE) are reported once per interval, not once per attempt.
+        loop.set_exception_handler(AcceptErrorLimiter(self.log))
+        soft_limit, _hard = raise_open_file_limit()
         try:
             namespaces = self._namespaces()
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
         state = ServerState(self.source, namespaces, self.metrics, self.log, body_timeout=self.config.body_timeout)
+        state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
+        guard = ConnectionGuard(
+            max_connections=connection_cap(self.config.max_connections, soft_limit),
+            header_timeout=self.config.header_timeout, idle_timeout=self.config.idle_timeout,
+            on_event=lambda reason: self.metrics.connection_events.labels(reason=reason).inc())
         # Requests have been drained by then (see below); this only bounds closing idle connections.
-        runner = web.AppRunner(create_app(state), shutdown_timeout=1.0, access_log=None)
+        # auto_decompress off: compressed bodies are refused (415), never inflated on the event loop.
+        runner = GuardedAppRunner(create_app(state), guard=guard, shutdown_timeout=1.0, access_log=None,
+                                  keepalive_timeout=self.config.idle_timeout, auto_decompress=False)
         await runner.setup()
         for listener, tls in listeners:
-            site = web.SockSite(runner, listener.sock, ssl_context=self.tls.context if tls and self.tls else None)
+            site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
+                                   ssl_context=self.tls.context if tls and self.tls else None)
             await site.start()
             self.log.info("listening", address=listener.description)
+        self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,
+                      header_timeout=guard.header_timeout, idle_timeout=guard.idle_timeout)
 
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, self.source.reload_now)
 
+        def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+            return asyncio.create_task(supervise(
+                name, run, logger=self.log, health=self.health,
+                on_failure=lambda task: self.metrics.background_task_failures.labels(task=task).inc()), name=name)
+
         background: list[asyncio.Task[None]] = []
         try:
             # The watchdog pings from the start: a first load that takes long is not a hang.
-            background.append(asyncio.create_task(self.notifier.watchdog_loop(), name="systemd-watchdog"))
+            background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
+            background.append(supervised("connection-sweeper", guard.run))
             self.source.start_watching()
             load = loop.run_in_executor(None, self.source.load_initial)
             stopped = asyncio.ensure_future(stop.wait())
@@ -202,14 +254,16 @@ class _Daemon:
             # A failed first load was logged error by error (see ManifestSource._report); the source
             # keeps retrying and the first success sends READY=1 (see _on_reload).
             load.result()
-            background.append(asyncio.create_task(self.source.run(), name="manifest-source"))
+            state.first_load_done.set()
+            background.append(supervised("manifest-source", self.source.run))
             if self.tls is not None:
-                background.append(asyncio.create_task(self.tls.watch(), name="tls-reload"))
+                background.append(supervised("tls-reload", self.tls.watch))
             await stop.wait()
             self.log.info("shutting down; finishing in-flight requests", grace_seconds=self.config.shutdown_grace)
             return EXIT_OK
         finally:
             state.shutting_down = True
+            state.first_load_done.set()
             self.notifier.stopping()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
@@ -239,6 +293,7 @@ class _Daemon:
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)
             self.source.close()
+            self.notifier.close()
             self.log.info("stopped")
 
 

@@ -7,6 +7,7 @@ so that dashboards written for in-process static admission carry over with the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -61,6 +62,19 @@ class Metrics:
             "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and "
             "binding; mirrors apiserver_mutating_admission_policy_check_duration_seconds.",
             mutation_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._log_drops = Gauge(
+            f"{PREFIX}_log_lines_dropped",
+            "Log lines dropped since start because the log reader (journald, the container runtime) did not "
+            "keep up; logging never blocks admission.", registry=self.registry)
+        self.connection_events = Counter(
+            f"{PREFIX}_connections_closed_total",
+            "Connections closed by the daemon: timeout (headers or idle past their limit), shed (idle, to make "
+            "room under the connection cap), rejected (over the cap with every connection busy).",
+            ("reason",), registry=self.registry)
+        self.background_task_failures = Counter(
+            f"{PREFIX}_background_task_failures_total",
+            "Background tasks (reload, watchdog, certificate reload, connection sweeper) that failed and were "
+            "restarted.", ("task",), registry=self.registry)
         self.evaluation_timeouts = Counter(
             f"{PREFIX}_admission_evaluation_timeouts_total",
             "AdmissionReview requests answered with a timeout because their deadline passed before they "
@@ -83,6 +97,10 @@ class Metrics:
         # Pre-create the status series so a scrape shows 0 rather than nothing before the first failure.
         for status in ("success", "failure"):
             self.reloads.labels(status=status)
+
+    def watch_log_drops(self, dropped: Callable[[], float]) -> None:
+        """Exports the log writer's dropped-line count (read at scrape time)."""
+        self._log_drops.set_function(dropped)
 
     def record_reload(self, status: str, timestamp: float, content_hash: str | None = None) -> None:
         self.reloads.labels(status=status).inc()

@@ -7,6 +7,7 @@ a C extension or a package for twenty lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -24,21 +25,38 @@ class Notifier:
         # A leading "@" names a socket in the abstract namespace.
         self._address = "\0" + address[1:] if address.startswith("@") else address
         self._watchdog_interval = _watchdog_interval(env)
+        #: Opened once, at start: under descriptor exhaustion a new socket per message would fail, and
+        #: the watchdog pings would stop with it.
+        self._sock: socket.socket | None = None
+        if self._address:
+            with contextlib.suppress(OSError):
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        #: Messages that could not be sent (the manager gone, descriptors exhausted).
+        self.failures = 0
 
     @property
     def enabled(self) -> bool:
         return bool(self._address)
 
-    def notify(self, *fields: str) -> None:
+    def notify(self, *fields: str) -> bool:
+        """Sends one message; False when it could not be sent. Never raises."""
         if not self._address:
-            return
+            return True
         message = "\n".join(fields).encode()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-            try:
-                sock.sendto(message, self._address)
-            except OSError:
-                # The manager going away must not take the daemon with it.
-                return
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._sock.sendto(message, self._address)
+        except OSError:
+            # The manager going away, or no descriptor left, must not take the daemon with it.
+            self.failures += 1
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def ready(self, status: str) -> None:
         self.notify("READY=1", f"STATUS={status}")

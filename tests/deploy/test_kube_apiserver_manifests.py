@@ -26,7 +26,12 @@ def test_admission_configuration_points_each_webhook_plugin_at_its_own_directory
     for configuration in plugins.values():
         assert configuration["apiVersion"] == "apiserver.config.k8s.io/v1"
         assert configuration["kind"] == "WebhookAdmissionConfiguration"
-        assert set(configuration) == {"apiVersion", "kind", "staticManifestsDir"}
+        assert set(configuration) == {"apiVersion", "kind", "staticManifestsDir", "kubeConfigFile"}
+        # kube-apiserver's client certificate for staticadm's client-ca (systemd/staticadm.yaml).
+        kubeconfig = _load("webhook-kubeconfig.yaml")
+        assert configuration["kubeConfigFile"].endswith("/" + "webhook-kubeconfig.yaml")
+        [user] = kubeconfig["users"]
+        assert user["name"] == "127.0.0.1:8443" and {"client-certificate", "client-key"} <= set(user["user"])
         directory = configuration["staticManifestsDir"]
         assert directory.startswith("/")  # kube-apiserver refuses a relative staticManifestsDir
         directories.add(directory)

@@ -40,6 +40,9 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "log-level": ("warning", "log_level", "warning"),
     "shutdown-grace": (2.5, "shutdown_grace", 2.5),
     "body-timeout": ("3", "body_timeout", 3.0),
+    "header-timeout": (4, "header_timeout", 4.0),
+    "idle-timeout": ("30", "idle_timeout", 30.0),
+    "max-connections": (500, "max_connections", 500),
     "allow-world-writable-manifests": (True, "allow_world_writable_manifests", True),
 }
 
@@ -59,6 +62,9 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "log-level": ("debug", "debug"),
     "shutdown-grace": ("4", 4.0),
     "body-timeout": ("6", 6.0),
+    "header-timeout": ("5", 5.0),
+    "idle-timeout": ("45", 45.0),
+    "max-connections": ("800", 800),
 }
 
 
@@ -121,6 +127,8 @@ def test_defaults_without_flags_or_file() -> None:
     ("poll-interval: soon\n", "--poll-interval"),
     ("poll-interval: 0\n", "--poll-interval"),
     ("body-timeout: -1\n", "--body-timeout"),
+    ("max-connections: 0\n", "--max-connections"),
+    ("max-connections: many\n", "--max-connections"),
     ("shutdown-grace: [1]\n", "--shutdown-grace"),
     ("socket-mode: '0999'\n", "--socket-mode"),
     ("socket-mode: 0o7777\n", "--socket-mode"),

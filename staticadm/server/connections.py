@@ -1,0 +1,270 @@
+"""Connections: bounded in number and in time, so no client can hold the listeners.
+
+aiohttp reads headers for as long as a client takes, keeps idle connections for an hour and accepts as
+many as the process has descriptors; a local user (the TCP port needs no credentials) could then stop
+both listeners with a thousand idle connections. Here:
+
+- a connection must finish its request headers within ``header_timeout`` of connecting or of its previous
+  answer; an idle keep-alive connection is closed after ``idle_timeout``;
+- at most ``max_connections`` are open: a new one over the cap closes the longest-idle connection, or is
+  closed itself when every connection is busy;
+- the soft ``RLIMIT_NOFILE`` is raised to the hard limit at start, and the cap stays below it;
+- accept errors (EMFILE and the like) are logged once per interval with a count, not once per attempt
+  with a traceback;
+- memory freed by closed TLS connections is handed back to the system (``malloc_trim``) after a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+#: Descriptors kept for everything but connections: listeners, files, the manifest directory watch.
+RESERVED_DESCRIPTORS = 64
+DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_IDLE_TIMEOUT = 90.0
+SWEEP_INTERVAL = 1.0
+#: Closed connections after which freed memory is returned to the system.
+TRIM_AFTER_CLOSED = 256
+ACCEPT_ERROR_LOG_INTERVAL = 10.0
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raises the soft RLIMIT_NOFILE to the hard limit; returns (soft, hard) as they are now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def connection_cap(configured: int, soft_limit: int) -> int:
+    """The connection cap: what was asked, but always below the descriptors the process may open."""
+    return max(1, min(configured, soft_limit - RESERVED_DESCRIPTORS))
+
+
+@dataclass
+class ConnectionStats:
+    opened: int = 0
+    shed: int = 0
+    timed_out: int = 0
+
+
+@dataclass
+class ConnectionGuard:
+    """Tracks every connection of the listeners and enforces the limits above."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    on_event: Callable[[str], None] = lambda _kind: None
+    connections: dict[GuardedRequestHandler, None] = field(default_factory=dict)
+    stats: ConnectionStats = field(default_factory=ConnectionStats)
+    _closed_since_trim: int = 0
+    _trim: Callable[[int], int] | None = None
+
+    def __post_init__(self) -> None:
+        self._trim = _malloc_trim()
+
+    # -- called by the connections ----------------------------------------------------------------
+
+    def opened(self, connection: GuardedRequestHandler) -> bool:
+        """Registers a new connection; False when it must be closed at once (everything busy)."""
+        self.stats.opened += 1
+        if len(self.connections) >= self.max_connections:
+            idle = [c for c in self.connections if not c.busy]
+            if not idle:
+                self.on_event("rejected")
+                return False
+            oldest = min(idle, key=lambda c: c.idle_since)
+            self.stats.shed += 1
+            self.on_event("shed")
+            oldest.close_now()
+        self.connections[connection] = None
+        return True
+
+    def closed(self, connection: GuardedRequestHandler) -> None:
+        if self.connections.pop(connection, ...) is not ...:
+            self._closed_since_trim += 1
+
+    # -- the sweeper ------------------------------------------------------------------------------
+
+    def sweep(self, now: float | None = None) -> int:
+        """Closes connections past their header or idle timeout; returns how many."""
+        now = time.monotonic() if now is None else now
+        expired = [c for c in self.connections if c.expired(now, self.header_timeout, self.idle_timeout)]
+        for connection in expired:
+            self.stats.timed_out += 1
+            self.on_event("timeout")
+            connection.close_now()
+        if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
+            # TLS connections leave their buffers in malloc's free lists: give them back after a burst.
+            self._closed_since_trim = 0
+            self._trim(0)
+        return len(expired)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            self.sweep()
+
+
+class GuardedRequestHandler(RequestHandler):
+    """aiohttp's connection handler, reporting to a :class:`ConnectionGuard`."""
+
+    def __init__(self, manager: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.guard = guard
+        #: A request is being handled (from its first byte to the end of its answer).
+        self.busy = False
+        #: When the connection last became idle (connected, or answered a request).
+        self.idle_since = time.monotonic()
+        #: When bytes of the next request started arriving, if they have.
+        self.header_started: float | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.idle_since = time.monotonic()
+        if not self.guard.opened(self):
+            self.close_now()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.guard.closed(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy and self.header_started is None:
+            self.header_started = time.monotonic()
+        super().data_received(data)
+
+    def request_started(self) -> None:
+        self.busy = True
+        self.header_started = None
+
+    def request_finished(self) -> None:
+        self.busy = False
+        self.idle_since = time.monotonic()
+
+    def expired(self, now: float, header_timeout: float, idle_timeout: float) -> bool:
+        if self.busy:
+            return False
+        if self.header_started is not None:
+            return now - self.header_started > header_timeout
+        # A new connection must send its first request promptly; a kept-alive one may wait longer.
+        limit = header_timeout if self._request_count == 0 else idle_timeout
+        return now - self.idle_since > limit
+
+    def close_now(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.close()
+
+
+class GuardedServer(web.Server):
+    def __init__(self, *args: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard = guard
+
+    def __call__(self) -> RequestHandler:
+        try:
+            return GuardedRequestHandler(self, self.guard, loop=self._loop, **self._kwargs)
+        except TypeError:  # aiohttp moved an argument: fall back to its own handler, unguarded
+            return super().__call__()
+
+
+class GuardedAppRunner(web.AppRunner):
+    """An AppRunner whose connections report to ``guard``."""
+
+    def __init__(self, app: web.Application, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.guard = guard
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        guarded = GuardedServer(server.request_handler, request_factory=server.request_factory,
+                                handler_cancellation=getattr(server, "_handler_cancellation", False),
+                                loop=server._loop, guard=self.guard, **server._kwargs)
+        return guarded
+
+
+@web.middleware
+async def track_requests(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """Marks the connection busy while one of its requests is handled."""
+    protocol = request.protocol
+    started = getattr(protocol, "request_started", None)
+    if started is not None:
+        started()
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    finally:
+        finished = getattr(protocol, "request_finished", None)
+        if finished is not None:
+            finished()
+
+
+class AcceptErrorLimiter:
+    """A loop exception handler that logs repeated accept failures once per interval, with a count."""
+
+    def __init__(self, logger: Any, interval: float = ACCEPT_ERROR_LOG_INTERVAL) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", "unexpected error in the event loop"))
+        error = context.get("exception")
+        key = f"{message}:{type(error).__name__ if error else ''}"
+        now = time.monotonic()
+        if now - self._last.get(key, -self._interval) < self._interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return
+        self._last[key] = now
+        repeated = self._suppressed.pop(key, 0)
+        self._logger.error("event loop error", msg_detail=message, err=str(error) if error else None,
+                           repeated_since_last_report=repeated)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+class GuardedSockSite(web.SockSite):
+    """A SockSite whose TLS handshakes must finish within ``handshake_timeout`` (asyncio's default is
+    60 s, during which a connection that never speaks is not yet seen by the guard)."""
+
+    def __init__(self, runner: web.BaseRunner, sock: Any, *, handshake_timeout: float, **kwargs: Any) -> None:
+        super().__init__(runner, sock, **kwargs)
+        self.handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        extra: dict[str, Any] = {"ssl_handshake_timeout": self.handshake_timeout} if self._ssl_context else {}
+        self._server = await loop.create_server(server, sock=self._sock, ssl=self._ssl_context,
+                                                backlog=self._backlog, **extra)
