@@ -29,8 +29,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-#: Descriptors kept for everything but connections: listeners, files, the manifest directory watch.
-RESERVED_DESCRIPTORS = 64
+#: The listen backlog; asyncio accepts up to this many connections at once per listener before the
+#: guard sees any of them.
+ACCEPT_BACKLOG = 128
+#: Descriptors kept for everything but connections (listeners, files, the manifest directory watch) and
+#: for the accept bursts of two listeners: asyncio may accept a burst on the next readiness event before
+#: the previous burst's connections reach the guard, so three bursts each.
+RESERVED_DESCRIPTORS = 64 + 2 * 3 * ACCEPT_BACKLOG
 DEFAULT_MAX_CONNECTIONS = 4096
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 90.0
@@ -91,6 +96,8 @@ class ConnectionGuard:
             oldest = min(idle, key=lambda c: c.idle_since)
             self.stats.shed += 1
             self.on_event("shed")
+            # Forgotten now, not when its connection_lost runs: a burst of accepts must each shed another.
+            self.closed(oldest)
             oldest.close_now()
         self.connections[connection] = None
         return True
@@ -108,6 +115,7 @@ class ConnectionGuard:
         for connection in expired:
             self.stats.timed_out += 1
             self.on_event("timeout")
+            self.closed(connection)
             connection.close_now()
         if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
             # TLS connections leave their buffers in malloc's free lists: give them back after a burst.
