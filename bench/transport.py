@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import ssl
@@ -88,10 +89,8 @@ def slow_bodies(source: Path) -> dict[str, float]:
             latencies = []
             for _ in range(200):
                 started = time.monotonic()
-                try:
+                with contextlib.suppress(OSError):
                     await asyncio.to_thread(raw_http, sock, [head, body], timeout=70)
-                except OSError:
-                    pass
                 latencies.append(time.monotonic() - started)
                 if sum(latencies) > 120:
                     break
