@@ -64,6 +64,9 @@ class Served:
     policies: int
     bindings: int
     loaded_at: float
+    #: (policy name, binding name) of every binding, to notice a binding gone while its policy stays.
+    bound: frozenset[tuple[str, str]] = frozenset()
+    policy_names: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         return f"hash={self.content_hash or '(empty)'} policies={self.policies} bindings={self.bindings}"
@@ -76,6 +79,8 @@ class ReloadResult:
     errors: tuple[ManifestError, ...] = ()
     warnings: tuple[ManifestError, ...] = ()
     served: Served | None = None
+    #: What was served before this reload (success only).
+    previous: Served | None = None
 
 
 # -- the seam to the loader and the snapshot builder -----------------------------------------------
@@ -92,7 +97,28 @@ def _build(result: LoadResult) -> Any:
 
 
 def _served_from(result: LoadResult, snapshot: Any) -> Served:
-    return Served(snapshot, result.content_hash, len(result.policies), len(result.bindings), time.time())
+    bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)
+    names = frozenset(policy.metadata.name for policy in result.policies)
+    return Served(snapshot, result.content_hash, len(result.policies), len(result.bindings), time.time(), bound,
+                  names)
+
+
+def dropped_bindings(before: Served, after: Served) -> list[tuple[str, str]]:
+    """Bindings that are gone while their policy stays: what a half-written file looks like."""
+    return sorted((policy, binding) for policy, binding in before.bound - after.bound if policy in after.policy_names)
+
+
+def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...] | None:
+    """(name, size, mtime_ns, inode) of every entry: changes whenever a file is written or replaced."""
+    try:
+        with os.scandir(directory) as scan:
+            found = []
+            for entry in scan:
+                info = entry.stat(follow_symlinks=True)
+                found.append((entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
+    except OSError:
+        return None
+    return tuple(sorted(found))
 
 
 # -- the source ------------------------------------------------------------------------------------
@@ -158,9 +184,27 @@ class ManifestSource:
             message = f"failed to load the manifest directory: {type(error).__name__}: {error}"
             return ReloadResult("failure", reason, (ManifestError(str(self.directory), message),))
 
+    def _read_settled(self) -> DirectoryContents | None:
+        """The directory as read while nothing changed in it: the same names, sizes, modification times
+        and inodes before the read and one debounce after it. None when it kept changing for
+        ``MAX_COALESCE`` (a writer at work: a file rewritten in place must not be served half written)."""
+        deadline = time.monotonic() + MAX_COALESCE
+        while True:
+            before = directory_signature(self.directory)
+            contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+            time.sleep(self.debounce)
+            if before is None or directory_signature(self.directory) == before:
+                return contents
+            if time.monotonic() > deadline:
+                return None
+
     def _load_and_swap(self, reason: str) -> ReloadResult:
         current = self._current
-        contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+        contents = self._read_settled()
+        if contents is None:
+            message = (f"the manifest directory kept changing for {MAX_COALESCE:g} s while being read; not loaded "
+                       "(write manifest files atomically: a temporary file, then a rename)")
+            return ReloadResult("failure", reason, (ManifestError(str(self.directory), message),))
         # Checked before the unchanged shortcut: a chmod changes no byte, and must still stop the
         # directory from being trusted (the last good snapshot keeps serving).
         unsafe = self._unsafe(contents)
@@ -187,7 +231,7 @@ class ManifestSource:
         served = _served_from(result, snapshot)
         # The swap: a single reference assignment, atomic under the GIL; readers hold their own reference.
         self._current = served
-        return ReloadResult("success", reason, (), result.warnings, served)
+        return ReloadResult("success", reason, (), result.warnings, served, current)
 
     def _unsafe(self, contents: DirectoryContents) -> tuple[ManifestError, ...]:
         if self.allow_world_writable:
@@ -224,6 +268,11 @@ class ManifestSource:
                 log.warning("manifest warning", file=warning.path, field=warning.field, err=str(warning))
             served = result.served
             assert served is not None
+            if result.previous is not None:
+                for policy, binding in dropped_bindings(result.previous, served):
+                    log.warning("a binding was removed while its policy stays; if its file was being rewritten, "
+                                "write manifest files atomically (a temporary file, then a rename)",
+                                policy=policy, binding=binding)
             if not served.content_hash:
                 log.warning("manifest directory holds no manifests; every request is allowed")
             log.info("reloaded manifest config", hash=served.content_hash, policies=served.policies,

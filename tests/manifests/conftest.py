@@ -7,11 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from staticadm.manifests import LoadResult, ManifestError, load_manifest_directory
-from staticadm.manifests.loader import default_cel_compiler
 
 V1 = "admissionregistration.k8s.io/v1"
 
@@ -59,20 +57,6 @@ MAPB: dict[str, Any] = {
     "metadata": {"name": "mb.static.k8s.io"},
     "spec": {"policyName": "m.static.k8s.io"},
 }
-
-
-def _cel_works() -> bool:
-    compiler = default_cel_compiler()
-    if isinstance(compiler, str):
-        return False
-    try:
-        return compiler("true", "VALIDATION", (), False)[1] is None
-    except Exception:
-        return False
-
-
-#: The CEL package is developed in parallel; tests of compilation results wait until it works.
-requires_cel = pytest.mark.skipif(not _cel_works(), reason="staticadm.cel cannot compile 'true' yet")
 
 
 def obj(base: dict[str, Any], **changes: Any) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from tests.manifests.conftest import (
     find,
     load,
     obj,
-    requires_cel,
     structural_errors,
     write_json,
     write_yaml,
@@ -187,7 +186,6 @@ def test_duplicate_names_are_per_kind(tmp_path: Path) -> None:
     assert error.path.endswith("b.yaml") and f'previously seen in "{tmp_path / "a.yaml"}"' in error.message
 
 
-@requires_cel
 def test_valid_directory_compiles_everything(tmp_path: Path) -> None:
     policy = obj(
         VAP,
@@ -210,7 +208,6 @@ def test_valid_directory_compiles_everything(tmp_path: Path) -> None:
     }
 
 
-@requires_cel
 def test_cel_errors_reported_with_paths(tmp_path: Path) -> None:
     policy = obj(
         VAP,
