@@ -113,10 +113,18 @@ def default_cel_compiler() -> CelCompiler | str:
     except ImportError as err:
         return f"the CEL compiler (staticadm.cel) is unavailable: {err}"
 
+    # Policies often repeat expressions (one template, many policies): each distinct one is compiled once
+    # per load. The cache lives as long as this load; programs of unchanged documents carry over to the
+    # next load through the memo below, and nothing else does.
+    compiled: dict[tuple[Any, ...], Any] = {}
+
     def compile_fn(source: str, kind: str, names: Sequence[str], types: Mapping[str, str],
                    mutating: bool) -> tuple[Any, str | None]:
-        result = compile_expression(source, ExpressionKind[kind], variable_names=tuple(names),
-                                    variable_types=types, mutating=mutating)
+        key = (source, kind, tuple(names), tuple(sorted(types.items())), mutating)
+        result = compiled.get(key)
+        if result is None:
+            result = compiled[key] = compile_expression(source, ExpressionKind[kind], variable_names=tuple(names),
+                                                        variable_types=types, mutating=mutating)
         if isinstance(result, CompileError):
             return None, result.message
         return result, None
