@@ -378,8 +378,8 @@ class ManifestSource:
             return
         wanted = self._wanted_watches()
         for path in list(self._watches):
-            watch, identity = self._watches[path]
-            if path not in wanted or _identity(path) != identity:
+            watch, watched_identity = self._watches[path]
+            if path not in wanted or _identity(path) != watched_identity:
                 # A directory that was removed and recreated at the same path is a new inode; its old
                 # inotify watch is dead and must be replaced.
                 self._unschedule(watch)

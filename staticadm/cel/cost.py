@@ -26,7 +26,7 @@ Where this differs from cel-go, it differs the same way for every request (nothi
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +89,7 @@ def charge_amount(code: int, sizes: tuple[int, ...]) -> int:
     return CHARGES[code](sizes)
 
 
-CHARGES = {
+CHARGES: dict[int, Callable[[tuple[int, ...]], int]] = {
     Charge.TRAVERSE_FIRST: lambda sizes: -(-sizes[0] // _TENTH),
     Charge.TRAVERSE_FIRST_TWICE: lambda sizes: -(-2 * sizes[0] // _TENTH),
     Charge.BUILD_RESULT: lambda sizes: -(-2 * sizes[0] // _TENTH),

@@ -270,14 +270,13 @@ class EvaluationContext:
             if first is None:
                 try:
                     result = program.eval(self.activation)
-                except Exception as error:  # the engine raises for some internal failures
-                    result = error
+                except Exception as raised:  # the engine raises for some internal failures
+                    result = raised
             if isinstance(result, Exception):
-                error = result
                 if run.exceeded and BODY in run.exceeded:
                     return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
-                if ENGINE_ITERATION_LIMIT_TEXT not in str(error):
-                    return EvalError(runtime_error(str(error))), run
+                if ENGINE_ITERATION_LIMIT_TEXT not in str(result):
+                    return EvalError(runtime_error(str(result))), run
                 if own_run:
                     # Charged again from the start: the stepped evaluation runs every tick once more.
                     run = _RunCost()
@@ -397,7 +396,7 @@ class EvaluationContext:
         it reads is evaluated on its own (deterministic, so it fails the same way) and the expression is
         run once more with the failing ones linked as errors worded like Kubernetes'.
         """
-        failures = {}
+        failures: dict[str, str] = {}
         for name, variable in compiled.linked_variables:
             failure = self._variable_failure(name, variable, failures)
             if failure is not None:

@@ -612,7 +612,9 @@ def validate_format_calls(checked: Any) -> list[FormatIssue]:
 
     def children(node_id: int) -> tuple[str, list[int]]:
         node = nodes.get(node_id)
-        kind = node.WhichOneof("expr_kind") if node is not None else None
+        if node is None:
+            return "", []
+        kind = node.WhichOneof("expr_kind")
         if kind == "list_expr":
             return "list", [element.id for element in node.list_expr.elements]
         if kind == "struct_expr" and not node.struct_expr.message_name:

@@ -46,14 +46,14 @@ def semantic_warnings(result: LoadResult) -> tuple[ManifestError, ...]:
         if match is None:
             continue
         warnings.extend(_namespace_label_warnings(binding, match.namespace_selector, "spec.matchResources"))
-        policy = policies.get((binding.KIND.removesuffix("Binding"), binding.spec.policy_name))
-        constraints = policy.spec.match_constraints if policy is not None else None
-        if policy is not None and constraints is not None and not _can_intersect(constraints, match):
+        bound_policy = policies.get((binding.KIND.removesuffix("Binding"), binding.spec.policy_name))
+        constraints = bound_policy.spec.match_constraints if bound_policy is not None else None
+        if bound_policy is not None and constraints is not None and not _can_intersect(constraints, match):
             warnings.append(
                 _warn(
                     binding,
                     f"matchResources cannot intersect the matchConstraints of policy "
-                    f'"{policy.name}", so this binding never applies',
+                    f'"{bound_policy.name}", so this binding never applies',
                     "spec.matchResources.resourceRules",
                 )
             )

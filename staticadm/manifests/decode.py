@@ -124,10 +124,10 @@ class Decoder:
                 by_json[json_name] = f
         kwargs: dict[str, Any] = {}
         for key, item in value.items():
-            f = by_json.get(key)
+            found = by_json.get(key)
             child = join_field(path, key)
-            if f is None:
+            if found is None:
                 self._fail(child, f'strict decoding error: unknown field "{child}"')
                 continue
-            kwargs[f.name] = self._value(hints[f.name], item, child)
+            kwargs[found.name] = self._value(hints[found.name], item, child)
         return cls(**kwargs)

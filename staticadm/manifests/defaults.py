@@ -54,7 +54,8 @@ def apply_defaults(obj: TopLevel) -> TopLevel:
             failure_policy=obj.spec.failure_policy if obj.spec.failure_policy is not None else FAIL,
             match_constraints=default_match_resources(obj.spec.match_constraints),
         )
-        return replace(obj, spec=spec)
+        return replace(obj, spec=spec)  # type: ignore[arg-type]  # spec is of obj's own kind
     if isinstance(obj, ValidatingAdmissionPolicyBinding | MutatingAdmissionPolicyBinding):
-        return replace(obj, spec=replace(obj.spec, match_resources=default_match_resources(obj.spec.match_resources)))
+        defaulted = replace(obj.spec, match_resources=default_match_resources(obj.spec.match_resources))
+        return replace(obj, spec=defaulted)  # type: ignore[arg-type]  # spec is of obj's own kind
     raise TypeError(f"cannot default {type(obj).__name__}")

@@ -166,7 +166,7 @@ class _Converter:
             return [self.convert(child) for child in node.value]
         if isinstance(node, MappingNode):
             return self._mapping(node)
-        raise DocumentError(f"invalid YAML: unexpected node {node.id}")
+        raise DocumentError(f"invalid YAML: unexpected node {type(node).__name__}")
 
     def _mapping(self, node: MappingNode) -> dict[str, Any]:
         result: dict[str, Any] = {}

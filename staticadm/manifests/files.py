@@ -65,7 +65,7 @@ def read_directory(directory: str, *, max_file_bytes: int) -> DirectoryContents:
     except OSError as err:
         message = f"failed to read manifest directory {directory!r}: {err.strerror or err}"
         return DirectoryContents((), "", None, (ManifestError(directory, message),))
-    if not stat.S_ISDIR(directory_mode):
+    if directory_mode is None or not stat.S_ISDIR(directory_mode):
         message = f"failed to read manifest directory {directory!r}: not a directory"
         return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),))
     try:

@@ -439,8 +439,10 @@ class _Load:
         )
         for binding_cls, policy_cls in pairs:
             names = {o.metadata.name for o in self.objects if isinstance(o, policy_cls)}
-            for binding in self.objects:
-                if not isinstance(binding, binding_cls) or not binding.spec.policy_name:
+            bindings = [o for o in self.objects if isinstance(o, binding_cls)]
+            for binding in bindings:
+                assert isinstance(binding, ValidatingAdmissionPolicyBinding | MutatingAdmissionPolicyBinding)
+                if not binding.spec.policy_name:
                     continue
                 if binding.spec.policy_name not in names:
                     self._error(

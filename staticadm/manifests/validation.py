@@ -471,13 +471,14 @@ class Validator:
             errs.extend(validate_match_resources(spec.match_resources, "spec.matchResources"))
             errs.extend(validate_validation_actions(spec.validation_actions, "spec.validationActions"))
         elif isinstance(obj, MutatingAdmissionPolicyBinding):
-            spec = obj.spec
-            errs.extend(validate_policy_name(spec.policy_name, "spec.policyName"))
-            errs.extend(validate_param_ref(spec.param_ref, "spec.paramRef"))
-            errs.extend(validate_match_resources(spec.match_resources, "spec.matchResources"))
-            if spec.match_resources is not None:
+            mutating_spec = obj.spec
+            errs.extend(validate_policy_name(mutating_spec.policy_name, "spec.policyName"))
+            errs.extend(validate_param_ref(mutating_spec.param_ref, "spec.paramRef"))
+            errs.extend(validate_match_resources(mutating_spec.match_resources, "spec.matchResources"))
+            if mutating_spec.match_resources is not None:
                 errs.extend(
-                    validate_mutating_operations(spec.match_resources, "spec.matchResources.resourceRules.operations")
+                    validate_mutating_operations(mutating_spec.match_resources,
+                                                 "spec.matchResources.resourceRules.operations")
                 )
         return errs
 

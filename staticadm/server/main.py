@@ -220,16 +220,16 @@ class _Daemon:
                                   keepalive_timeout=self.config.idle_timeout, auto_decompress=False)
         await runner.setup()
         for listener, tls in listeners:
-            site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
+            guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
                                    ssl_context=self.tls.context if tls and self.tls else None)
-            await site.start()
+            await guarded_site.start()
             self.log.info("listening", address=listener.description)
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,
                       header_timeout=guard.header_timeout, idle_timeout=guard.idle_timeout)
 
         stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(stop_signal, stop.set)
         loop.add_signal_handler(signal.SIGHUP, self.source.reload_now)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
@@ -245,7 +245,7 @@ class _Daemon:
             self.source.start_watching()
             load = loop.run_in_executor(None, self.source.load_initial)
             stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
                 # Asked to stop while the first load was still running: nothing was ever served.
                 stopped.cancel()

@@ -46,11 +46,21 @@ def _post_head(length: int, extra: str = "") -> bytes:
             f"Content-Length: {length}\r\n{extra}\r\n").encode()
 
 
-async def _slow_body(path: Path, started: asyncio.Event, stop: asyncio.Event) -> None:
-    _reader, writer = await asyncio.open_unix_connection(str(path))
-    writer.write(_post_head(100_000))
-    await writer.drain()
-    started.set()
+async def _slow_body(path: Path, started: asyncio.Event, stop: asyncio.Event, connected: list[int]) -> None:
+    try:
+        for _ in range(500):  # the daemon's accept backlog may be full for a moment
+            try:
+                _reader, writer = await asyncio.open_unix_connection(str(path))
+                break
+            except BlockingIOError:
+                await asyncio.sleep(0.01)
+        else:
+            return
+        writer.write(_post_head(100_000))
+        await writer.drain()
+        connected.append(1)
+    finally:
+        started.set()
     try:
         while not stop.is_set():
             writer.write(b" ")
@@ -70,8 +80,10 @@ def test_slow_bodies_do_not_hold_up_complete_requests(make_daemon: DaemonFactory
     async def scenario() -> list[tuple[int, float]]:
         stop = asyncio.Event()
         events = [asyncio.Event() for _ in range(150)]
-        slow = [asyncio.create_task(_slow_body(daemon.socket_path, event, stop)) for event in events]
+        connected: list[int] = []
+        slow = [asyncio.create_task(_slow_body(daemon.socket_path, event, stop, connected)) for event in events]
         await asyncio.gather(*(event.wait() for event in events))
+        assert len(connected) >= 140, len(connected)
         answers = []
         for _ in range(20):
             started = time.monotonic()

@@ -172,8 +172,8 @@ def compare_to(value: dict[str, Any], other: dict[str, Any]) -> int:
             return _cmp(left, right)
     if not left_pre or not right_pre:
         return _cmp(not left_pre, not right_pre)
-    for left, right in zip(left_pre, right_pre, strict=False):
-        result = _compare_prerelease(left, right)
+    for left_identifier, right_identifier in zip(left_pre, right_pre, strict=False):
+        result = _compare_prerelease(left_identifier, right_identifier)
         if result:
             return result
     return _cmp(len(left_pre), len(right_pre))
