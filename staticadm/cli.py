@@ -307,8 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve_parser = commands.add_parser(
         "serve", help="run the admission webhook daemon",
-        description="Serve AdmissionReview webhooks (POST /validate, /mutate) for the manifests in --manifests, "
-                    "reloading them when they change. Exits non-zero at startup if the directory is invalid.")
+        description="Serve AdmissionReview webhooks (POST /validate, /mutate) for the ValidatingAdmissionPolicy and "
+                    "MutatingAdmissionPolicy manifests in --manifests, reloading them when they change. An invalid "
+                    "or missing directory does not stop the daemon: it stays up, not ready (503), logs the errors "
+                    "and retries until a load succeeds. Exits 0 after SIGTERM, 1 when it cannot listen, 2 on a "
+                    "bad option.")
     add_serve_arguments(serve_parser)
     serve_parser.set_defaults(handler=command_serve)
     return parser

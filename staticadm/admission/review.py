@@ -24,8 +24,10 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.snapshot import Snapshot, build_snapshot
 
+# The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage.
 EXIT_OK = 0
-EXIT_INVALID = 2
+EXIT_INVALID_MANIFESTS = 1
+EXIT_UNUSABLE_INPUT = 2
 
 #: Which webhook endpoints to run; "both" runs them in kube-apiserver's order, mutating first.
 ENDPOINTS = ("validate", "mutate", "both")
@@ -162,14 +164,15 @@ def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: Adm
 
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both") -> int:
-    """Exit 0 when every request was evaluated; 2 on invalid manifests or an unreadable request."""
+    """Exit 0 when every request was evaluated; 1 on invalid manifests (as ``check``); 2 on an unreadable
+    request or namespaces file."""
     from staticadm.manifests.loader import load_manifest_directory
 
     loaded = load_manifest_directory(manifests_dir)
     if loaded.errors:
         for error in loaded.errors:
             stderr.write(f"staticadm review: {error}\n")
-        return EXIT_INVALID
+        return EXIT_INVALID_MANIFESTS
     snapshot = build_snapshot(loaded)
 
     namespaces: NamespaceSource = RequestOnlyNamespaces()
@@ -178,7 +181,7 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             namespaces = parse_namespaces(_read_text(namespaces_file, stdin))
         except (OSError, UnicodeDecodeError, NamespaceFileError) as error:
             stderr.write(f"staticadm review: {namespaces_file}: {error}\n")
-            return EXIT_INVALID
+            return EXIT_UNUSABLE_INPUT
 
     # Read every request before answering any, so a bad one never leaves half an output behind.
     requests: list[tuple[str, AdmissionRequest]] = []
@@ -192,7 +195,7 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
     if problems:
         for problem in problems:
             stderr.write(f"staticadm review: {problem}\n")
-        return EXIT_INVALID
+        return EXIT_UNUSABLE_INPUT
 
     for path, request in requests:
         mutation, validation = review_request(snapshot, namespaces, request, endpoint)

@@ -301,8 +301,12 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
     for index, decision in enumerate(result.decisions):
         kind_of_error = error_type(decision)
         if decision.action == ADMIT:
-            state.records.append(DecisionRecord(policy_name, binding_name, "allow", kind_of_error, decision.message,
-                                                expression_index=decision.expression_index, seconds=seconds))
+            # kube-apiserver's dispatcher observes an admit only when the evaluation errored (failurePolicy
+            # Ignore); a validation that passed is not a check of its own in apiserver_..._check_total.
+            if decision.evaluation == EVAL_ERROR:
+                state.records.append(DecisionRecord(policy_name, binding_name, "allow", kind_of_error,
+                                                    decision.message, expression_index=decision.expression_index,
+                                                    seconds=seconds))
             continue
         for action in actions:
             if action == "Deny":

@@ -93,8 +93,8 @@ class ServeConfig:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--manifests", metavar="DIR", default=None,
-        help="directory of static ValidatingAdmissionPolicy manifests (default: manifests, relative to the "
-             "working directory)")
+        help="directory of static ValidatingAdmissionPolicy and MutatingAdmissionPolicy manifests and their "
+             "bindings (default: manifests, relative to the working directory)")
     add("--socket", metavar="PATH", default=None,
         help="unix socket to serve plain HTTP on; '' disables it (default: staticadm.sock under "
              "$RUNTIME_DIRECTORY, /run/staticadm or the user's runtime directory)")

@@ -37,14 +37,14 @@ def test_json_lines_in_order_and_stdin(tmp_path: Path) -> None:
     assert [line["response"]["allowed"] for line in lines] == [False, True]
 
 
-def test_invalid_manifests_exit_2_with_every_error(tmp_path: Path) -> None:
+def test_invalid_manifests_exit_1_with_every_error(tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     manifests.mkdir()
     (manifests / "p.yaml").write_text(yaml.safe_dump_all([binding(policy_name="a.static.k8s.io"),
                                                           binding("c.static.k8s.io", policy_name="d.static.k8s.io")]))
     (tmp_path / "r.json").write_text(json.dumps(review()))
     code, out, err = _run(str(tmp_path / "r.json"), manifests=manifests)
-    assert code == 2 and out == ""
+    assert code == 1 and out == ""  # as check and webhook-config
     assert "a.static.k8s.io" in err and "d.static.k8s.io" in err
 
 

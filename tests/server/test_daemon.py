@@ -405,6 +405,10 @@ def test_metrics_after_known_traffic(make_daemon: DaemonFactory) -> None:
     checks = {"policy": "deny-label.static.k8s.io", "policy_binding": "deny-label.static.k8s.io"}
     assert daemon.metric("staticadm_validating_admission_policy_check_total",
                          {**checks, "enforcement_action": "deny"}) == 3
+    # As kube-apiserver: a validation that passed is no check of its own (an admit is counted only when
+    # its evaluation errored under failurePolicy Ignore).
+    assert daemon.metric("staticadm_validating_admission_policy_check_total",
+                         {**checks, "enforcement_action": "allow"}) == 0
     assert daemon.metric(RELOADS, {"status": "success"}) == 1
     assert daemon.metric(RELOADS, {"status": "failure"}) == 0
     text = daemon.get("/metrics").body.decode()
