@@ -12,13 +12,11 @@ from typing import Any
 
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, COST_LIMIT_MESSAGE, CompileError, EvalError
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.model import MatchCondition
 from staticadm.snapshot import Program, Snapshot
-
-# Metric label values (apiserver_validating_admission_policy_check_total).
-NO_ERROR, COMPILE_ERROR, INVALID_ERROR, OUT_OF_BUDGET = "no_error", "compile_error", "invalid_error", "out_of_budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +25,8 @@ class DecisionRecord:
 
     policy: str
     binding: str | None
-    #: Enforcement action: allow, deny, warn or audit.
-    action: str
-    error_type: str
+    action: EnforcementAction
+    error_type: ErrorType
     message: str = ""
     reason: str = ""
     expression_index: int | None = None
@@ -76,28 +73,47 @@ def authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
     }
 
 
-def expression_error(source: str, outcome: EvalError) -> str:
+@dataclass(frozen=True, slots=True)
+class ExpressionFailure:
+    """Why one expression gave no value: Kubernetes' text, and its error type decided from the evaluation
+    itself (kube-apiserver derives the same type from the text's prefix)."""
+
+    message: str
+    error_type: ErrorType
+
+    @property
+    def ends_scope(self) -> bool:
+        """The scope's budget ran out: Kubernetes evaluates nothing more in it."""
+        return self.error_type is ErrorType.OUT_OF_BUDGET
+
+
+def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
     if outcome.budget_exhausted:
         # Not about one expression: the scope's budget ran out and Kubernetes says so as it is.
-        return outcome.message
+        return ExpressionFailure(outcome.message, ErrorType.OUT_OF_BUDGET)
     if outcome.cost_exceeded:
-        return f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}"
-    return f"expression '{source}' resulted in error: {outcome.message}"
+        # One expression over its own limit is an invalid_error in kube-apiserver's metrics.
+        return ExpressionFailure(f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}",
+                                 ErrorType.INVALID_ERROR)
+    return ExpressionFailure(f"expression '{source}' resulted in error: {outcome.message}", ErrorType.INVALID_ERROR)
 
 
-def run_program(program: Program, source: str, context: Any) -> tuple[Any, str | None]:
-    """(value, None) or (None, Kubernetes' error text for this expression)."""
+def run_program(program: Program, source: str, context: Any) -> tuple[Any, ExpressionFailure | None]:
+    """(value, None) or (None, why this expression gave no value)."""
     if isinstance(program, CompileError):
-        return None, f"compilation error: {program.message}"
+        return None, ExpressionFailure(f"compilation error: {program.message}", ErrorType.COMPILE_ERROR)
     outcome = program.evaluate(context)
     if isinstance(outcome, EvalError):
-        return None, expression_error(source, outcome)
+        return None, expression_failure(source, outcome)
     return outcome, None
 
 
-def aggregate_errors(errors: list[str]) -> str:
-    """``utilerrors.NewAggregate(errs).Error()``."""
-    return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+def aggregate_failures(failures: Sequence[ExpressionFailure]) -> ExpressionFailure:
+    """``utilerrors.NewAggregate(errs)``: one error stays itself; several are listed, an invalid_error."""
+    if len(failures) == 1:
+        return failures[0]
+    return ExpressionFailure("[" + ", ".join(failure.message for failure in failures) + "]",
+                             ErrorType.INVALID_ERROR)
 
 
 def namespace_name(request: AdmissionRequest) -> str:
@@ -108,27 +124,23 @@ def namespace_name(request: AdmissionRequest) -> str:
     return request.namespace
 
 
-def gvk_text(kind: GroupVersionKind) -> str:
-    return f"{kind.group}/{kind.version}, Kind={kind.kind}" if kind.group else f"/{kind.version}, Kind={kind.kind}"
-
-
 def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]],
-                              context: Any) -> tuple[str | None, list[str]]:
-    """(name of the first condition that is false, or None; the errors of those that failed).
+                              context: Any) -> tuple[str | None, list[ExpressionFailure]]:
+    """(name of the first condition that is false, or None; the failures of those that failed).
 
     A false condition wins over errors: the policy simply does not apply.
     """
-    errors: list[str] = []
+    failures: list[ExpressionFailure] = []
     for condition, program in conditions:
-        value, error = run_program(program, condition.expression, context)
-        if error == BUDGET_EXHAUSTED_MESSAGE:
+        value, failure = run_program(program, condition.expression, context)
+        if failure is not None and failure.ends_scope:
             # The matcher's filter itself failed: no condition after it is looked at.
-            return None, [error]
-        if error is not None:
-            errors.append(error)
+            return None, [failure]
+        if failure is not None:
+            failures.append(failure)
         elif value is False:
-            return condition.name, errors
-    return None, errors
+            return condition.name, failures
+    return None, failures
 
 
 class RequestActivations:

@@ -13,6 +13,7 @@ from staticadm.admission.mutating import evaluate_mutating
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.validating import evaluate_validating
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot
 
 
@@ -22,8 +23,8 @@ class PolicyCheck:
 
     policy: str
     binding: str
-    action: str
-    error_type: str
+    action: EnforcementAction
+    error_type: ErrorType
     seconds: float
     message: str = ""
 

@@ -18,46 +18,32 @@ from typing import Any
 import orjson
 
 from staticadm.admission.activation import (
-    INVALID_ERROR,
-    NO_ERROR,
-    OUT_OF_BUDGET,
     DecisionRecord,
+    ExpressionFailure,
     NotMatched,
-    aggregate_errors,
+    aggregate_failures,
     authorizer_data,
     evaluate_match_conditions,
-    gvk_text,
     namespace_object_for,
     policy_candidates,
     request_data,
     run_program,
 )
-from staticadm.admission.matching import is_excluded, matches
+from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
+from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
-from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.response import review_response
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import admission_environment
+from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
-from staticadm.model import MutatingAdmissionPolicyBinding
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
 from staticadm.snapshot import CompiledMutatingPolicy, CompiledMutation, Snapshot
 
-#: The action recorded for a (policy, binding) whose mutations changed the object.
-MUTATE, UNCHANGED = "mutate", "allow"
-
-
-@dataclass(frozen=True, slots=True)
-class _Invocation:
-    compiled: CompiledMutatingPolicy
-    binding: MutatingAdmissionPolicyBinding
-    resource: GroupVersionResource
-    kind: GroupVersionKind
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.compiled.name, self.binding.metadata.name
+_Invocation = Invocation[CompiledMutatingPolicy]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,47 +86,42 @@ class _Dispatch:
     reinvoked: list[tuple[str, str]] = field(default_factory=list)
     not_matched: list[NotMatched] = field(default_factory=list)
 
-    def config_error(self, compiled: CompiledMutatingPolicy, binding: str | None, message: str,
-                     reason: str = "") -> None:
-        prefix = "failed to configure policy" if binding is None else "failed to configure binding"
-        self.error(compiled, binding, f"{prefix}: {message}", reason, INVALID_ERROR, 0.0)
+    def skipped(self, policy: str, binding: str | None, reason: str) -> None:
+        self.not_matched.append(NotMatched(policy, binding, reason))
 
-    def error(self, compiled: CompiledMutatingPolicy, binding: str | None, message: str, reason: str,
-              error_type: str, seconds: float) -> None:
-        self.errors.append(_PolicyError(compiled.name, binding, message, reason, compiled.failure_policy))
-        action = "allow" if compiled.failure_policy == "Ignore" else "deny"
-        self.records.append(DecisionRecord(compiled.name, binding, action, error_type, message, reason,
+    def config_error(self, compiled: CompiledMutatingPolicy, binding: str | None, message: str) -> None:
+        prefix = "failed to configure policy" if binding is None else "failed to configure binding"
+        self.error(compiled, binding, ExpressionFailure(f"{prefix}: {message}", ErrorType.INVALID_ERROR), "", 0.0)
+
+    def error(self, compiled: CompiledMutatingPolicy, binding: str | None, failure: ExpressionFailure, reason: str,
+              seconds: float) -> None:
+        self.errors.append(_PolicyError(compiled.name, binding, failure.message, reason, compiled.failure_policy))
+        action = EnforcementAction.ALLOW if compiled.failure_policy == "Ignore" else EnforcementAction.DENY
+        self.records.append(DecisionRecord(compiled.name, binding, action, failure.error_type, failure.message, reason,
                                            seconds=seconds))
 
 
-def _collect_invocations(state: _Dispatch, snapshot: Snapshot, request: AdmissionRequest,
-                         namespaces: NamespaceSource) -> list[_Invocation]:
-    """The generic policy dispatcher's matching phase: policies by name, then their bindings by name."""
-    invocations: list[_Invocation] = []
-    for position in policy_candidates(snapshot, request, mutating=True):
-        compiled = snapshot.mutating[position]
-        outcome = matches(compiled.policy.spec.match_constraints, request, namespaces, is_policy=True)
-        if outcome.error is not None:
-            state.config_error(compiled, None, outcome.error)
-            continue
-        if not outcome.matched:
-            state.not_matched.append(NotMatched(compiled.name, None, outcome.reason))
-            continue
-        assert outcome.resource is not None and outcome.kind is not None
-        for binding in compiled.bindings:
-            bound = matches(binding.spec.match_resources, request, namespaces, is_policy=False)
-            if bound.error is not None:
-                state.config_error(compiled, binding.metadata.name, bound.error)
-            elif not bound.matched:
-                state.not_matched.append(NotMatched(compiled.name, binding.metadata.name, bound.reason))
-            elif outcome.kind != request.kind and request.object is not None:
-                # The webhook only has the object in the version kube-apiserver sent.
-                state.config_error(compiled, None, (
-                    f"failed to convert object version: staticadm received {gvk_text(request.kind)} and cannot "
-                    f"convert it to {gvk_text(outcome.kind)}"))
-            else:
-                invocations.append(_Invocation(compiled, binding, outcome.resource, outcome.kind))
-    return invocations
+class PolicyReinvokeContext:
+    """``policyReinvokeContext`` (``mutating/reinvocationcontext.go``): which ``IfNeeded`` policies ran since
+    the object last changed, and which must run again in the reinvocation pass."""
+
+    def __init__(self) -> None:
+        self._previously_invoked: set[tuple[str, str]] = set()
+        self._reinvoke: set[tuple[str, str]] = set()
+        #: ``SetShouldReinvoke``: the request asks for a second pass.
+        self.reinvocation_requested = False
+
+    def should_reinvoke(self, key: tuple[str, str]) -> bool:
+        return key in self._reinvoke
+
+    def add_reinvocable_policy_to_previously_invoked(self, key: tuple[str, str]) -> None:
+        self._previously_invoked.add(key)
+
+    def require_reinvoking_previously_invoked(self) -> None:
+        """An object changed after those policies saw it: they run again, and the request is reinvoked."""
+        self._reinvoke |= self._previously_invoked
+        self._previously_invoked = set()
+        self.reinvocation_requested = True
 
 
 def _patch_operations(value: Any) -> tuple[list[dict[str, Any]] | None, str]:
@@ -214,17 +195,19 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, request: Admissio
         context = environment.new_context({"object": current, "oldObject": request.old_object,
                                            "request": request_fields, "namespaceObject": namespace_object,
                                            **authorizer}, variables=variables, request_deadline=deadline)
-        value, error = run_program(mutation.expression, mutation.source, context)
-        if error is None:
-            mutated, error = _apply_mutation(mutation, value, current)
+        value, failure = run_program(mutation.expression, mutation.source, context)
+        problem = ""
+        if failure is None:
+            mutated, problem = _apply_mutation(mutation, value, current)
         seconds = time.perf_counter() - started
-        if error:
-            kind_of_error = OUT_OF_BUDGET if "cost limit exceeded" in error else INVALID_ERROR
-            state.error(compiled, binding, error, "Invalid", kind_of_error, seconds)
+        if failure is None and problem:
+            failure = ExpressionFailure(problem, ErrorType.INVALID_ERROR)
+        if failure is not None:
+            state.error(compiled, binding, failure, "Invalid", seconds)
             continue
         succeeded = True
-        action = UNCHANGED if mutated == current else MUTATE
-        state.records.append(DecisionRecord(compiled.name, binding, action, NO_ERROR, seconds=seconds))
+        action = EnforcementAction.ALLOW if mutated == current else EnforcementAction.MUTATE
+        state.records.append(DecisionRecord(compiled.name, binding, action, ErrorType.NO_ERROR, seconds=seconds))
         current = mutated
     return current, succeeded
 
@@ -233,15 +216,14 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
               namespaces: NamespaceSource, deadline: float | None) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
     current = request.object
-    previously_invoked: set[tuple[str, str]] = set()
-    reinvoke: set[tuple[str, str]] = set()
-    should_reinvoke = False
+    context = PolicyReinvokeContext()
     base_environment = admission_environment(False)
     # The same for every invocation and pass; only the object changes between mutations.
     authorizer = authorizer_data(request)
     original_request = request_data(request, request.original_resource, request.original_kind)
     for reinvocation in (False, True):
-        if reinvocation and (not should_reinvoke or any(e.failure_policy != "Ignore" for e in state.errors)):
+        if reinvocation and (not context.reinvocation_requested
+                             or any(e.failure_policy != "Ignore" for e in state.errors)):
             # A failing first pass denies the request before any reinvocation.
             break
         dirty = False
@@ -250,20 +232,21 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             if compiled.match_conditions:
                 data = {"object": current, "oldObject": request.old_object, "namespaceObject": None,
                         "request": original_request, **authorizer}
-                false_condition, errors = evaluate_match_conditions(compiled.match_conditions,
-                                                                    base_environment.new_context(
-                                                                        data, request_deadline=deadline))
+                false_condition, failures = evaluate_match_conditions(compiled.match_conditions,
+                                                                      base_environment.new_context(
+                                                                          data, request_deadline=deadline,
+                                                                          budget=RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(
                             compiled.name, invocation.binding.metadata.name,
                             f'matchCondition "{false_condition}" evaluated to false'))
                     continue
-                if errors:
-                    state.error(compiled, invocation.binding.metadata.name, aggregate_errors(errors), "Invalid",
-                                INVALID_ERROR, 0.0)
+                if failures:
+                    state.error(compiled, invocation.binding.metadata.name, aggregate_failures(failures), "Invalid",
+                                0.0)
                     continue
-            if reinvocation and invocation.key not in reinvoke:
+            if reinvocation and not context.should_reinvoke(invocation.key):
                 continue
             namespace_object, namespace_error = namespace_object_for(request, namespaces,
                                                                      compiled.uses_namespace_object)
@@ -276,17 +259,13 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                                                  deadline)
             dirty = dirty or succeeded
             if current != before:
-                reinvoke |= previously_invoked
-                previously_invoked = set()
-                should_reinvoke = True
+                context.require_reinvoking_previously_invoked()
             if compiled.reinvocation_policy == "IfNeeded":
-                previously_invoked.add(invocation.key)
+                context.add_reinvocable_policy_to_previously_invoked(invocation.key)
         if dirty:
             # ``lastVersionedAttr.Dirty``: any patch applied in this pass, changed or not, asks for the
             # reinvocation of every IfNeeded policy that ran.
-            reinvoke |= previously_invoked
-            previously_invoked = set()
-            should_reinvoke = True
+            context.require_reinvoking_previously_invoked()
     return current
 
 
@@ -312,7 +291,11 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     excluded = is_excluded(request)
     final = request.object
     if not excluded and snapshot.mutating:
-        invocations = _collect_invocations(state, snapshot, request, namespaces)
+        positions = policy_candidates(snapshot, request, mutating=True)
+        invocations = [invocation
+                       for policy in matched_policies(snapshot.mutating, positions, request, namespaces, state,
+                                                      ConversionCheck.PER_BINDING)
+                       for invocation in policy.invocations()]
         if invocations:
             final = _dispatch(state, invocations, request, namespaces, deadline)
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]

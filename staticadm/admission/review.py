@@ -22,6 +22,7 @@ from staticadm.admission.namespaces import (
 )
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot, build_snapshot
 
 # The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage.
@@ -87,7 +88,7 @@ def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, sna
     for policy, binding in outcome.matched:
         lines.append(f"  matched: policy {policy} binding {binding}")
     for record in outcome.decisions:
-        if record.action == "allow" and record.error_type == "no_error":
+        if record.action is EnforcementAction.ALLOW and record.error_type is ErrorType.NO_ERROR:
             continue
         where = _where(record.policy, record.binding)
         index = f" validations[{record.expression_index}]" if record.expression_index is not None else ""

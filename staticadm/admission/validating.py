@@ -12,24 +12,21 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from staticadm.admission.activation import (
-    COMPILE_ERROR,
-    INVALID_ERROR,
-    NO_ERROR,
-    OUT_OF_BUDGET,
     DecisionRecord,
+    ExpressionFailure,
     NotMatched,
     RequestActivations,
-    aggregate_errors,
+    aggregate_failures,
     evaluate_match_conditions,
-    gvk_text,
     namespace_object_for,
     policy_candidates,
     run_program,
 )
-from staticadm.admission.matching import describe_request, is_excluded, matches
+from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
+from staticadm.admission.matching import describe_request, is_excluded
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.admission.response import (
@@ -42,6 +39,13 @@ from staticadm.admission.response import (
     truncate_bytes,
     warning_message,
 )
+from staticadm.admission.vocabulary import (
+    AuditAnnotationAction,
+    DecisionAction,
+    DecisionEvaluation,
+    EnforcementAction,
+    ErrorType,
+)
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
 from staticadm.cel.cost import MAX_EXPRESSION_COST, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.model import ValidatingAdmissionPolicyBinding
@@ -50,30 +54,19 @@ from staticadm.snapshot import CompiledValidatingPolicy, Snapshot
 #: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
 MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
 
-ADMIT, DENY = "admit", "deny"
-EVAL_ADMIT, EVAL_DENY, EVAL_ERROR = "admit", "deny", "error"
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     """One result of the validator for one binding (``PolicyDecision`` in Kubernetes)."""
 
-    action: str
-    evaluation: str
+    action: DecisionAction
+    evaluation: DecisionEvaluation
     message: str = ""
     reason: str = ""
     #: Index of the validation; None for match-condition, configuration and audit-annotation results.
     expression_index: int | None = None
-
-
-def error_type(decision: PolicyDecision) -> str:
-    """``ErrorType``: Kubernetes classifies by the message prefix, and so do we."""
-    if decision.evaluation == EVAL_ADMIT:
-        return NO_ERROR
-    if decision.message.startswith("compilation"):
-        return COMPILE_ERROR
-    if decision.message.startswith("validation failed due to running out of cost budget"):
-        return OUT_OF_BUDGET
-    return INVALID_ERROR
+    #: Decided from the evaluation itself; kube-apiserver reads the same from the message's prefix.
+    error_type: ErrorType = ErrorType.NO_ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +105,14 @@ class _Dispatch:
     matched: list[tuple[str, str]] = field(default_factory=list)
     not_matched: list[NotMatched] = field(default_factory=list)
 
+    def skipped(self, policy: str, binding: str | None, reason: str) -> None:
+        self.not_matched.append(NotMatched(policy, binding, reason))
+
     def config_error(self, compiled: CompiledValidatingPolicy, binding: str | None, error: str) -> None:
         """``addConfigError``: denies under Fail regardless of validationActions; Ignore drops it."""
         if compiled.failure_policy == "Ignore":
-            self.records.append(DecisionRecord(compiled.name, binding, "allow", INVALID_ERROR, error))
+            self.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.ALLOW,
+                                               ErrorType.INVALID_ERROR, error))
             return
         prefix = "failed to configure policy" if binding is None else "failed to configure binding"
         if compiled.failure_policy == "Fail":
@@ -123,7 +120,8 @@ class _Dispatch:
         else:
             message = f"unrecognized failure policy: '{compiled.failure_policy}'"
         self.denied.append(_Denial(compiled.name, binding, message, ""))
-        self.records.append(DecisionRecord(compiled.name, binding, "deny", INVALID_ERROR, message))
+        self.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY, ErrorType.INVALID_ERROR,
+                                           message))
 
 
 def _cel_type_name(value: Any) -> str:
@@ -145,8 +143,7 @@ def _cel_type_name(value: Any) -> str:
 @dataclass(frozen=True, slots=True)
 class _AuditResult:
     key: str
-    #: publish, exclude or error.
-    action: str
+    action: AuditAnnotationAction
     value: str = ""
     error: str = ""
 
@@ -168,42 +165,46 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
     # Positional on purpose: compile_expression calls admission_environment(mutating) and functools.cache
     # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
     environment = admission_environment(False)
-    error_action = ADMIT if compiled.failure_policy == "Ignore" else DENY
+    error_action = DecisionAction.ADMIT if compiled.failure_policy == "Ignore" else DecisionAction.DENY
 
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own activation.
-        false_condition, errors = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
+        false_condition, failures = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
             activation=activations.for_match_conditions(namespace_object), request_deadline=activations.deadline,
             budget=RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
-        if errors:
-            if error_action == ADMIT:
+        if failures:
+            if error_action is DecisionAction.ADMIT:
                 return _ValidateResult(skipped_by="")
-            return _ValidateResult((PolicyDecision(DENY, EVAL_ERROR, aggregate_errors(errors)),))
+            aggregated = aggregate_failures(failures)
+            return _ValidateResult((PolicyDecision(DecisionAction.DENY, DecisionEvaluation.ERROR, aggregated.message,
+                                                   error_type=aggregated.error_type),))
 
     activation = activations.for_evaluation(resource, kind, namespace_object)
     context = environment.new_context(activation=activation, request_deadline=activations.deadline)
-    outcomes: list[tuple[Any, str | None]] = []
+    outcomes: list[tuple[Any, ExpressionFailure | None]] = []
     for validation in compiled.validations:
         outcome = run_program(validation.expression, validation.validation.expression, context)
-        if outcome[1] == BUDGET_EXHAUSTED_MESSAGE:
-            return _ValidateResult((PolicyDecision(error_action, EVAL_ERROR, BUDGET_EXHAUSTED_MESSAGE),))
+        if outcome[1] is not None and outcome[1].ends_scope:
+            return _ValidateResult((_out_of_budget(error_action),))
         outcomes.append(outcome)
 
     messages, message_error = _messages(compiled, outcomes, environment, activation, activations.deadline,
                                         context.budget)
     decisions = []
-    for index, (validation, (value, error)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
-        if error is not None:
-            decisions.append(PolicyDecision(error_action, EVAL_ERROR, error, expression_index=index))
+    for index, (validation, (value, failure)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
+        if failure is not None:
+            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR, failure.message,
+                                            expression_index=index, error_type=failure.error_type))
             continue
         if message_error is not None:
-            decisions.append(PolicyDecision(error_action, EVAL_ERROR, f"failed messageExpression: {message_error}",
-                                            expression_index=index))
+            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR,
+                                            f"failed messageExpression: {message_error}", expression_index=index,
+                                            error_type=ErrorType.INVALID_ERROR))
             continue
         if value is True:
-            decisions.append(PolicyDecision(ADMIT, EVAL_ADMIT, expression_index=index))
+            decisions.append(PolicyDecision(DecisionAction.ADMIT, DecisionEvaluation.ADMIT, expression_index=index))
             continue
         spec = validation.validation
         message = ""
@@ -216,33 +217,41 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
             message = spec.message.strip()
         if not message:
             message = f"failed expression: {spec.expression.strip()}"
-        decisions.append(PolicyDecision(DENY, EVAL_DENY, message, spec.reason or "Invalid", index))
+        decisions.append(PolicyDecision(DecisionAction.DENY, DecisionEvaluation.DENY, message, spec.reason or "Invalid",
+                                        index))
 
     audit: list[_AuditResult] = []
     if compiled.audit_annotations:
         audit_context = environment.new_context(activation=activation, request_deadline=activations.deadline)
         for annotation, program in compiled.audit_annotations:
-            value, error = run_program(program, annotation.value_expression, audit_context)
-            if error == BUDGET_EXHAUSTED_MESSAGE:
-                return _ValidateResult((PolicyDecision(error_action, EVAL_ERROR, BUDGET_EXHAUSTED_MESSAGE),))
-            if error is not None:
-                action = "exclude" if error_action == ADMIT else "error"
-                audit.append(_AuditResult(annotation.key, action, error=error))
+            value, failure = run_program(program, annotation.value_expression, audit_context)
+            if failure is not None and failure.ends_scope:
+                return _ValidateResult((_out_of_budget(error_action),))
+            if failure is not None:
+                action = (AuditAnnotationAction.EXCLUDE if error_action is DecisionAction.ADMIT
+                          else AuditAnnotationAction.ERROR)
+                audit.append(_AuditResult(annotation.key, action, error=failure.message))
             elif value is None:
-                audit.append(_AuditResult(annotation.key, "exclude"))
+                audit.append(_AuditResult(annotation.key, AuditAnnotationAction.EXCLUDE))
             elif isinstance(value, str):
                 trimmed = value.strip()
-                audit.append(_AuditResult(annotation.key, "publish", trimmed) if trimmed
-                             else _AuditResult(annotation.key, "exclude"))
+                audit.append(_AuditResult(annotation.key, AuditAnnotationAction.PUBLISH, trimmed) if trimmed
+                             else _AuditResult(annotation.key, AuditAnnotationAction.EXCLUDE))
             else:
-                audit.append(_AuditResult(annotation.key, "error", error=(
+                audit.append(_AuditResult(annotation.key, AuditAnnotationAction.ERROR, error=(
                     f"valueExpression '{annotation.value_expression}' resulted in unsupported return type: "
                     f"{_cel_type_name(value)}. Return type must be either string or null.")))
     return _ValidateResult(tuple(decisions), tuple(audit))
 
 
-def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, str | None]], environment: Any,
-              activation: Any, deadline: float | None, budget: Any) -> tuple[list[Any], str | None]:
+def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
+    """The one decision of a binding whose cost budget ran out."""
+    return PolicyDecision(error_action, DecisionEvaluation.ERROR, BUDGET_EXHAUSTED_MESSAGE,
+                          error_type=ErrorType.OUT_OF_BUDGET)
+
+
+def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, ExpressionFailure | None]],
+              environment: Any, activation: Any, deadline: float | None, budget: Any) -> tuple[list[Any], str | None]:
     """The messageExpression results, by validation, and the error that ended their scope if any.
 
     Kubernetes evaluates every messageExpression (of passing validations too) with what the validations
@@ -273,23 +282,17 @@ def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, str 
     return results, None
 
 
-def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, binding: ValidatingAdmissionPolicyBinding,
-                      request: AdmissionRequest, namespaces: NamespaceSource, resource: GroupVersionResource,
-                      kind: GroupVersionKind, collector: dict[str, list[str]]) -> None:
+def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatingPolicy], request: AdmissionRequest,
+                      namespaces: NamespaceSource, collector: dict[str, list[str]]) -> None:
+    compiled = invocation.compiled
+    binding = cast(ValidatingAdmissionPolicyBinding, invocation.binding)
     policy_name, binding_name = compiled.name, binding.metadata.name
-    outcome = matches(binding.spec.match_resources, request, namespaces, is_policy=False)
-    if outcome.error is not None:
-        state.config_error(compiled, binding_name, outcome.error)
-        return
-    if not outcome.matched:
-        state.not_matched.append(NotMatched(policy_name, binding_name, outcome.reason))
-        return
     namespace_object, namespace_error = namespace_object_for(request, namespaces, compiled.uses_namespace_object)
     if namespace_error is not None:
         state.config_error(compiled, binding_name, namespace_error)
         return
     started = time.perf_counter()
-    result = _validate(compiled, request, resource, kind, namespace_object, state.activations)
+    result = _validate(compiled, request, invocation.resource, invocation.kind, namespace_object, state.activations)
     seconds = time.perf_counter() - started
     if result.skipped_by is not None:
         reason = (f'matchCondition "{result.skipped_by}" evaluated to false' if result.skipped_by
@@ -299,38 +302,41 @@ def _dispatch_binding(state: _Dispatch, compiled: CompiledValidatingPolicy, bind
     state.matched.append((policy_name, binding_name))
     actions = binding.spec.validation_actions
     for index, decision in enumerate(result.decisions):
-        kind_of_error = error_type(decision)
-        if decision.action == ADMIT:
+        if decision.action is DecisionAction.ADMIT:
             # kube-apiserver's dispatcher observes an admit only when the evaluation errored (failurePolicy
             # Ignore); a validation that passed is not a check of its own in apiserver_..._check_total.
-            if decision.evaluation == EVAL_ERROR:
-                state.records.append(DecisionRecord(policy_name, binding_name, "allow", kind_of_error,
+            if decision.evaluation is DecisionEvaluation.ERROR:
+                state.records.append(DecisionRecord(policy_name, binding_name, EnforcementAction.ALLOW,
+                                                    decision.error_type,
                                                     decision.message, expression_index=decision.expression_index,
                                                     seconds=seconds))
             continue
         for action in actions:
             if action == "Deny":
                 state.denied.append(_Denial(policy_name, binding_name, decision.message, decision.reason))
+                enforced = EnforcementAction.DENY
             elif action == "Audit":
                 state.failures.append(ValidationFailure(decision.message, binding.spec.policy_name, binding_name,
                                                         index, tuple(actions)))
+                enforced = EnforcementAction.AUDIT
             elif action == "Warn":
                 state.warnings.append(warning_message(policy_name, binding_name, decision.message))
+                enforced = EnforcementAction.WARN
             else:
                 continue
-            state.records.append(DecisionRecord(policy_name, binding_name, action.lower(), kind_of_error,
+            state.records.append(DecisionRecord(policy_name, binding_name, enforced, decision.error_type,
                                                 decision.message, decision.reason, decision.expression_index, seconds))
     for annotation in result.audit:
-        if annotation.action == "publish":
+        if annotation.action is AuditAnnotationAction.PUBLISH:
             value = truncate_bytes(annotation.value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
             values = collector.setdefault(annotation.key, [])
             if value not in values:
                 values.append(value)
-        elif annotation.action == "error":
+        elif annotation.action is AuditAnnotationAction.ERROR:
             # auditAnnotation errors deny whatever the validationActions say.
             state.denied.append(_Denial(policy_name, binding_name, annotation.error, ""))
-            state.records.append(DecisionRecord(policy_name, binding_name, "deny", INVALID_ERROR, annotation.error,
-                                                seconds=seconds))
+            state.records.append(DecisionRecord(policy_name, binding_name, EnforcementAction.DENY,
+                                                ErrorType.INVALID_ERROR, annotation.error, seconds=seconds))
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
@@ -340,8 +346,14 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline))
     excluded = is_excluded(request)
     if not excluded:
-        for position in policy_candidates(snapshot, request, mutating=False):
-            _dispatch_policy(state, snapshot.validating[position], request, namespaces)
+        positions = policy_candidates(snapshot, request, mutating=False)
+        for policy in matched_policies(snapshot.validating, positions, request, namespaces, state,
+                                       ConversionCheck.PER_POLICY):
+            collector: dict[str, list[str]] = {}
+            for invocation in policy.invocations():
+                _evaluate_binding(state, invocation, request, namespaces, collector)
+            for key, values in collector.items():
+                state.published[f"{policy.compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)
@@ -363,29 +375,6 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
         not_matched=tuple(state.not_matched),
         excluded=excluded,
     )
-
-
-def _dispatch_policy(state: _Dispatch, compiled: CompiledValidatingPolicy, request: AdmissionRequest,
-                     namespaces: NamespaceSource) -> None:
-    outcome = matches(compiled.policy.spec.match_constraints, request, namespaces, is_policy=True)
-    if outcome.error is not None:
-        state.config_error(compiled, None, outcome.error)
-        return
-    if not outcome.matched:
-        state.not_matched.append(NotMatched(compiled.name, None, outcome.reason))
-        return
-    assert outcome.resource is not None and outcome.kind is not None
-    if outcome.kind != request.kind and (request.object is not None or request.old_object is not None):
-        # The webhook only has the object in the version kube-apiserver sent; another needs a conversion.
-        state.config_error(compiled, None, (
-            f"failed to convert object version: staticadm received {gvk_text(request.kind)} and cannot convert "
-            f"it to {gvk_text(outcome.kind)}"))
-        return
-    collector: dict[str, list[str]] = {}
-    for binding in compiled.bindings:
-        _dispatch_binding(state, compiled, binding, request, namespaces, outcome.resource, outcome.kind, collector)
-    for key, values in collector.items():
-        state.published[f"{compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
 
 
 def explain_unmatched(snapshot: Snapshot, request: AdmissionRequest,

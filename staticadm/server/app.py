@@ -20,6 +20,7 @@ from aiohttp import web
 from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.reload import ManifestSource
 from staticadm.server.connections import track_requests
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -178,7 +179,7 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
         try:
             response, decision, review = await _review(request, state, endpoint, evaluate, started)
         except BadRequest as error:
-            decision = "error"
+            decision = RequestDecision.ERROR
             headers = {"Allow": "POST"} if error.code == 405 else None
             response = error_response(error, headers)
             if error.code == 504:
@@ -188,7 +189,7 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
         except Exception as error:
             # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
             # type and where it was raised are logged; the message might quote the object.
-            decision = "error"
+            decision = RequestDecision.ERROR
             response = json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
             state.logger.error("internal error evaluating admission request", endpoint=endpoint,
                                err=type(error).__name__, at=_raised_at(error))
@@ -204,7 +205,7 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
 
 
 async def _review(request: web.Request, state: ServerState, endpoint: str, evaluate: Evaluator,
-                  started: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+                  started: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
     if request.method != "POST":
         raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; send the AdmissionReview "
                                                   "with POST")
@@ -273,7 +274,7 @@ class _BufferedBytes:
 
 
 def _admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, timeout: float,
-           deadline: float) -> tuple[web.Response, str, tuple[AdmissionRequest, Review] | None]:
+           deadline: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
     loop = asyncio.get_running_loop()
     try:
         document = orjson.loads(body)
@@ -297,11 +298,11 @@ def _admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, ti
         raise BadRequest(504, "Timeout", f"admission request not evaluated within {timeout:g} seconds", parsed.uid)
     answer = review.review.get("response") or {}
     if not answer.get("allowed"):
-        decision = "deny"
+        decision = RequestDecision.DENY
     elif "patch" in answer:
-        decision = "mutate"
+        decision = RequestDecision.MUTATE
     else:
-        decision = "warn" if answer.get("warnings") else "allow"
+        decision = RequestDecision.WARN if answer.get("warnings") else RequestDecision.ALLOW
     return json_response(review.review), decision, (parsed, review)
 
 
@@ -314,7 +315,7 @@ def _raised_at(error: BaseException) -> str:
     return f"{frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in {frame.tb_frame.f_code.co_name}"
 
 
-def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest, Review], decision: str,
+def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest, Review], decision: RequestDecision,
                 seconds: float) -> None:
     parsed, review = item
     for check in review.checks:
@@ -335,8 +336,8 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
     # Only identifying fields: whole objects at info would copy Secrets into logs.
     # A mutation is logged like a denial: an operator needs to know which policy changed which object.
     notable = [c for c in review.checks
-               if c.action in ("deny", "warn", "audit", "mutate") or c.error_type != "no_error"]
-    if not notable and decision != "deny":
+               if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
+    if not notable and decision is not RequestDecision.DENY:
         state.logger.debug("admission allowed", allowed=True, **fields)
         return
     if not notable:
@@ -344,7 +345,7 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
         state.logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
         return
     for check in notable:
-        state.logger.info("admission decision", allowed=decision != "deny", policy=check.policy,
+        state.logger.info("admission decision", allowed=decision is not RequestDecision.DENY, policy=check.policy,
                           binding=check.binding, action=check.action, error_type=check.error_type,
                           message=check.message, **fields)
 
