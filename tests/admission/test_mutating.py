@@ -238,3 +238,15 @@ def test_delete_and_unmatched_requests_are_untouched(tmp_path: Path) -> None:
     assert deployment.allowed and deployment.patch == () and deployment.invoked == ()
     v1beta1 = mutate(snap, pod_review(api_version="admission.k8s.io/v1beta1"))
     assert v1beta1.response["apiVersion"] == "admission.k8s.io/v1beta1" and v1beta1.patch
+
+
+def test_one_mutation_over_its_cost_limit_is_an_invalid_error(tmp_path: Path) -> None:
+    """kube-apiserver's ``mutating.ErrorType`` calls out_of_budget only a scope that ran out of budget; one
+    expression over its own limit is an invalid_error (its message is "expression ... resulted in error")."""
+    pod = copy.deepcopy(POD)
+    pod["metadata"]["annotations"] = {f"k{i}": "v" * 10 for i in range(3000)}
+    expression = ('object.metadata.annotations.all(k, object.metadata.annotations.all(j, (k + j).size() > 0)) '
+                  '? [JSONPatch{op: "test", path: "/kind", value: "Pod"}] : []')
+    outcome = mutate(single(tmp_path, json_patch(expression)), pod_review(pod))
+    assert [(r.action, r.error_type) for r in outcome.decisions] == [("deny", "invalid_error")]
+    assert outcome.decisions[0].message.endswith("resulted in error: operation cancelled: actual cost limit exceeded")
