@@ -15,8 +15,9 @@ from staticadm.admission.request import AdmissionRequest, GroupVersionKind, Grou
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
+from staticadm.compiled import Program
 from staticadm.model import MatchCondition
-from staticadm.snapshot import Program, Snapshot
+from staticadm.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

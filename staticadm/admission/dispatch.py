@@ -16,8 +16,8 @@ from typing import Generic, Protocol, TypeVar
 from staticadm.admission.matching import matches
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
-from staticadm.snapshot import CompiledMutatingPolicy, CompiledValidatingPolicy
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
 RecordedPolicy = TypeVar("RecordedPolicy", contravariant=True)

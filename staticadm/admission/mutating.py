@@ -38,10 +38,11 @@ from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
+from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
-from staticadm.snapshot import CompiledMutatingPolicy, CompiledMutation, Snapshot
+from staticadm.snapshot import Snapshot
 
 _Invocation = Invocation[CompiledMutatingPolicy]
 

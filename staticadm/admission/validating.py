@@ -48,8 +48,9 @@ from staticadm.admission.vocabulary import (
 )
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
 from staticadm.cel.cost import MAX_EXPRESSION_COST, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.compiled import CompiledValidatingPolicy
 from staticadm.model import ValidatingAdmissionPolicyBinding
-from staticadm.snapshot import CompiledValidatingPolicy, Snapshot
+from staticadm.snapshot import Snapshot
 
 #: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
 MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024

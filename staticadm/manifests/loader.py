@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any
 
+from staticadm.compiled import (
+    CompiledMutatingPolicy,
+    CompiledValidatingPolicy,
+    ExpressionCompiler,
+    PolicyPrograms,
+    compile_mutating_policy,
+    compile_validating_policy,
+)
 from staticadm.json_types import json_type_name
 from staticadm.manifests.decode import Decoder
 from staticadm.manifests.defaults import apply_defaults
 from staticadm.manifests.documents import Document, DocumentError, parse_document, split_documents
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory
-from staticadm.manifests.validation import Expr, Validator
+from staticadm.manifests.validation import Validator
 from staticadm.model import (
     API_VERSION,
     LIST_KINDS,
@@ -42,11 +48,6 @@ DEFAULT_MAX_FILE_BYTES = 3 * 1024 * 1024
 STATIC_SUFFIX = ".static.k8s.io"
 GROUP = "admissionregistration.k8s.io"
 
-#: compile(source, kind name, variable names, mutating) -> compiled program, or an error message.
-#: compile(source, kind, visible variable names, their compiled types, mutating) -> (program, error).
-CelCompiler = Callable[[str, str, Sequence[str], Mapping[str, str], bool], "tuple[Any, str | None]"]
-
-
 @dataclass(frozen=True, slots=True)
 class LoadResult:
     """Everything one load produced. Use the objects only when ``errors`` is empty."""
@@ -55,12 +56,15 @@ class LoadResult:
     validating_bindings: tuple[ValidatingAdmissionPolicyBinding, ...] = ()
     mutating_policies: tuple[MutatingAdmissionPolicy, ...] = ()
     mutating_bindings: tuple[MutatingAdmissionPolicyBinding, ...] = ()
-    #: Compiled CEL programs keyed ``"<Kind>/<name>/<field path>"``, so the snapshot never recompiles.
-    compiled: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: The policies compiled for evaluation, without bindings (the snapshot attaches them).
+    compiled_validating: tuple[CompiledValidatingPolicy, ...] = ()
+    compiled_mutating: tuple[CompiledMutatingPolicy, ...] = ()
     content_hash: str = ""
     errors: tuple[ManifestError, ...] = ()
     warnings: tuple[ManifestError, ...] = ()
     directory: str = ""
+    #: What this load parsed and checked; give it to the next load of the directory once this one is served.
+    cache: LoadCache = field(default_factory=lambda: LoadCache())
 
     @property
     def ok(self) -> bool:
@@ -75,96 +79,59 @@ class LoadResult:
         return self.validating_bindings + self.mutating_bindings
 
 
-def compiled_key(kind: str, name: str, field_path: str) -> str:
-    return f"{kind}/{name}/{field_path}"
-
-
 @dataclass(frozen=True, slots=True)
 class _CheckedObject:
-    #: The parsed document value it was checked from (parses of unchanged text return the same object).
-    value: Any
-    obj: Any
+    obj: TopLevel
     errors: tuple[ManifestError, ...]
-    compiled: Mapping[str, Any]
+    #: The policy compiled for evaluation; None for bindings and for policies with errors.
+    compiled: CompiledValidatingPolicy | CompiledMutatingPolicy | None
 
 
-class _Memo:
-    """What the latest load parsed and checked, for the next load to reuse.
+class LoadCache:
+    """What one load parsed and checked, for the next load of the same directory to reuse.
 
     A reload re-reads every file but most are unchanged, and parsing and checking an object (decode,
-    validate, compile) are the bulk of a load. Parsed values are keyed by document text; checked objects
-    by the identity of the parsed value they came from (kept alive here) and their origin. Only what the
-    latest load used is kept, so memory stays bounded by one directory's worth however often it reloads.
+    validate, compile) are the bulk of a load. Documents are keyed by file bytes, parsed values by
+    document text, checked objects by their kind, document text and place in it. A load fills a new
+    cache with exactly what it used; the source keeps the cache of the load it serves, so memory follows
+    the directory being served however often it reloads.
     """
 
     def __init__(self) -> None:
-        self.split: dict[bytes, list[Document]] = {}
-        self.parsed: dict[str, Any] = {}
-        self.checked: dict[tuple[Any, ...], _CheckedObject] = {}
-
-
-_MEMO = _Memo()
-
-
-def default_cel_compiler() -> CelCompiler | str:
-    """The lead's CEL API, or why it cannot be used (then every load fails closed)."""
-    try:
-        from staticadm.cel import CompileError, ExpressionKind, compile_expression
-    except ImportError as err:
-        return f"the CEL compiler (staticadm.cel) is unavailable: {err}"
-
-    # Policies often repeat expressions (one template, many policies): each distinct one is compiled once
-    # per load. The cache lives as long as this load; programs of unchanged documents carry over to the
-    # next load through the memo below, and nothing else does.
-    compiled: dict[tuple[Any, ...], Any] = {}
-
-    def compile_fn(source: str, kind: str, names: Sequence[str], types: Mapping[str, str],
-                   mutating: bool) -> tuple[Any, str | None]:
-        key = (source, kind, tuple(names), tuple(sorted(types.items())), mutating)
-        result = compiled.get(key)
-        if result is None:
-            result = compiled[key] = compile_expression(source, ExpressionKind[kind], variable_names=tuple(names),
-                                                        variable_types=types, mutating=mutating)
-        if isinstance(result, CompileError):
-            return None, result.message
-        return result, None
-
-    # A pure function of its arguments: objects checked with it may be reused by later loads.
-    compile_fn.memoizable = True  # type: ignore[attr-defined]
-    return compile_fn
+        self.documents: dict[bytes, list[Document]] = {}
+        self.values: dict[str, Any] = {}
+        self.checked: dict[tuple[type, str, Origin], _CheckedObject] = {}
 
 
 def load_manifest_directory(
     path: str,
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-    cel_compiler: CelCompiler | None = None,
     contents: DirectoryContents | None = None,
+    cache: LoadCache | None = None,
 ) -> LoadResult:
     """Load, validate and compile a manifest directory. Never raises on bad input.
 
-    ``contents`` is the directory as the caller already read it (``read_directory``), to read it once.
+    ``contents`` is the directory as the caller already read it (``read_directory``), to read it once;
+    ``cache`` is the :attr:`LoadResult.cache` of the load being served, whose unchanged documents are
+    reused as they are.
     """
-    return _Load(path, max_file_bytes, cel_compiler).run(contents)
+    return _Load(path, max_file_bytes, cache or LoadCache()).run(contents)
 
 
 class _Load:
-    def __init__(self, directory: str, max_file_bytes: int, cel_compiler: CelCompiler | None) -> None:
+    def __init__(self, directory: str, max_file_bytes: int, previous: LoadCache) -> None:
         self.directory = directory
         self.max_file_bytes = max_file_bytes
-        compiler = cel_compiler if cel_compiler is not None else default_cel_compiler()
-        self.cel_unavailable = compiler if isinstance(compiler, str) else ""
-        self.cel: CelCompiler | None = None if isinstance(compiler, str) else compiler
+        self.previous = previous
+        self.used = LoadCache()
+        self.compiler = ExpressionCompiler()
         self.errors: list[ManifestError] = []
         self.warnings: list[ManifestError] = []
         self.objects: list[TopLevel] = []
-        self.compiled: dict[str, Any] = {}
-        #: Programs compiled for the object being checked, for the memo of checked objects.
-        self.recorded: dict[str, Any] = {}
-        self.memoizable = bool(getattr(self.cel, "memoizable", False))
-        self.split_now: dict[bytes, list[Document]] = {}
-        self.parsed_now: dict[str, Any] = {}
-        self.checked_now: dict[tuple[Any, ...], _CheckedObject] = {}
+        self.compiled_policies: list[CompiledValidatingPolicy | CompiledMutatingPolicy] = []
+        #: The text of the document being loaded: with the origin, it names each object's source.
+        self.document_text = ""
         self.seen: dict[str, dict[str, str]] = {kind: {} for kind in OBJECT_KINDS}
         self.decoder = Decoder()
 
@@ -177,37 +144,35 @@ class _Load:
         for manifest_file in contents.files:
             self._file(manifest_file)
         self._check_references()
-        if self.memoizable:
-            _MEMO.split, _MEMO.parsed, _MEMO.checked = self.split_now, self.parsed_now, self.checked_now
-        if self.cel_unavailable and self.compiled_count_wanted:
-            self.errors.append(ManifestError(self.directory, self.cel_unavailable))
 
-        def by_name(cls: type) -> tuple[Any, ...]:
-            return tuple(sorted((o for o in self.objects if isinstance(o, cls)), key=lambda o: o.metadata.name))
+        def by_name(cls: type, objects: list[Any]) -> tuple[Any, ...]:
+            return tuple(sorted((o for o in objects if isinstance(o, cls)), key=_name))
+
+        compiled = self.compiled_policies
 
         return LoadResult(
-            validating_policies=by_name(ValidatingAdmissionPolicy),
-            validating_bindings=by_name(ValidatingAdmissionPolicyBinding),
-            mutating_policies=by_name(MutatingAdmissionPolicy),
-            mutating_bindings=by_name(MutatingAdmissionPolicyBinding),
-            compiled=MappingProxyType(dict(self.compiled)),
+            validating_policies=by_name(ValidatingAdmissionPolicy, self.objects),
+            validating_bindings=by_name(ValidatingAdmissionPolicyBinding, self.objects),
+            mutating_policies=by_name(MutatingAdmissionPolicy, self.objects),
+            mutating_bindings=by_name(MutatingAdmissionPolicyBinding, self.objects),
+            compiled_validating=by_name(CompiledValidatingPolicy, compiled),
+            compiled_mutating=by_name(CompiledMutatingPolicy, compiled),
             content_hash=contents.content_hash,
             errors=tuple(self.errors),
             warnings=tuple(self.warnings),
             directory=self.directory,
+            cache=self.used,
         )
-
-    compiled_count_wanted = 0
 
     def _file(self, manifest_file: ManifestFile) -> None:
         path = manifest_file.path
         if manifest_file.mode & stat.S_IWOTH:
             self.warnings.append(ManifestError(path, "file is world-writable"))
         try:
-            documents = _MEMO.split.get(manifest_file.data) if self.memoizable else None
+            documents = self.previous.documents.get(manifest_file.data)
             if documents is None:
                 documents = split_documents(manifest_file.data)
-            self.split_now[manifest_file.data] = documents
+            self.used.documents[manifest_file.data] = documents
         except DocumentError as err:
             self.errors.append(ManifestError(path, f"failed to split YAML documents in file {path!r}: {err}"))
             return
@@ -218,13 +183,14 @@ class _Load:
             except DocumentError as err:
                 self.errors.append(ManifestError(path, f"error loading {path}: {err}", document=document.index))
                 continue
+            self.document_text = document.text
             self._accept(value, origin)
 
     def _parse(self, text: str) -> Any:
-        value = _MEMO.parsed.get(text) if self.memoizable else None
+        value = self.previous.values.get(text)
         if value is None:
             value = parse_document(text)
-        self.parsed_now[text] = value
+        self.used.values[text] = value
         return value
 
     def _error(self, origin: Origin, message: str, *, kind: str = "", name: str = "", field_path: str = "") -> None:
@@ -308,68 +274,47 @@ class _Load:
             self._error(origin, issue.message, kind=kind, field_path=issue.field)
 
     def _object(self, cls: type[TopLevel], value: Any, origin: Origin) -> None:
-        memo_key = (cls, id(value), origin)
-        checked = _MEMO.checked.get(memo_key) if self.memoizable else None
-        if checked is None or checked.value is not value:
-            errors_before, self.recorded = len(self.errors), {}
-            obj = self._check_object(cls, value, origin)
-            checked = _CheckedObject(value, obj, tuple(self.errors[errors_before:]), self.recorded)
-        else:
-            self.errors.extend(checked.errors)
-            for key, program in checked.compiled.items():
-                self.compiled.setdefault(key, program)
-        self.checked_now[memo_key] = checked
+        key = (cls, self.document_text, origin)
+        checked = self.previous.checked.get(key)
+        if checked is None:
+            checked = self._check_object(cls, value, origin)
+        self.errors.extend(checked.errors)
+        if checked.compiled is not None:
+            self.compiled_policies.append(checked.compiled)
+        self.used.checked[key] = checked
         self._manifest_rules(checked.obj, origin)
         self.objects.append(checked.obj)
 
-    def _check_object(self, cls: type[TopLevel], value: Any, origin: Origin) -> TopLevel:
+    def _check_object(self, cls: type[TopLevel], value: Any, origin: Origin) -> _CheckedObject:
         """Decoding, defaulting, validation and compilation: everything that depends on this object alone."""
+        errors: list[ManifestError] = []
         self.decoder.issues.clear()
         decoded = self.decoder.decode(cls, value)
         obj = replace(decoded, origin=origin)
         kind, name = cls.KIND, obj.metadata.name
+
+        def error(message: str, field_path: str) -> None:
+            errors.append(ManifestError(origin.path, message, document=origin.document, items=origin.items,
+                                        kind=kind, name=name, field=field_path))
+
         for issue in self.decoder.issues:
-            self._error(origin, issue.message, kind=kind, name=name, field_path=issue.field)
+            error(issue.message, issue.field)
         obj = apply_defaults(obj)
-
-        def compile_fn(source: str, expr: Expr, names: Sequence[str], field_path: str) -> str | None:
-            return self._compile(kind, name, source, expr, names, field_path)
-
-        for field_error in Validator(compile_fn).validate(obj):
-            self._error(origin, str(field_error), kind=kind, name=name, field_path=field_error.field)
-        return obj
-
-    def _compile(
-        self, kind: str, name: str, source: str, expr: Expr, names: Sequence[str], field_path: str
-    ) -> str | None:
-        if self.cel is None:
-            self.compiled_count_wanted += 1
-            return None
-        mutating = expr in (Expr.APPLY_CONFIGURATION, Expr.JSON_PATCH)
-        # Variables are compiled in order before anything reads them: their types are known here.
-        types = {}
-        for index, variable in enumerate(names):
-            earlier = self.recorded.get(compiled_key(kind, name, f"spec.variables[{index}].expression"))
-            types[variable] = getattr(earlier, "result_type", "dyn")
+        is_policy = isinstance(obj, ValidatingAdmissionPolicy | MutatingAdmissionPolicy)
+        programs = PolicyPrograms(self.compiler, mutating_policy=isinstance(obj, MutatingAdmissionPolicy))
         try:
-            program, error = self.cel(source, expr.value, names, types, mutating)
-        except Exception as err:
-            return f"internal error compiling expression: {type(err).__name__}: {err}"
-        if error is not None:
-            return error
-        if kind == MutatingAdmissionPolicy.KIND and expr is Expr.VARIABLE:
-            # Kubernetes checks MAP variables without the patch types, but mutation expressions read them
-            # lazily from their own context, so the program kept for evaluation comes from that environment.
+            for field_error in Validator(programs.compile).validate(obj):
+                error(str(field_error), field_error.field)
+        except Exception as err:  # a compiler bug must be this object's error, not end the load
+            error(f"internal error compiling expressions: {type(err).__name__}: {err}", "spec")
+        compiled: CompiledValidatingPolicy | CompiledMutatingPolicy | None = None
+        if is_policy and not errors:
             try:
-                program, error = self.cel(source, expr.value, names, types, True)
-            except Exception as err:
-                return f"internal error compiling expression: {type(err).__name__}: {err}"
-            if error is not None:
-                return error
-        key = compiled_key(kind, name, field_path)
-        self.compiled.setdefault(key, program)
-        self.recorded.setdefault(key, program)
-        return None
+                compiled = (compile_validating_policy(obj, programs) if isinstance(obj, ValidatingAdmissionPolicy)
+                            else compile_mutating_policy(obj, programs))  # type: ignore[arg-type]
+            except Exception as err:  # as above: the directory is refused with this object named
+                error(f"internal error compiling policy: {type(err).__name__}: {err}", "spec")
+        return _CheckedObject(obj, tuple(errors), compiled)
 
     def _manifest_rules(self, obj: TopLevel, origin: Origin) -> None:
         """The static-manifest checks, in Kubernetes' order and wording."""
@@ -453,6 +398,10 @@ class _Load:
                         name=binding.metadata.name,
                         field_path="spec.policyName",
                     )
+
+
+def _name(item: TopLevel | CompiledValidatingPolicy | CompiledMutatingPolicy) -> str:
+    return item.name if isinstance(item, CompiledValidatingPolicy | CompiledMutatingPolicy) else item.metadata.name
 
 
 def _q(value: str) -> str:

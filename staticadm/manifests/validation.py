@@ -4,17 +4,18 @@ A port of ``pkg/apis/admissionregistration/validation/validation.go`` (``Validat
 Policy`` and friends) for the create path, with the same field paths, the same order and the same
 messages, because static manifests must be accepted or rejected exactly as kube-apiserver does.
 
-CEL expressions are compiled through the ``compile`` callback given to :class:`Validator`; it returns
-the Kubernetes error detail when an expression does not compile, and records the compiled program
-otherwise so that nothing is compiled twice.
+CEL expressions are compiled through the ``compile`` callback given to :class:`Validator` (the loader
+passes :meth:`staticadm.compiled.PolicyPrograms.compile`); it returns the Kubernetes error detail when an
+expression does not compile, and keeps the compiled program otherwise so that nothing is compiled twice.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from enum import Enum
 
+from staticadm.cel import ExpressionKind
+from staticadm.compiled import ExpressionSite
 from staticadm.manifests.errors import FieldError
 from staticadm.manifests.names import (
     is_cel_identifier,
@@ -45,21 +46,8 @@ from staticadm.model import (
     Variable,
 )
 
-
-class Expr(Enum):
-    """Which Kubernetes compiler settings an expression gets; mapped onto the CEL API by the loader."""
-
-    MATCH_CONDITION = "MATCH_CONDITION"
-    VALIDATION = "VALIDATION"
-    MESSAGE_EXPRESSION = "MESSAGE_EXPRESSION"
-    AUDIT_ANNOTATION = "AUDIT_ANNOTATION"
-    VARIABLE = "VARIABLE"
-    APPLY_CONFIGURATION = "APPLY_CONFIGURATION"
-    JSON_PATCH = "JSON_PATCH"
-
-
-#: compile(source, kind, visible variable names, field path) -> None, or the error detail.
-CompileFn = Callable[[str, Expr, Sequence[str], str], "str | None"]
+#: compile(expression site) -> None, or the error detail.
+CompileFn = Callable[[ExpressionSite], "str | None"]
 
 SUPPORTED_FAILURE_POLICIES = ("Fail", "Ignore")
 SUPPORTED_MATCH_POLICIES = ("Equivalent", "Exact")
@@ -482,9 +470,9 @@ class Validator:
                 )
         return errs
 
-    def _cel(self, source: str, shown: str, kind: Expr, names: Sequence[str], path: str) -> list[FieldError]:
-        detail = self._compile(source, kind, names, path)
-        return [] if detail is None else [invalid(path, go_quote(shown), detail)]
+    def _cel(self, site: ExpressionSite, shown: str) -> list[FieldError]:
+        detail = self._compile(site)
+        return [] if detail is None else [invalid(site.field_path, go_quote(shown), detail)]
 
     def _match_constraints(self, match: MatchResources | None, mutating: bool) -> list[FieldError]:
         path = "spec.matchConstraints"
@@ -513,7 +501,8 @@ class Validator:
                 errs.append(required(f"{item}.expression"))
             else:
                 # Match conditions use Kubernetes' stateless compiler: no variables are visible.
-                errs.extend(self._cel(trimmed, trimmed, Expr.MATCH_CONDITION, (), f"{item}.expression"))
+                errs.extend(self._cel(ExpressionSite(ExpressionKind.MATCH_CONDITION, i, f"{item}.expression",
+                                                     trimmed), trimmed))
             if not condition.name:
                 errs.append(required(f"{item}.name"))
             else:
@@ -537,15 +526,14 @@ class Validator:
                 errs.append(required(f"{item}.expression", "expression is not specified"))
             else:
                 # Each variable sees only the ones declared before it.
-                earlier = [v.name for v in variables[:i]]
-                errs.extend(
-                    self._cel(variable.expression, variable.expression, Expr.VARIABLE, earlier, f"{item}.expression")
-                )
+                earlier = tuple(v.name for v in variables[:i])
+                errs.extend(self._cel(ExpressionSite(ExpressionKind.VARIABLE, i, f"{item}.expression",
+                                                     variable.expression, earlier), variable.expression))
         return errs
 
     def _vap_spec(self, policy: ValidatingAdmissionPolicy) -> list[FieldError]:
         spec = policy.spec
-        names = [v.name for v in spec.variables]
+        names = tuple(v.name for v in spec.variables)
         errs = validate_failure_policy(spec.failure_policy, "spec.failurePolicy")
         if spec.param_kind is not None:
             errs.extend(validate_param_kind(spec.param_kind, "spec.paramKind"))
@@ -558,7 +546,7 @@ class Validator:
             errs.append(required("spec.auditAnnotations", detail))
             return errs
         for i, validation in enumerate(spec.validations):
-            errs.extend(self._validation(validation, names, idx("spec.validations", i)))
+            errs.extend(self._validation(validation, names, i))
         if spec.audit_annotations:
             if len(spec.audit_annotations) > MAX_AUDIT_ANNOTATIONS:
                 errs.append(
@@ -571,19 +559,21 @@ class Validator:
             keys: set[str] = set()
             for i, annotation in enumerate(spec.audit_annotations):
                 item = idx("spec.auditAnnotations", i)
-                errs.extend(self._audit_annotation(policy.metadata.name, annotation, names, item))
+                errs.extend(self._audit_annotation(policy.metadata.name, annotation, names, i))
                 if annotation.key in keys:
                     errs.append(duplicate(f"{item}.key", annotation.key))
                 keys.add(annotation.key)
         return errs
 
-    def _validation(self, validation: Validation, names: Sequence[str], path: str) -> list[FieldError]:
+    def _validation(self, validation: Validation, names: tuple[str, ...], index: int) -> list[FieldError]:
         errs: list[FieldError] = []
+        path = idx("spec.validations", index)
         expression = validation.expression
         if not expression.strip():
             errs.append(required(f"{path}.expression", "expression is not specified"))
         else:
-            errs.extend(self._cel(expression, expression, Expr.VALIDATION, names, f"{path}.expression"))
+            errs.extend(self._cel(ExpressionSite(ExpressionKind.VALIDATION, index, f"{path}.expression", expression,
+                                                 names), expression))
         message_expression = validation.message_expression
         if message_expression and not message_expression.strip():
             errs.append(
@@ -591,11 +581,8 @@ class Validator:
             )
         elif message_expression.strip():
             # The untrimmed text keeps the compiler's column numbers right, as in Kubernetes.
-            errs.extend(
-                self._cel(
-                    message_expression, message_expression, Expr.MESSAGE_EXPRESSION, names, f"{path}.messageExpression"
-                )
-            )
+            errs.extend(self._cel(ExpressionSite(ExpressionKind.MESSAGE_EXPRESSION, index, f"{path}.messageExpression",
+                                                 message_expression, names), message_expression))
         message = validation.message
         trimmed_message = message.strip()
         if message and not trimmed_message:
@@ -607,9 +594,10 @@ class Validator:
         return errs
 
     def _audit_annotation(
-        self, policy_name: str, annotation: AuditAnnotation, names: Sequence[str], path: str
+        self, policy_name: str, annotation: AuditAnnotation, names: tuple[str, ...], index: int
     ) -> list[FieldError]:
         errs: list[FieldError] = []
+        path = idx("spec.auditAnnotations", index)
         if policy_name:
             errs.extend(validate_qualified_name(f"{policy_name}/{annotation.key}", f"{path}.key"))
         else:
@@ -623,12 +611,13 @@ class Validator:
                 required(value_path, f"must not exceed {MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH} bytes in length")
             )
         else:
-            errs.extend(self._cel(trimmed, annotation.value_expression, Expr.AUDIT_ANNOTATION, names, value_path))
+            errs.extend(self._cel(ExpressionSite(ExpressionKind.AUDIT_ANNOTATION, index, value_path, trimmed, names),
+                                  annotation.value_expression))
         return errs
 
     def _map_spec(self, policy: MutatingAdmissionPolicy) -> list[FieldError]:
         spec = policy.spec
-        names = [v.name for v in spec.variables]
+        names = tuple(v.name for v in spec.variables)
         errs = validate_failure_policy(spec.failure_policy, "spec.failurePolicy")
         if spec.param_kind is not None:
             errs.extend(validate_param_kind(spec.param_kind, "spec.paramKind"))
@@ -638,7 +627,7 @@ class Validator:
         if not spec.mutations:
             errs.append(required("spec.mutations", "mutations must contain at least one item"))
         for i, mutation in enumerate(spec.mutations):
-            errs.extend(self._mutation(mutation, names, idx("spec.mutations", i)))
+            errs.extend(self._mutation(mutation, names, i))
         if spec.reinvocation_policy == "":
             errs.append(required("spec.reinvocationPolicy"))
         elif spec.reinvocation_policy not in SUPPORTED_REINVOCATION_POLICIES:
@@ -647,7 +636,8 @@ class Validator:
             )
         return errs
 
-    def _mutation(self, mutation: Mutation, names: Sequence[str], path: str) -> list[FieldError]:
+    def _mutation(self, mutation: Mutation, names: tuple[str, ...], index: int) -> list[FieldError]:
+        path = idx("spec.mutations", index)
         if mutation.patch_type == "":
             return [required(f"{path}.patchType")]
         errs: list[FieldError] = []
@@ -655,9 +645,8 @@ class Validator:
             if mutation.json_patch is None:
                 errs.append(required(f"{path}.jsonPatch", "must be specified when patchType is JSONPatch"))
             else:
-                errs.extend(
-                    self._patch(mutation.json_patch.expression, Expr.JSON_PATCH, names, f"{path}.jsonPatch.expression")
-                )
+                errs.extend(self._patch(ExpressionKind.JSON_PATCH, index, f"{path}.jsonPatch.expression",
+                                        mutation.json_patch.expression, names))
             if mutation.apply_configuration is not None:
                 errs.append(
                     invalid(
@@ -672,14 +661,9 @@ class Validator:
                     required(f"{path}.applyConfiguration", "must be specified when patchType is ApplyConfiguration")
                 )
             else:
-                errs.extend(
-                    self._patch(
-                        mutation.apply_configuration.expression,
-                        Expr.APPLY_CONFIGURATION,
-                        names,
-                        f"{path}.applyConfiguration.expression",
-                    )
-                )
+                errs.extend(self._patch(ExpressionKind.APPLY_CONFIGURATION, index,
+                                        f"{path}.applyConfiguration.expression",
+                                        mutation.apply_configuration.expression, names))
             if mutation.json_patch is not None:
                 errs.append(
                     invalid(
@@ -692,8 +676,9 @@ class Validator:
             errs.append(not_supported(f"{path}.patchType", mutation.patch_type, SUPPORTED_PATCH_TYPES))
         return errs
 
-    def _patch(self, expression: str, kind: Expr, names: Sequence[str], path: str) -> list[FieldError]:
+    def _patch(self, kind: ExpressionKind, index: int, path: str, expression: str,
+               names: tuple[str, ...]) -> list[FieldError]:
         trimmed = expression.strip()
         if not trimmed:
             return [required(path)]
-        return self._cel(trimmed, trimmed, kind, names, path)
+        return self._cel(ExpressionSite(kind, index, path, trimmed, names), trimmed)

@@ -21,10 +21,10 @@ from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
-from staticadm.reload import ManifestSource
 from staticadm.server.connections import track_requests
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
+from staticadm.source import ManifestSource
 
 #: kube-apiserver's MaxRequestBodyBytes: the largest object it accepts.
 MAX_OBJECT_BYTES = 3 * 1024 * 1024

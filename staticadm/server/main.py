@@ -26,7 +26,6 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
-from staticadm.reload import ManifestSource, ReloadResult
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig
@@ -50,8 +49,11 @@ from staticadm.server.listeners import (
     split_activated,
 )
 from staticadm.server.metrics import Metrics
+from staticadm.server.reporting import ReloadReporter
 from staticadm.server.supervision import TaskHealth, supervise
 from staticadm.server.systemd import Notifier, listen_fds
+from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
+from staticadm.watch import DirectoryWatcher
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -81,24 +83,25 @@ class _Daemon:
         self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
         self.tls: ServingTls | None = None
-        self.source = ManifestSource(config.manifests, poll_interval=config.poll_interval, logger=self.log,
-                                     on_reload=self._on_reload, on_reloading=self._on_reloading,
-                                     allow_world_writable=config.allow_world_writable_manifests)
+        self.source = ManifestSource(config.manifests, allow_world_writable=config.allow_world_writable_manifests)
+        self.watcher = DirectoryWatcher(self.source, poll_interval=config.poll_interval, logger=self.log,
+                                        on_result=self._on_reload, on_reloading=self._on_reloading)
+        self.reporter = ReloadReporter(self.log, config.manifests)
 
     def _fail(self, message: str) -> int:
         self.stderr.write(f"staticadm serve: {message}\n")
         self.stderr.flush()
         return EXIT_FAILED
 
-    # -- reload notifications (the source calls these; the startup load runs in a worker thread) --
+    # -- reload results (on the event loop thread, the startup load's too) ---------------------------
 
     def _status_text(self, result: ReloadResult | None = None) -> str:
         served = self.source.current
         if served is not None:
             text = f"serving {served.describe()}"
-            if result is not None and result.status == "failure":
+            if result is not None and result.status is ReloadStatus.FAILURE:
                 text += f"; last reload failed with {len(result.errors)} error(s), see the log"
-        elif result is not None and result.status == "failure":
+        elif result is not None and result.status is ReloadStatus.FAILURE:
             text = f"not ready: manifest directory invalid ({len(result.errors)} error(s), see the log); retrying"
         else:
             text = "loading manifests"
@@ -111,13 +114,15 @@ class _Daemon:
             self.notifier.reloading()
 
     def _on_reload(self, result: ReloadResult) -> None:
+        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         loop_time = time.time()
-        if result.status in ("success", "failure"):
+        if result.status is not ReloadStatus.UNCHANGED:
             served = result.served
             self.metrics.record_reload(result.status, loop_time,
-                                       served.content_hash if result.status == "success" and served else None)
+                                       served.content_hash if result.status is ReloadStatus.SUCCESS and served
+                                       else None)
         if not self.announced:
-            if result.status == "success":
+            if result.status is ReloadStatus.SUCCESS:
                 self.announced = True
                 self.notifier.ready(self._status_text(result))
             else:
@@ -230,7 +235,7 @@ class _Daemon:
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, self.source.reload_now)
+        loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
             return asyncio.create_task(supervise(
@@ -242,8 +247,9 @@ class _Daemon:
             # The watchdog pings from the start: a first load that takes long is not a hang.
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
-            self.source.start_watching()
-            load = loop.run_in_executor(None, self.source.load_initial)
+            # Watches first, so no change after the first load can be missed.
+            self.watcher.start()
+            load = loop.run_in_executor(None, self.source.reload, "startup")
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -251,11 +257,11 @@ class _Daemon:
                 stopped.cancel()
                 return EXIT_OK
             stopped.cancel()
-            # A failed first load was logged error by error (see ManifestSource._report); the source
-            # keeps retrying and the first success sends READY=1 (see _on_reload).
-            load.result()
+            # A failed first load is logged error by error; the watcher keeps retrying and the first
+            # success sends READY=1 (see _on_reload).
+            self._on_reload(load.result())
             state.first_load_done.set()
-            background.append(supervised("manifest-source", self.source.run))
+            background.append(supervised("manifest-source", self.watcher.run))
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
             await stop.wait()
@@ -292,7 +298,7 @@ class _Daemon:
             self.log.debug("shutdown: connections closed")
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)
-            self.source.close()
+            self.watcher.close()
             self.notifier.close()
             self.log.info("stopped")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from staticadm.cel import CompiledExpression
 from staticadm.manifests import load_manifest_directory
+from staticadm.manifests.loader import LoadCache
 from staticadm.snapshot import build_snapshot
 
 
@@ -41,13 +42,30 @@ def test_compiled_expressions_of_replaced_documents_are_released(tmp_path: Path)
     baseline = _compiled_alive()
     served = None
     counts = []
+    cache = LoadCache()
     for generation in range(30):
         _write(tmp_path, generation)
-        result = load_manifest_directory(str(tmp_path))
+        # As the source reloads: each load reuses what the served one checked.
+        result = load_manifest_directory(str(tmp_path), cache=cache)
         assert result.errors == ()
-        served = build_snapshot(result)
+        served, cache = build_snapshot(result), result.cache
         counts.append(_compiled_alive() - baseline)
     assert served is not None
     # What is alive is what the last loads compiled (the served snapshot, the loader's memo of the last
     # load), not one more set per reload.
     assert counts[-1] - counts[2] <= 5, counts
+
+
+def test_a_reload_reuses_the_compiled_policies_of_unchanged_documents(tmp_path: Path) -> None:
+    _write(tmp_path, 0, policies=3)
+    first = load_manifest_directory(str(tmp_path))
+    changed = tmp_path / "p0.static.k8s.io.yaml"
+    changed.write_text(changed.read_text().replace("g0-", "g1-"))
+    second = load_manifest_directory(str(tmp_path), cache=first.cache)
+    assert second.errors == ()
+    assert second.compiled_validating[0] is not first.compiled_validating[0]
+    assert second.compiled_validating[1:] == first.compiled_validating[1:]
+    assert all(a is b for a, b in zip(second.compiled_validating[1:], first.compiled_validating[1:], strict=True))
+    # Without the served load's cache everything is checked and compiled afresh.
+    third = load_manifest_directory(str(tmp_path))
+    assert all(a is not b for a, b in zip(third.compiled_validating, second.compiled_validating, strict=True))

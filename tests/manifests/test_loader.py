@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from staticadm.cel import CompiledExpression
 from staticadm.manifests.check import run_check
 from tests.manifests.conftest import (
     MAP,
@@ -195,17 +196,17 @@ def test_valid_directory_compiles_everything(tmp_path: Path) -> None:
         ],
         spec__auditAnnotations=[{"key": "high", "valueExpression": "variables.r > 3 ? 'yes' : 'no'"}],
     )
-    # MutatingAdmissionPolicy expressions need the Object/JSONPatch types of the mutating environment,
-    # which is later work (issue 6); this directory holds validating policies only.
     write_yaml(tmp_path, "a.yaml", policy, VAPB)
     result = load(tmp_path)
     assert result.errors == ()
-    assert set(result.compiled) == {
-        "ValidatingAdmissionPolicy/p.static.k8s.io/spec.variables[0].expression",
-        "ValidatingAdmissionPolicy/p.static.k8s.io/spec.validations[0].expression",
-        "ValidatingAdmissionPolicy/p.static.k8s.io/spec.validations[0].messageExpression",
-        "ValidatingAdmissionPolicy/p.static.k8s.io/spec.auditAnnotations[0].valueExpression",
-    }
+    (compiled,) = result.compiled_validating
+    assert compiled.policy is result.validating_policies[0] and compiled.bindings == ()
+    assert isinstance(compiled.variables["r"], CompiledExpression)
+    (validation,) = compiled.validations
+    assert isinstance(validation.expression, CompiledExpression)
+    assert isinstance(validation.message_expression, CompiledExpression)
+    assert isinstance(compiled.audit_annotations[0][1], CompiledExpression)
+    assert result.compiled_mutating == ()
 
 
 def test_cel_errors_reported_with_paths(tmp_path: Path) -> None:

@@ -1,0 +1,258 @@
+"""Validated policies compiled for evaluation: the typed values the loader hands to the snapshot.
+
+The loader validates each policy as kube-apiserver's REST validation does, and that validation compiles
+every expression through :class:`PolicyPrograms`, which keeps each program by where it stands in the
+spec. A policy that validated is then assembled here (its variables linked into the programs that read
+them) into a :class:`CompiledValidatingPolicy` or :class:`CompiledMutatingPolicy`; the snapshot only
+attaches bindings and indexes them. Nothing is compiled twice and nothing is looked up by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, admission_environment, compile_expression
+from staticadm.model import (
+    AuditAnnotation,
+    MatchCondition,
+    MutatingAdmissionPolicy,
+    MutatingAdmissionPolicyBinding,
+    Mutation,
+    ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+    Validation,
+)
+
+Program = CompiledExpression | CompileError
+
+_NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidation:
+    validation: Validation
+    expression: Program
+    #: None when the validation has no messageExpression.
+    message_expression: Program | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidatingPolicy:
+    policy: ValidatingAdmissionPolicy
+    #: This policy's bindings, by name (the order kube-apiserver evaluates them in).
+    bindings: tuple[ValidatingAdmissionPolicyBinding, ...]
+    match_conditions: tuple[tuple[MatchCondition, Program], ...]
+    #: Variables in declaration order; a failed compile stays as its error for the message.
+    variables: Mapping[str, Program]
+    validations: tuple[CompiledValidation, ...]
+    audit_annotations: tuple[tuple[AuditAnnotation, Program], ...]
+    #: Whether any expression reads ``namespaceObject`` (textually: a false positive only makes an
+    #: unknown namespace an error instead of a silent null).
+    uses_namespace_object: bool
+    #: The variables that compiled, as evaluation contexts take them.
+    compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def name(self) -> str:
+        return self.policy.metadata.name
+
+    @property
+    def failure_policy(self) -> str:
+        return self.policy.spec.failure_policy or "Fail"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMutation:
+    mutation: Mutation
+    #: The applyConfiguration or jsonPatch expression.
+    expression: Program
+
+    @property
+    def source(self) -> str:
+        spec = self.mutation.apply_configuration or self.mutation.json_patch
+        return spec.expression if spec is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMutatingPolicy:
+    policy: MutatingAdmissionPolicy
+    bindings: tuple[MutatingAdmissionPolicyBinding, ...]
+    match_conditions: tuple[tuple[MatchCondition, Program], ...]
+    #: Compiled in the mutating environment: mutation expressions read them lazily from their own context.
+    variables: Mapping[str, Program]
+    mutations: tuple[CompiledMutation, ...]
+    uses_namespace_object: bool
+    compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def name(self) -> str:
+        return self.policy.metadata.name
+
+    @property
+    def failure_policy(self) -> str:
+        return self.policy.spec.failure_policy or "Fail"
+
+    @property
+    def reinvocation_policy(self) -> str:
+        return self.policy.spec.reinvocation_policy or "Never"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpressionSite:
+    """One CEL expression of a policy: what it is, where it stands, and what it may read."""
+
+    kind: ExpressionKind
+    #: Position in its list (the variable, matchCondition, validation, auditAnnotation or mutation).
+    index: int
+    #: Field path for errors, e.g. ``spec.validations[2].expression``.
+    field_path: str
+    source: str
+    #: The variables declared before it (all of them, except for variables themselves).
+    variable_names: tuple[str, ...] = ()
+
+
+_MUTATION_KINDS = (ExpressionKind.APPLY_CONFIGURATION, ExpressionKind.JSON_PATCH)
+
+
+class ExpressionCompiler:
+    """Compiles expressions as Kubernetes would, each distinct one once.
+
+    Policies often repeat expressions (one template, many policies). One compiler serves one load, so
+    what it remembers is released with the load.
+    """
+
+    def __init__(self) -> None:
+        self._compiled: dict[tuple[Any, ...], Program] = {}
+
+    def compile(self, source: str, kind: ExpressionKind, variable_names: Sequence[str],
+                variable_types: Mapping[str, str], mutating: bool) -> Program:
+        key = (source, kind, tuple(variable_names), tuple(sorted(variable_types.items())), mutating)
+        program = self._compiled.get(key)
+        if program is None:
+            program = self._compiled[key] = compile_expression(
+                source, kind, variable_names=tuple(variable_names), variable_types=variable_types,
+                mutating=mutating)
+        return program
+
+
+class PolicyPrograms:
+    """The programs of one policy by site, filled in while the policy is validated."""
+
+    def __init__(self, compiler: ExpressionCompiler, *, mutating_policy: bool) -> None:
+        self._compiler = compiler
+        self._mutating_policy = mutating_policy
+        self._programs: dict[tuple[ExpressionKind, int], CompiledExpression] = {}
+
+    def compile(self, site: ExpressionSite) -> str | None:
+        """The validator's compile step: None, or Kubernetes' error detail for this expression."""
+        # Variables are compiled in order before anything reads them: their types are known here.
+        types = {name: self._variable_type(index) for index, name in enumerate(site.variable_names)}
+        mutating = site.kind in _MUTATION_KINDS
+        program = self._compiler.compile(site.source, site.kind, site.variable_names, types, mutating)
+        if isinstance(program, CompileError):
+            return program.message
+        if self._mutating_policy and site.kind is ExpressionKind.VARIABLE:
+            # Kubernetes checks MAP variables without the patch types, but mutation expressions read them
+            # lazily from their own context, so the program kept for evaluation comes from that environment.
+            program = self._compiler.compile(site.source, site.kind, site.variable_names, types, True)
+            if isinstance(program, CompileError):
+                return program.message
+        self._programs[(site.kind, site.index)] = program
+        return None
+
+    def _variable_type(self, index: int) -> str:
+        earlier = self._programs.get((ExpressionKind.VARIABLE, index))
+        return earlier.result_type if earlier is not None else "dyn"
+
+    def program(self, kind: ExpressionKind, index: int) -> CompiledExpression:
+        """The program validation compiled; only asked for policies that validated without errors."""
+        return self._programs[(kind, index)]
+
+
+def _link_variables(variables: Mapping[str, Program], *, mutating: bool) -> dict[str, Program]:
+    """Each variable with the earlier variables it reads linked into its program (declaration order)."""
+    environment = admission_environment(mutating)
+    linked: list[tuple[str, Program]] = []
+    for name, program in variables.items():
+        if isinstance(program, CompiledExpression):
+            program = environment.link(program, linked)
+        linked.append((name, program))
+    return dict(linked)
+
+
+def _linked(program: Program, variables: Mapping[str, Program], *, mutating: bool) -> Program:
+    """``program`` with the policy's variables it reads bound in, evaluated by the engine."""
+    if not isinstance(program, CompiledExpression) or not program.variables_used:
+        return program
+    return admission_environment(mutating).link(program, list(variables.items()))
+
+
+def _uses_namespace_object(sources: Iterable[str]) -> bool:
+    return any(_NAMESPACE_OBJECT.search(source) for source in sources)
+
+
+def _compiled_only(variables: Mapping[str, Program]) -> Mapping[str, CompiledExpression]:
+    return MappingProxyType({name: program for name, program in variables.items()
+                             if isinstance(program, CompiledExpression)})
+
+
+def compile_validating_policy(policy: ValidatingAdmissionPolicy,
+                              programs: PolicyPrograms) -> CompiledValidatingPolicy:
+    """A validated policy assembled for evaluation; its bindings are attached by the snapshot."""
+    spec = policy.spec
+    variables = _link_variables({variable.name: programs.program(ExpressionKind.VARIABLE, i)
+                                 for i, variable in enumerate(spec.variables)}, mutating=False)
+    match_conditions = tuple((condition, programs.program(ExpressionKind.MATCH_CONDITION, i))
+                             for i, condition in enumerate(spec.match_conditions))
+    validations = []
+    for i, validation in enumerate(spec.validations):
+        message_program = None
+        if validation.message_expression.strip():
+            message_program = _linked(programs.program(ExpressionKind.MESSAGE_EXPRESSION, i), variables,
+                                      mutating=False)
+        validations.append(CompiledValidation(
+            validation, _linked(programs.program(ExpressionKind.VALIDATION, i), variables, mutating=False),
+            message_program))
+    audit_annotations = tuple(
+        (annotation, _linked(programs.program(ExpressionKind.AUDIT_ANNOTATION, i), variables, mutating=False))
+        for i, annotation in enumerate(spec.audit_annotations))
+    sources = [v.expression for v in spec.variables]
+    sources += [v.expression + "\n" + v.message_expression for v in spec.validations]
+    sources += [a.value_expression for a in spec.audit_annotations]
+    return CompiledValidatingPolicy(
+        policy=policy,
+        bindings=(),
+        match_conditions=match_conditions,
+        variables=MappingProxyType(variables),
+        validations=tuple(validations),
+        audit_annotations=audit_annotations,
+        uses_namespace_object=_uses_namespace_object(sources),
+        compiled_variables=_compiled_only(variables),
+    )
+
+
+def compile_mutating_policy(policy: MutatingAdmissionPolicy, programs: PolicyPrograms) -> CompiledMutatingPolicy:
+    """A validated policy assembled for evaluation; its bindings are attached by the snapshot."""
+    spec = policy.spec
+    variables = _link_variables({variable.name: programs.program(ExpressionKind.VARIABLE, i)
+                                 for i, variable in enumerate(spec.variables)}, mutating=True)
+    match_conditions = tuple((condition, programs.program(ExpressionKind.MATCH_CONDITION, i))
+                             for i, condition in enumerate(spec.match_conditions))
+    mutations = []
+    for i, mutation in enumerate(spec.mutations):
+        kind = ExpressionKind.JSON_PATCH if mutation.patch_type == "JSONPatch" else ExpressionKind.APPLY_CONFIGURATION
+        mutations.append(CompiledMutation(mutation, _linked(programs.program(kind, i), variables, mutating=True)))
+    sources = [v.expression for v in spec.variables] + [m.source for m in mutations]
+    return CompiledMutatingPolicy(
+        policy=policy,
+        bindings=(),
+        match_conditions=match_conditions,
+        variables=MappingProxyType(variables),
+        mutations=tuple(mutations),
+        uses_namespace_object=_uses_namespace_object(sources),
+        compiled_variables=_compiled_only(variables),
+    )

@@ -1,0 +1,179 @@
+"""The manifest source: one reload of the directory into the snapshot being served, or the reason not.
+
+This mirrors kube-apiserver's ``policy/manifest/source``: a full load and validation, then the content
+hash check, then compilation into a snapshot, then an atomic swap; any error keeps the last good
+snapshot. A load whose bytes hash to the snapshot being served is skipped before validation: identical
+bytes validate identically, so this only saves the work (and, as upstream, records no metric).
+
+:meth:`ManifestSource.reload` is synchronous and self-contained: no logging, no threads, no event
+loop. The directory watcher (:mod:`staticadm.watch`) decides when to call it; the daemon reports what
+it returned. Only this class replaces the snapshot. Readers take :attr:`ManifestSource.current` once per
+request and keep that object for the whole request, so a swap never changes a request half way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
+from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
+from staticadm.manifests.loader import LoadCache
+from staticadm.snapshot import Snapshot, build_snapshot
+
+#: Long enough to coalesce one editor save or `kubectl cp` (a few events within milliseconds); an atomic
+#: rename is a single event and is served after this plus the load itself.
+DEFAULT_DEBOUNCE = 0.05
+#: A writer that never pauses must not postpone reloading forever.
+MAX_COALESCE = 2.0
+
+
+class ReloadStatus(StrEnum):
+    """The ``status`` label of the reload metrics."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The snapshot being served, with what the operator needs to identify it."""
+
+    snapshot: Snapshot
+    content_hash: str
+    policies: int
+    bindings: int
+    loaded_at: float
+    #: (policy name, binding name) of every binding, to notice a binding gone while its policy stays.
+    bound: frozenset[tuple[str, str]] = frozenset()
+    policy_names: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        return f"hash={self.content_hash or '(empty)'} policies={self.policies} bindings={self.bindings}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    status: ReloadStatus
+    reason: str
+    errors: tuple[ManifestError, ...] = ()
+    warnings: tuple[ManifestError, ...] = ()
+    #: What is served after this reload (None: nothing yet).
+    served: Served | None = None
+    #: What was served before this reload (success only).
+    previous: Served | None = None
+
+    @property
+    def dropped_bindings(self) -> list[tuple[str, str]]:
+        """Bindings that are gone while their policy stays: what a half-written file looks like."""
+        before, after = self.previous, self.served
+        if self.status is not ReloadStatus.SUCCESS or before is None or after is None:
+            return []
+        return sorted((policy, binding) for policy, binding in before.bound - after.bound
+                      if policy in after.policy_names)
+
+
+def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...] | None:
+    """(name, size, mtime_ns, inode) of every entry: changes whenever a file is written or replaced."""
+    try:
+        with os.scandir(directory) as scan:
+            found = []
+            for entry in scan:
+                info = entry.stat(follow_symlinks=True)
+                found.append((entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
+    except OSError:
+        return None
+    return tuple(sorted(found))
+
+
+def _served_from(result: LoadResult, snapshot: Snapshot) -> Served:
+    bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)
+    names = frozenset(policy.metadata.name for policy in result.policies)
+    return Served(snapshot, result.content_hash, len(result.policies), len(result.bindings), time.time(), bound,
+                  names)
+
+
+class ManifestSource:
+    """Loads ``directory`` into snapshots and owns :attr:`current`. Calls must not overlap."""
+
+    def __init__(self, directory: Path, *, debounce: float = DEFAULT_DEBOUNCE,
+                 allow_world_writable: bool = False) -> None:
+        self.directory = directory
+        self.debounce = debounce
+        self.allow_world_writable = allow_world_writable
+        self._current: Served | None = None
+        #: What the load being served parsed and checked: exactly what the current snapshot uses.
+        self._cache = LoadCache()
+
+    @property
+    def current(self) -> Served | None:
+        return self._current
+
+    def reload(self, reason: str) -> ReloadResult:
+        """Reads, validates and compiles the directory, and serves it if it is valid and changed.
+
+        Never raises: a loader or compiler bug is a failed reload that keeps the last good snapshot.
+        """
+        try:
+            return self._load_and_swap(reason)
+        except Exception as error:
+            message = f"failed to load the manifest directory: {type(error).__name__}: {error}"
+            return self._failure(reason, (ManifestError(str(self.directory), message),))
+
+    def _failure(self, reason: str, errors: tuple[ManifestError, ...],
+                 warnings: tuple[ManifestError, ...] = ()) -> ReloadResult:
+        return ReloadResult(ReloadStatus.FAILURE, reason, errors, warnings, self._current)
+
+    def _read_settled(self) -> DirectoryContents | None:
+        """The directory as read while nothing changed in it: the same names, sizes, modification times
+        and inodes before the read and one debounce after it. None when it kept changing for
+        ``MAX_COALESCE`` (a writer at work: a file rewritten in place must not be served half written)."""
+        deadline = time.monotonic() + MAX_COALESCE
+        while True:
+            before = directory_signature(self.directory)
+            contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+            time.sleep(self.debounce)
+            if before is None or directory_signature(self.directory) == before:
+                return contents
+            if time.monotonic() > deadline:
+                return None
+
+    def _load_and_swap(self, reason: str) -> ReloadResult:
+        current = self._current
+        contents = self._read_settled()
+        if contents is None:
+            message = (f"the manifest directory kept changing for {MAX_COALESCE:g} s while being read; not loaded "
+                       "(write manifest files atomically: a temporary file, then a rename)")
+            return self._failure(reason, (ManifestError(str(self.directory), message),))
+        # Checked before the unchanged shortcut: a chmod changes no byte, and must still stop the
+        # directory from being trusted (the last good snapshot keeps serving).
+        unsafe = self._unsafe(contents)
+        if unsafe:
+            return self._failure(reason, unsafe)
+        if current is not None and not contents.errors and contents.content_hash == current.content_hash:
+            return ReloadResult(ReloadStatus.UNCHANGED, reason, served=current)
+        # The loader compiles what was just read and hashed: one read per reload.
+        result = load_manifest_directory(str(self.directory), contents=contents, cache=self._cache)
+        if result.errors:
+            return self._failure(reason, result.errors, result.warnings)
+        snapshot = build_snapshot(result)
+        served = _served_from(result, snapshot)
+        # The swap: a single reference assignment, atomic under the GIL; readers hold their own reference.
+        self._current, self._cache = served, result.cache
+        return ReloadResult(ReloadStatus.SUCCESS, reason, (), result.warnings, served, current)
+
+    def _unsafe(self, contents: DirectoryContents) -> tuple[ManifestError, ...]:
+        if self.allow_world_writable:
+            return ()
+        return tuple(self._unsafe_error(path, mode) for path, mode in world_writable(contents, str(self.directory)))
+
+    def _unsafe_error(self, path: str, mode: int | None) -> ManifestError:
+        what = "manifest directory" if path == str(self.directory) else "manifest file"
+        shown = f" (mode {mode:04o})" if mode is not None else ""
+        return ManifestError(path, f"refusing to load: {what} {path!r} is world-writable{shown}, so any local user "
+                                   "could change admission policy; remove the write permission for others "
+                                   "(chmod o-w) or start with --allow-world-writable-manifests")

@@ -1,0 +1,252 @@
+"""Watching the manifest directory: when to call :meth:`ManifestSource.reload`.
+
+File events (through watchdog's inotify observer), SIGHUP and a poll interval wake the watcher; events
+are coalesced (one reload once the directory has been quiet for ``debounce`` seconds), because an
+editor or ``kubectl cp`` produces a burst of events per save and each full load costs CEL compilation.
+Reloads run on one worker thread, so they never overlap and never hold the event loop; what each
+returned is handed to ``on_result`` on the event loop thread. Kubernetes' manifest source does the same
+with ``util/filesystem.WatchUntil`` around its synchronous loader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+from staticadm.source import MAX_COALESCE, ManifestSource, ReloadResult
+
+DEFAULT_POLL_INTERVAL = 60.0
+#: watchdog joins its emitter threads without a timeout when a watch is removed or the observer
+#: stops, and that join has been seen to hang (SIGTERM never finishing); we wait this long at most.
+OBSERVER_STOP_TIMEOUT = 2.0
+#: Until a first snapshot is served, the directory is retried this often (doubling from the first
+#: value), so a volume mounted late or a fix without a file event is picked up without waiting a whole
+#: poll interval.
+FIRST_RETRY = 0.5
+MAX_RETRY = 10.0
+
+# Reading the directory opens every file; reacting to our own reads would reload forever.
+_IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
+
+
+class DirectoryWatcher:
+    """Calls ``source.reload`` on file events (coalesced), on :meth:`reload_now` and every ``poll_interval``."""
+
+    def __init__(
+        self,
+        source: ManifestSource,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        logger: Any,
+        on_result: Callable[[ReloadResult], None],
+        on_reloading: Callable[[str], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.directory = source.directory
+        self.poll_interval = poll_interval
+        self.debounce = source.debounce
+        self._log = logger
+        self._on_result = on_result
+        self._on_reloading = on_reloading
+        #: How long until the next retry while nothing is served.
+        self.retry_seconds = FIRST_RETRY
+        # One worker: loads never overlap, so the hash comparison and the swap see a consistent order.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-reload")
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending_reason = "watch"
+        self._observer: BaseObserver | None = None
+        self._watches: dict[str, tuple[ObservedWatch, tuple[int, int]]] = {}
+
+    async def reload(self, reason: str) -> ReloadResult:
+        """One reload on the worker thread; its result is reported before this returns."""
+        if self._on_reloading is not None:
+            self._on_reloading(reason)
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, self.source.reload, reason)
+        self._on_result(result)
+        return result
+
+    def reload_now(self, reason: str = "signal") -> None:
+        """Ask for a reload soon (SIGHUP); safe to call from the event loop thread."""
+        self._poke(reason)
+
+    def _poke(self, reason: str) -> None:
+        if self._wake is None:
+            return
+        # A signal outranks a file event in the log: it is what the operator asked for.
+        if reason == "signal" or self._pending_reason != "signal":
+            self._pending_reason = reason
+        self._wake.set()
+
+    def _poke_threadsafe(self, reason: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._poke, reason)
+
+    def start(self) -> None:
+        """Add the watches; call before the first load, so no change after that load can be missed."""
+        if self._observer is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._observer.start()
+        self._sync_watches()
+
+    async def run(self) -> None:
+        """Reload on file events (coalesced), on :meth:`reload_now` and every ``poll_interval``."""
+        self.start()
+        assert self._wake is not None
+        try:
+            while True:
+                waiting = self.poll_interval
+                if self.source.current is None:
+                    waiting = min(self.retry_seconds, self.poll_interval)
+                    self.retry_seconds = min(self.retry_seconds * 2, MAX_RETRY)
+                try:
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+                    # that arrives as the wait ends, and this loop would then never stop on SIGTERM.
+                    async with asyncio.timeout(waiting):
+                        await self._wake.wait()
+                    reason = self._pending_reason
+                except TimeoutError:
+                    reason = "poll" if self.source.current is not None else "retry"
+                else:
+                    await self._quiet()
+                self._wake.clear()
+                self._pending_reason = "watch"
+                # Watches are re-added before loading so that no event between the two is lost.
+                self._sync_watches()
+                await self.reload(reason)
+                self._sync_watches()
+        finally:
+            self._stop_observer()
+
+    async def _quiet(self) -> None:
+        assert self._wake is not None
+        deadline = time.monotonic() + MAX_COALESCE
+        while time.monotonic() < deadline:
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self.debounce):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
+
+    def _wanted_watches(self) -> dict[str, Callable[[FileSystemEvent], bool]]:
+        """Directories to watch, each with a filter on its events.
+
+        The directory itself (through its symlink, if it is one) sees file changes and ConfigMap
+        ``..data`` swaps; its parent sees the directory, or a symlink to it, being removed, recreated
+        or replaced, which no watch on the directory itself can report.
+        """
+        wanted: dict[str, Callable[[FileSystemEvent], bool]] = {}
+        path = Path(os.path.abspath(self.directory))
+        name = path.name
+
+        def names_directory(event: FileSystemEvent) -> bool:
+            paths = [event.src_path, getattr(event, "dest_path", "")]
+            return any(p and os.path.basename(os.fsdecode(p)) == name for p in paths)
+
+        if path.parent.is_dir():
+            wanted[str(path.parent)] = names_directory
+        target = os.path.realpath(path)
+        if os.path.isdir(target):
+            wanted[target] = lambda _event: True
+        return wanted
+
+    def _sync_watches(self) -> None:
+        observer = self._observer
+        if observer is None:
+            return
+        wanted = self._wanted_watches()
+        for path in list(self._watches):
+            watch, watched_identity = self._watches[path]
+            if path not in wanted or _identity(path) != watched_identity:
+                # A directory that was removed and recreated at the same path is a new inode; its old
+                # inotify watch is dead and must be replaced.
+                self._unschedule(watch)
+                del self._watches[path]
+        for path, accept in wanted.items():
+            if path in self._watches:
+                continue
+            identity = _identity(path)
+            if identity is None:
+                continue
+            try:
+                watch = observer.schedule(_Handler(accept, self._poke_threadsafe), path, recursive=False)
+            except OSError as error:
+                # Polling still covers the directory; the watch is retried on the next tick.
+                self._log.warning("cannot watch directory; relying on polling", path=path, err=str(error))
+                continue
+            self._watches[path] = (watch, identity)
+
+    def _unschedule(self, watch: ObservedWatch) -> None:
+        observer = self._observer
+        if observer is None:
+            return
+
+        def unschedule() -> None:
+            with contextlib.suppress(KeyError, OSError):
+                observer.unschedule(watch)
+
+        if not _bounded(unschedule, OBSERVER_STOP_TIMEOUT):
+            self._log.warning("removing a directory watch did not finish; leaving it behind", path=watch.path)
+
+    def _stop_observer(self) -> None:
+        observer, self._observer = self._observer, None
+        self._watches.clear()
+        if observer is None:
+            return
+
+        def stop() -> None:
+            observer.stop()
+            observer.join(timeout=OBSERVER_STOP_TIMEOUT)
+
+        if not _bounded(stop, OBSERVER_STOP_TIMEOUT * 2):
+            # Its threads are daemon threads: they do not keep the process from exiting.
+            self._log.warning("the file watcher did not stop in time; exiting without it")
+
+    def close(self) -> None:
+        self._stop_observer()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, accept: Callable[[FileSystemEvent], bool], poke: Callable[[str], None]) -> None:
+        self._accept = accept
+        self._poke = poke
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in _IGNORED_EVENTS or not self._accept(event):
+            return
+        self._poke("watch")
+
+
+def _bounded(function: Callable[[], None], timeout: float) -> bool:
+    """Run ``function`` on a daemon thread and wait at most ``timeout``; True if it finished."""
+    thread = threading.Thread(target=function, name="staticadm-watch-stop", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+

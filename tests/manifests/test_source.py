@@ -1,0 +1,95 @@
+"""The reload contract, in process: what one ``ManifestSource.reload`` serves, keeps and reports."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from staticadm.source import ManifestSource, ReloadStatus
+
+
+def _policy(name: str, expression: str = "object.metadata.name != 'forbidden'") -> str:
+    return f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}.static.k8s.io}}
+spec:
+  matchConstraints: {{resourceRules: [{{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}}]}}
+  validations:
+  - expression: "{expression}"
+"""
+
+
+def _binding(name: str) -> str:
+    return f"""apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}.static.k8s.io}}
+spec: {{policyName: {name}.static.k8s.io, validationActions: [Deny]}}
+"""
+
+
+def _source(directory: Path, **options: bool) -> ManifestSource:
+    directory.chmod(0o755)
+    return ManifestSource(directory, debounce=0.0, **options)
+
+
+def test_a_valid_directory_is_served_and_an_identical_one_is_not_reloaded(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+    source = _source(tmp_path)
+    first = source.reload("startup")
+    assert first.status is ReloadStatus.SUCCESS and first.previous is None
+    assert source.current is first.served and first.served is not None
+    assert (first.served.policies, first.served.bindings) == (1, 1)
+    assert [p.name for p in first.served.snapshot.validating] == ["a.static.k8s.io"]
+    again = source.reload("signal")
+    assert again.status is ReloadStatus.UNCHANGED and again.served is first.served
+    assert source.current is first.served
+
+
+def test_an_invalid_change_keeps_the_last_good_snapshot_and_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+    source = _source(tmp_path)
+    good = source.reload("startup").served
+    (tmp_path / "b.yaml").write_text(_policy("b", "object.spec.replicas ==") + "---\n" + _binding("b"))
+    failed = source.reload("watch")
+    assert failed.status is ReloadStatus.FAILURE and failed.served is good and source.current is good
+    (error,) = failed.errors
+    assert error.path == str(tmp_path / "b.yaml") and error.field == "spec.validations[0].expression"
+    (tmp_path / "b.yaml").write_text(_policy("b") + "---\n" + _binding("b"))
+    fixed = source.reload("watch")
+    assert fixed.status is ReloadStatus.SUCCESS and fixed.previous is good
+    assert [p.name for p in source.current.snapshot.validating] == ["a.static.k8s.io", "b.static.k8s.io"]  # type: ignore[union-attr]
+
+
+def test_unchanged_policies_keep_their_compiled_programs_across_reloads(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+    (tmp_path / "b.yaml").write_text(_policy("b") + "---\n" + _binding("b"))
+    source = _source(tmp_path)
+    before = source.reload("startup").served
+    (tmp_path / "b.yaml").write_text(_policy("b", "object.metadata.name != 'other'") + "---\n" + _binding("b"))
+    after = source.reload("watch").served
+    assert before is not None and after is not None and after is not before
+    (a_before, b_before), (a_after, b_after) = before.snapshot.validating, after.snapshot.validating
+    assert a_after.validations[0].expression is a_before.validations[0].expression
+    assert b_after.validations[0].expression is not b_before.validations[0].expression
+
+
+def test_a_world_writable_file_is_refused_unless_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(_policy("a") + "---\n" + _binding("a"))
+    os.chmod(path, 0o666)
+    refused = _source(tmp_path).reload("startup")
+    assert refused.status is ReloadStatus.FAILURE and refused.served is None
+    assert "is world-writable (mode 0666)" in str(refused.errors[0]) and refused.errors[0].path == str(path)
+    allowed = _source(tmp_path, allow_world_writable=True).reload("startup")
+    assert allowed.status is ReloadStatus.SUCCESS
+
+
+def test_a_binding_dropped_while_its_policy_stays_is_part_of_the_result(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a"))
+    (tmp_path / "a-binding.yaml").write_text(_binding("a"))
+    source = _source(tmp_path)
+    source.reload("startup")
+    (tmp_path / "a-binding.yaml").unlink()
+    result = source.reload("watch")
+    assert result.status is ReloadStatus.SUCCESS
+    assert result.dropped_bindings == [("a.static.k8s.io", "a.static.k8s.io")]
