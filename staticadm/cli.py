@@ -113,10 +113,18 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 
 
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
     from staticadm.admission.review import run_review
 
-    return run_review(args.manifests, args.namespaces, args.output, args.requests, stdin, stdout, stderr,
-                      endpoint=args.endpoint)
+    inputs = [*args.requests, *args.filenames]
+    if not inputs:
+        stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE)\n")
+        return EXIT_USAGE
+    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
+    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
+    return run_review(args.manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
+                      endpoint=args.endpoint, settings=settings, old_path=args.old)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -245,8 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
-        "review", help="evaluate AdmissionReview requests against a manifest directory, offline",
-        description="Exit 0 when every request was evaluated, 2 on invalid manifests or an unreadable request.")
+        "review", help="evaluate requests (AdmissionReviews or plain objects) against a manifest directory, offline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Each input document is an AdmissionReview or a plain Kubernetes object, for which the\n"
+                    "request kube-apiserver would send is built (resource and scope of built-in kinds from\n"
+                    "Kubernetes 1.36, others guessed as client-go does).\n\n"
+                    "Exit codes: 0 every request allowed; 3 some request denied; 4 some policy failed to\n"
+                    "evaluate (whatever its failurePolicy made of it); 1 invalid manifests; 2 unusable input.\n\n"
+                    "example: staticadm review --manifests /etc/kubernetes/admission -f pod.yaml\n"
+                    "         staticadm review --manifests DIR --operation UPDATE --old before.yaml -f after.yaml")
     review_parser.add_argument("--manifests", required=True, metavar="DIR",
                                help="the admission policy manifest directory")
     review_parser.add_argument("--endpoint", choices=("validate", "mutate", "both"), default="both",
@@ -255,9 +270,28 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("--namespaces", metavar="FILE",
                                help="Namespace objects (YAML/JSON, v1 List allowed) for selectors and namespaceObject")
     review_parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                               help="text report, or one AdmissionReview response per line (default: text)")
-    review_parser.add_argument("requests", nargs="+", metavar="REQUEST",
-                               help="AdmissionReview file (JSON or YAML), or - for stdin")
+                               help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
+                                    "\"review\": the AdmissionReview answer} (default: text)")
+    review_parser.add_argument("requests", nargs="*", metavar="REQUEST",
+                               help="AdmissionReview or object file (JSON or YAML, several documents allowed), "
+                                    "or - for stdin")
+    review_parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
+                               help="an object or AdmissionReview file, as REQUEST; repeatable")
+    review_parser.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"), default="CREATE",
+                               help="for plain objects: the operation (default: CREATE; DELETE sends the object "
+                                    "as oldObject)")
+    review_parser.add_argument("--old", metavar="FILE",
+                               help="for UPDATE: the objects before the change, matched to the inputs by "
+                                    "apiVersion, kind, namespace and name")
+    review_parser.add_argument("--user", default="admin", help="for plain objects: the username (default: admin)")
+    review_parser.add_argument("--uid", dest="user_uid", default="", help="for plain objects: the user's uid")
+    review_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
+                               help="for plain objects: a group of the user; repeatable "
+                                    "(default: system:authenticated)")
+    review_parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
+                                                   "(default: the object's, else default)")
+    review_parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
+    review_parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
     review_parser.set_defaults(handler=command_review)
 
     certs_parser = commands.add_parser(

@@ -1,7 +1,9 @@
-"""``staticadm review``: evaluate AdmissionReview files against a manifest directory, offline.
+"""``staticadm review``: evaluate requests against a manifest directory, offline.
 
-The manifests are loaded exactly as the daemon loads them; each request gets the response the daemon
-would send. This is the one module of the package that does I/O, because it is a command.
+Each input document is an AdmissionReview or a plain Kubernetes object, for which the request
+kube-apiserver would send is built (:mod:`staticadm.admission.request_builder`). The manifests are
+loaded exactly as the daemon loads them; each request gets the response the daemon would send. This is
+the one module of the package that does I/O, because it is a command.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
@@ -21,14 +24,24 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
+from staticadm.admission.request_builder import (
+    ObjectInputError,
+    RequestSettings,
+    object_key,
+    pair_old_objects,
+    review_for_object,
+)
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot, build_snapshot
 
-# The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage.
+# The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage; review adds
+# 3 (some request denied) and 4 (some policy failed to evaluate: an error, whatever failurePolicy made of it).
 EXIT_OK = 0
 EXIT_INVALID_MANIFESTS = 1
 EXIT_UNUSABLE_INPUT = 2
+EXIT_DENIED = 3
+EXIT_EVALUATION_ERROR = 4
 
 #: Which webhook endpoints to run; "both" runs them in kube-apiserver's order, mutating first.
 ENDPOINTS = ("validate", "mutate", "both")
@@ -41,30 +54,60 @@ def _read_text(path: str, stdin: TextIO) -> str:
         return handle.read()
 
 
-def _parse_review_text(text: str) -> Any:
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        return json.loads(text)
-    documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    if len(documents) != 1:
-        raise ValueError(f"expected one AdmissionReview document, found {len(documents)}")
-    return documents[0]
+def _documents(text: str) -> list[Any]:
+    if text.lstrip().startswith("{"):
+        return [json.loads(text)]
+    return [document for document in yaml.safe_load_all(text) if document is not None]
 
 
-def _load_request(path: str, stdin: TextIO) -> AdmissionRequest | str:
+@dataclass(frozen=True, slots=True)
+class _Input:
+    #: Where the request came from: the file (``<stdin>``) and the document in it.
+    source: str
+    document: int
+    request: AdmissionRequest
+
+
+def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
     shown = "<stdin>" if path == "-" else path
     try:
         text = _read_text(path, stdin)
     except (OSError, UnicodeDecodeError) as error:
-        return f"{shown}: cannot read: {error}"
+        return [], f"{shown}: cannot read: {error}"
     try:
-        review = _parse_review_text(text)
+        documents = _documents(text)
     except (ValueError, yaml.YAMLError) as error:
-        return f"{shown}: not a JSON or YAML AdmissionReview: {error}"
-    parsed = parse_admission_review(review)
-    if isinstance(parsed, RequestError):
-        return f"{shown}: {parsed.message}"
-    return parsed
+        return [], f"{shown}: not JSON or YAML: {error}"
+    if not documents:
+        return [], f"{shown}: holds no document"
+    return documents, None
+
+
+def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
+                 olds: list[Any]) -> tuple[list[_Input], list[str]]:
+    """Every request of one file, or a problem per document that cannot become one."""
+    shown = "<stdin>" if path == "-" else path
+    documents, problem = _read_documents(path, stdin)
+    if problem is not None:
+        return [], [problem]
+    inputs, problems = [], []
+    for index, document in enumerate(documents):
+        where = f"{shown} (document {index})" if len(documents) > 1 else shown
+        if isinstance(document, dict) and document.get("kind") == "AdmissionReview":
+            review = document
+        else:
+            try:
+                old = pair_old_objects([document], olds)[0] if settings.operation == "UPDATE" and olds else None
+                review = review_for_object(document, old, settings, uid_seed=f"{shown}#{index}#{object_key(document)}")
+            except ObjectInputError as error:
+                problems.append(f"{where}: {error}")
+                continue
+        parsed = parse_admission_review(review)
+        if isinstance(parsed, RequestError):
+            problems.append(f"{where}: {parsed.message}")
+        else:
+            inputs.append(_Input(shown, index, parsed))
+    return inputs, problems
 
 
 def _where(policy: str, binding: str | None) -> str:
@@ -164,9 +207,12 @@ def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: Adm
 
 
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
-               stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both") -> int:
-    """Exit 0 when every request was evaluated; 1 on invalid manifests (as ``check``); 2 on an unreadable
-    request or namespaces file."""
+               stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
+               settings: RequestSettings | None = None, old_path: str | None = None) -> int:
+    """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
+    (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
+    object or namespaces file."""
+    settings = settings or RequestSettings()
     from staticadm.manifests.loader import load_manifest_directory
 
     loaded = load_manifest_directory(manifests_dir)
@@ -184,30 +230,46 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             stderr.write(f"staticadm review: {namespaces_file}: {error}\n")
             return EXIT_UNUSABLE_INPUT
 
-    # Read every request before answering any, so a bad one never leaves half an output behind.
-    requests: list[tuple[str, AdmissionRequest]] = []
-    problems = []
+    # Read every request before answering any, so a bad one never leaves half an output behind; every
+    # problem of every document is reported in the one run.
+    problems: list[str] = []
+    olds: list[Any] = []
+    if old_path is not None:
+        olds, problem = _read_documents(old_path, stdin)
+        if problem is not None:
+            problems.append(f"--old {problem}")
+    requests: list[_Input] = []
     for path in request_paths:
-        loaded_request = _load_request(path, stdin)
-        if isinstance(loaded_request, str):
-            problems.append(loaded_request)
-        else:
-            requests.append((path, loaded_request))
+        inputs, file_problems = _load_inputs(path, stdin, settings, olds)
+        requests.extend(inputs)
+        problems.extend(file_problems)
     if problems:
         for problem in problems:
             stderr.write(f"staticadm review: {problem}\n")
         return EXIT_UNUSABLE_INPUT
 
-    for path, request in requests:
+    denied = errored = False
+    for item in requests:
+        request = item.request
         mutation, validation = review_request(snapshot, namespaces, request, endpoint)
+        answer = _combined_response(request, mutation, validation)
+        denied = denied or not answer["response"]["allowed"]
+        errored = errored or _evaluation_failed(mutation, validation)
         if output == "json":
-            answer = _combined_response(request, mutation, validation)
-            stdout.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")) + "\n")
+            labelled = {"input": item.source, "document": item.document, "review": answer}
+            stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
             continue
-        lines = [f"{'<stdin>' if path == '-' else path}: request {request.uid}"]
+        lines = [f"{item.source}{f' (document {item.document})' if item.document else ''}: request {request.uid}"]
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
             lines.extend(_mutation_lines(mutation))
         if validation is not None:
             lines.extend(_validation_lines(request, validation, snapshot))
         stdout.write("\n".join(lines) + "\n")
-    return EXIT_OK
+    if errored:
+        return EXIT_EVALUATION_ERROR
+    return EXIT_DENIED if denied else EXIT_OK
+
+
+def _evaluation_failed(mutation: MutationOutcome | None, validation: ValidationOutcome | None) -> bool:
+    records = (mutation.decisions if mutation is not None else ()) + (validation.decisions if validation else ())
+    return any(record.error_type is not ErrorType.NO_ERROR for record in records)

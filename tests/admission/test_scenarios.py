@@ -61,10 +61,11 @@ def responses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, di
         completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         lines = completed.stdout.splitlines()
         for index, scenario in enumerate(members):
-            if completed.returncode != 0 or index >= len(lines):
+            # 0 allowed, 3 denied, 4 an evaluation error: each is a decision to compare.
+            if completed.returncode not in (0, 3, 4) or index >= len(lines):
                 results[scenario["id"]] = {"error": f"exit {completed.returncode}: {completed.stderr}"}
             else:
-                results[scenario["id"]] = json.loads(lines[index])
+                results[scenario["id"]] = json.loads(lines[index])["review"]
     yield results
 
 

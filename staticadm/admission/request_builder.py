@@ -1,0 +1,230 @@
+"""The AdmissionReview kube-apiserver would send for a plain object, so policies can be tried on YAML.
+
+kube-apiserver's admission attributes come from the request URL (resource, subresource, namespace,
+name), the operation, the authenticated user and the object(s). For a plain object we take the group,
+version and kind from the object, the resource and scope from the built-in API resources of Kubernetes
+1.36 (``kubectl api-resources``), and for other kinds guess the resource as client-go's
+``meta.UnsafeGuessKindToResource`` does (a scope taken from whether the object names a namespace).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from staticadm.admission.request import OPERATIONS
+
+#: (API group, kind) -> (resource, namespaced), Kubernetes 1.36's built-in resources.
+BUILTIN_RESOURCES: Mapping[tuple[str, str], tuple[str, bool]] = {
+    ("", "Binding"): ("bindings", True),
+    ("", "ComponentStatus"): ("componentstatuses", False),
+    ("", "ConfigMap"): ("configmaps", True),
+    ("", "Endpoints"): ("endpoints", True),
+    ("", "Event"): ("events", True),
+    ("", "LimitRange"): ("limitranges", True),
+    ("", "Namespace"): ("namespaces", False),
+    ("", "Node"): ("nodes", False),
+    ("", "PersistentVolume"): ("persistentvolumes", False),
+    ("", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
+    ("", "Pod"): ("pods", True),
+    ("", "PodTemplate"): ("podtemplates", True),
+    ("", "ReplicationController"): ("replicationcontrollers", True),
+    ("", "ResourceQuota"): ("resourcequotas", True),
+    ("", "Secret"): ("secrets", True),
+    ("", "Service"): ("services", True),
+    ("", "ServiceAccount"): ("serviceaccounts", True),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"): ("mutatingadmissionpolicies", False),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"): ("mutatingadmissionpolicybindings", False),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): ("mutatingwebhookconfigurations", False),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"): ("validatingadmissionpolicies", False),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"):
+        ("validatingadmissionpolicybindings", False),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"): ("validatingwebhookconfigurations", False),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("apiregistration.k8s.io", "APIService"): ("apiservices", False),
+    ("apps", "ControllerRevision"): ("controllerrevisions", True),
+    ("apps", "DaemonSet"): ("daemonsets", True),
+    ("apps", "Deployment"): ("deployments", True),
+    ("apps", "ReplicaSet"): ("replicasets", True),
+    ("apps", "StatefulSet"): ("statefulsets", True),
+    ("authentication.k8s.io", "SelfSubjectReview"): ("selfsubjectreviews", False),
+    ("authentication.k8s.io", "TokenReview"): ("tokenreviews", False),
+    ("authorization.k8s.io", "LocalSubjectAccessReview"): ("localsubjectaccessreviews", True),
+    ("authorization.k8s.io", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
+    ("authorization.k8s.io", "SelfSubjectRulesReview"): ("selfsubjectrulesreviews", False),
+    ("authorization.k8s.io", "SubjectAccessReview"): ("subjectaccessreviews", False),
+    ("autoscaling", "HorizontalPodAutoscaler"): ("horizontalpodautoscalers", True),
+    ("batch", "CronJob"): ("cronjobs", True),
+    ("batch", "Job"): ("jobs", True),
+    ("certificates.k8s.io", "CertificateSigningRequest"): ("certificatesigningrequests", False),
+    ("certificates.k8s.io", "ClusterTrustBundle"): ("clustertrustbundles", False),
+    ("coordination.k8s.io", "Lease"): ("leases", True),
+    ("discovery.k8s.io", "EndpointSlice"): ("endpointslices", True),
+    ("events.k8s.io", "Event"): ("events", True),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"): ("flowschemas", False),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"): ("prioritylevelconfigurations", False),
+    ("networking.k8s.io", "IPAddress"): ("ipaddresses", False),
+    ("networking.k8s.io", "Ingress"): ("ingresses", True),
+    ("networking.k8s.io", "IngressClass"): ("ingressclasses", False),
+    ("networking.k8s.io", "NetworkPolicy"): ("networkpolicies", True),
+    ("networking.k8s.io", "ServiceCIDR"): ("servicecidrs", False),
+    ("node.k8s.io", "RuntimeClass"): ("runtimeclasses", False),
+    ("policy", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
+    ("rbac.authorization.k8s.io", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("rbac.authorization.k8s.io", "Role"): ("roles", True),
+    ("rbac.authorization.k8s.io", "RoleBinding"): ("rolebindings", True),
+    ("resource.k8s.io", "DeviceClass"): ("deviceclasses", False),
+    ("resource.k8s.io", "ResourceClaim"): ("resourceclaims", True),
+    ("resource.k8s.io", "ResourceClaimTemplate"): ("resourceclaimtemplates", True),
+    ("resource.k8s.io", "ResourceSlice"): ("resourceslices", False),
+    ("scheduling.k8s.io", "PriorityClass"): ("priorityclasses", False),
+    ("storage.k8s.io", "CSIDriver"): ("csidrivers", False),
+    ("storage.k8s.io", "CSINode"): ("csinodes", False),
+    ("storage.k8s.io", "CSIStorageCapacity"): ("csistoragecapacities", True),
+    ("storage.k8s.io", "StorageClass"): ("storageclasses", False),
+    ("storage.k8s.io", "VolumeAttachment"): ("volumeattachments", False),
+    ("storage.k8s.io", "VolumeAttributesClass"): ("volumeattributesclasses", False),
+}
+
+#: The options object kube-apiserver passes for each operation (``request.options``).
+_OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
+
+
+#: The groups of the default user: any authenticated user, nothing more.
+DEFAULT_GROUPS = ("system:authenticated",)
+
+
+class ObjectInputError(ValueError):
+    """A plain object that cannot be turned into an admission request; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """What the URL and the authenticated user would say about the request."""
+
+    operation: str = "CREATE"
+    username: str = "admin"
+    uid: str = ""
+    groups: tuple[str, ...] = DEFAULT_GROUPS
+    #: None: the object's own namespace, else "default" for a namespaced kind (kubectl's default).
+    namespace: str | None = None
+    subresource: str = ""
+    dry_run: bool = False
+
+
+def guess_resource(kind: str) -> str:
+    """``meta.UnsafeGuessKindToResource``: the plural client-go guesses for a kind it does not know."""
+    singular = kind.lower()
+    if singular.endswith("endpoints"):
+        return singular
+    if singular.endswith("s"):
+        return singular + "es"
+    if singular.endswith("y"):
+        return singular[:-1] + "ies"
+    return singular + "s"
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def _identity(document: Any, what: str) -> tuple[str, str, dict[str, Any]]:
+    if not isinstance(document, dict):
+        raise ObjectInputError(f"{what} must be a Kubernetes object (a mapping), got {type(document).__name__}")
+    api_version, kind = document.get("apiVersion"), document.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        raise ObjectInputError(f"{what}: apiVersion must be a non-empty string")
+    if not isinstance(kind, str) or not kind:
+        raise ObjectInputError(f"{what}: kind must be a non-empty string")
+    metadata = document.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ObjectInputError(f"{what}: metadata must be a mapping")
+    return api_version, kind, metadata
+
+
+def object_key(document: Any) -> tuple[str, str, str, str] | None:
+    """(apiVersion, kind, namespace, name): how an old object is paired with its new one."""
+    if not isinstance(document, dict) or not isinstance(document.get("metadata", {}), dict):
+        return None
+    metadata = document.get("metadata", {})
+    return (str(document.get("apiVersion")), str(document.get("kind")), str(metadata.get("namespace") or ""),
+            str(metadata.get("name") or ""))
+
+
+def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed: str) -> dict[str, Any]:
+    """The AdmissionReview for one object. ``obj`` is the object being written (for DELETE, the object
+    being deleted, which kube-apiserver sends as oldObject); ``old`` is required for UPDATE only."""
+    operation = settings.operation
+    if operation not in OPERATIONS:
+        raise ObjectInputError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+    api_version, kind, metadata = _identity(obj, "the object")
+    if operation == "UPDATE":
+        if old is None:
+            raise ObjectInputError("an UPDATE needs the object before the change (--old FILE)")
+        old_version, old_kind, _ = _identity(old, "the old object")
+        if (old_version, old_kind) != (api_version, kind):
+            raise ObjectInputError(f"the old object is {old_version} {old_kind}, the object {api_version} {kind}")
+    group, version = _group_version(api_version)
+    known = BUILTIN_RESOURCES.get((group, kind))
+    object_namespace = metadata.get("namespace")
+    if object_namespace is not None and not isinstance(object_namespace, str):
+        raise ObjectInputError("the object: metadata.namespace must be a string")
+    if known is not None:
+        resource, namespaced = known
+    else:
+        resource = guess_resource(kind)
+        namespaced = bool(object_namespace or settings.namespace)
+    namespace = ""
+    if namespaced:
+        namespace = settings.namespace or object_namespace or "default"
+        if object_namespace and object_namespace != namespace:
+            raise ObjectInputError(f"the object's metadata.namespace {object_namespace!r} is not the request's "
+                                   f"namespace {namespace!r}")
+    name = metadata.get("name") or ""
+    if not isinstance(name, str):
+        raise ObjectInputError("the object: metadata.name must be a string")
+    if not name and operation != "CREATE":
+        raise ObjectInputError(f"a {operation} needs the object's metadata.name")
+    written = copy.deepcopy(obj)
+    if namespaced:
+        # kube-apiserver fills an empty namespace from the request URL before admission.
+        written.setdefault("metadata", {})["namespace"] = namespace
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": resource}
+    request: dict[str, Any] = {
+        "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, uid_seed)),
+        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+        "operation": operation,
+        "userInfo": {"username": settings.username, "groups": list(settings.groups),
+                     **({"uid": settings.uid} if settings.uid else {})},
+        "object": None if operation == "DELETE" else written,
+        "oldObject": copy.deepcopy(old) if operation == "UPDATE" else (written if operation == "DELETE" else None),
+        "dryRun": settings.dry_run,
+    }
+    if settings.subresource:
+        request["subResource"] = request["requestSubResource"] = settings.subresource
+    if name:
+        request["name"] = name
+    if namespace:
+        request["namespace"] = namespace
+    if operation in _OPTIONS_KINDS:
+        request["options"] = {"kind": _OPTIONS_KINDS[operation], "apiVersion": "meta.k8s.io/v1"}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def pair_old_objects(objects: Sequence[Any], olds: Sequence[Any]) -> list[Any]:
+    """Each object's old version from ``olds``, matched by apiVersion, kind, namespace and name."""
+    by_key = {object_key(old): old for old in olds}
+    paired = []
+    for obj in objects:
+        key = object_key(obj)
+        if key not in by_key:
+            raise ObjectInputError(f"no old object for {key[1] if key else '?'} {key[3] if key else '?'!s} "
+                                   "(old objects are matched by apiVersion, kind, namespace and name)")
+        paired.append(by_key[key])
+    return paired
