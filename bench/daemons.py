@@ -128,6 +128,21 @@ class Server:
             raise ServerFailed(f"{self.name} answered {path} with {status}: {data[:500]!r}\n{self.log()[-3000:]}")
         return dict(orjson.loads(data))
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the process and its live descendants (a supervisor's workers)."""
+        total = 0.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        pending = [self.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+                pending += [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+
     def rss_kib(self) -> dict[str, int]:
         """VmRSS (now) and VmHWM (peak) of the process, in KiB."""
         figures: dict[str, int] = {}
@@ -150,15 +165,20 @@ class Server:
         return self.process.returncode
 
 
-def null_server(workdir: Path, cert: Path, key: Path) -> Server:
+def null_server(workdir: Path, cert: Path, key: Path, processes: int = 1) -> Server:
     port = free_port()
     command = [sys.executable, "-m", "bench.null_server", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
-               "--tls-key", str(key)]
-    return Server("null server", command, workdir / "null-server.log", port)
+               "--tls-key", str(key), "--processes", str(processes)]
+    return Server("null server", command, workdir / f"null-server-{processes}.log", port)
+
+
+def supports_workers() -> bool:
+    """Whether the staticadm under test has ``serve --workers`` (an older --source checkout may not)."""
+    return (SOURCE_ROOT / "staticadm" / "server" / "workers.py").exists()
 
 
 def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces: Path | None,
-                     name: str = "staticadm") -> Server:
+                     name: str = "staticadm", workers: int = 1) -> Server:
     """``staticadm serve`` as deployed: HTTPS with the state directory's generated certificate, a unix
     socket, JSON logs at info (allowed requests are debug, so not logged), no periodic poll during a run."""
     port = free_port()
@@ -168,4 +188,8 @@ def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces
                "--poll-interval", "3600"]
     if namespaces is not None:
         command += ["--namespaces", str(namespaces)]
+    if supports_workers():
+        command += ["--workers", str(workers)]
+    elif workers != 1:
+        raise ValueError("the staticadm under test has no --workers")
     return Server(name, command, workdir / f"{name}.log", port, socket_path)

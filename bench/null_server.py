@@ -6,13 +6,15 @@ read the body, parse it with orjson, answer ``allowed: true`` with the request's
 staticadm/null is then the cost of staticadm's own work (matching, CEL, metrics, logging, thread
 handoff), not of Python HTTP or TLS.
 
-Run: python -m bench.null_server --listen 127.0.0.1:PORT --tls-cert CERT --tls-key KEY
+Run: python -m bench.null_server --listen 127.0.0.1:PORT --tls-cert CERT --tls-key KEY [--processes N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import signal
 import socket
 import ssl
@@ -49,12 +51,16 @@ def ssl_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
-async def serve(host: str, port: int, cert: str, key: str) -> None:
+def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
     sock.setblocking(False)
+    return sock
+
+
+async def serve(sock: socket.socket, cert: str, key: str) -> None:
     runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=ssl_context(cert, key)).start()
@@ -71,9 +77,26 @@ def main() -> None:
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes sharing the listening socket, as staticadm serve --workers N")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
-    asyncio.run(serve(host, int(port), args.tls_cert, args.tls_key))
+    sock = bind(host, int(port))
+    children = []
+    for _ in range(args.processes - 1):
+        pid = os.fork()
+        if pid == 0:
+            asyncio.run(serve(sock, args.tls_cert, args.tls_key))
+            os._exit(0)
+        children.append(pid)
+    try:
+        asyncio.run(serve(sock, args.tls_cert, args.tls_key))
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":

@@ -98,15 +98,29 @@ def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 
 
 def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    import os
+    import shutil
+    import tempfile
+
     from staticadm.server.config import ConfigError, resolve
-    from staticadm.server.main import serve
 
     try:
         config = resolve(args)
     except ConfigError as error:
         stderr.write(f"staticadm serve: {error}\n")
         return EXIT_USAGE
-    return serve(config, stderr)
+    owned_metrics_directory = None
+    if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Before prometheus_client is imported: it picks its multiprocess mode from the environment.
+        owned_metrics_directory = tempfile.mkdtemp(prefix="staticadm-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned_metrics_directory
+    from staticadm.server.main import serve
+
+    try:
+        return serve(config, stderr)
+    finally:
+        if owned_metrics_directory is not None:
+            shutil.rmtree(owned_metrics_directory, ignore_errors=True)
 
 
 # -- review -----------------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class Served:
     #: (policy name, binding name) of every binding, to notice a binding gone while its policy stays.
     bound: frozenset[tuple[str, str]] = frozenset()
     policy_names: frozenset[str] = frozenset()
+    #: The directory as it was read for this snapshot: what workers are given to serve the very same bytes.
+    contents: DirectoryContents | None = None
 
     def describe(self) -> str:
         return f"hash={self.content_hash or '(empty)'} policies={self.policies} bindings={self.bindings}"
@@ -90,11 +92,11 @@ def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...
     return tuple(sorted(found))
 
 
-def _served_from(result: LoadResult, snapshot: Snapshot) -> Served:
+def _served_from(result: LoadResult, snapshot: Snapshot, contents: DirectoryContents) -> Served:
     bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)
     names = frozenset(policy.metadata.name for policy in result.policies)
     return Served(snapshot, result.content_hash, len(result.policies), len(result.bindings), time.time(), bound,
-                  names)
+                  names, contents)
 
 
 class ManifestSource:
@@ -143,7 +145,6 @@ class ManifestSource:
                 return None
 
     def _load_and_swap(self, reason: str) -> ReloadResult:
-        current = self._current
         contents = self._read_settled()
         if contents is None:
             message = (f"the manifest directory kept changing for {MAX_COALESCE:g} s while being read; not loaded "
@@ -154,6 +155,19 @@ class ManifestSource:
         unsafe = self._unsafe(contents)
         if unsafe:
             return self._failure(reason, unsafe)
+        return self._load(reason, contents)
+
+    def apply(self, reason: str, contents: DirectoryContents) -> ReloadResult:
+        """Serves ``contents``, a directory another process read and validated (the worker supervisor), so
+        that every worker serves the very same bytes. Never raises."""
+        try:
+            return self._load(reason, contents)
+        except Exception as error:
+            message = f"failed to load the manifest directory: {type(error).__name__}: {error}"
+            return self._failure(reason, (ManifestError(str(self.directory), message),))
+
+    def _load(self, reason: str, contents: DirectoryContents) -> ReloadResult:
+        current = self._current
         if current is not None and not contents.errors and contents.content_hash == current.content_hash:
             return ReloadResult(ReloadStatus.UNCHANGED, reason, served=current)
         # The loader compiles what was just read and hashed: one read per reload.
@@ -161,7 +175,7 @@ class ManifestSource:
         if result.errors:
             return self._failure(reason, result.errors, result.warnings)
         snapshot = build_snapshot(result)
-        served = _served_from(result, snapshot)
+        served = _served_from(result, snapshot, contents)
         # The swap: a single reference assignment, atomic under the GIL; readers hold their own reference.
         self._current, self._cache = served, result.cache
         return ReloadResult(ReloadStatus.SUCCESS, reason, (), result.warnings, served, current)

@@ -88,6 +88,8 @@ class ServeConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     #: Load a manifest directory or file that any local user may write (refused by default).
     allow_world_writable_manifests: bool = False
+    #: Processes answering requests; 1 serves from the main process itself (no supervisor).
+    workers: int = 1
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +135,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-connections", metavar="N", default=None,
         help=f"open connections at most, lowered to fit the open-file limit; over it the longest-idle "
              f"connection is closed (default: {DEFAULT_MAX_CONNECTIONS})")
+    add("--workers", metavar="N", default=None,
+        help="processes answering requests on the same sockets, under one supervisor that owns reloads and "
+             "systemd notifications; 'auto' is the node's cores, at most 4; 1 is a single process "
+             "(default: auto)")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
@@ -141,7 +147,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tls-key", "client-ca", "namespaces",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
-                 "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests")
+                 "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
+                 "workers")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -196,6 +203,8 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout"):
         if name in values:
             updates[name.replace("-", "_")] = _parse_seconds(name, values[name])
+    workers = values.get("workers", "auto")
+    updates["workers"] = default_workers() if str(workers) == "auto" else _parse_count("workers", workers)
     if "max-connections" in values:
         updates["max_connections"] = _parse_count("max-connections", values["max-connections"])
     if "log-format" in values:
@@ -211,6 +220,12 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key must be given together")
     return config
+
+
+def default_workers() -> int:
+    """The node's cores, at most 4: each worker holds its own compiled snapshot (about 90 MB at 100
+    policies, 135 MB at 1000), and the shipped unit caps the service at 1 GiB."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -52,6 +53,7 @@ from staticadm.server.metrics import Metrics
 from staticadm.server.reporting import ReloadReporter
 from staticadm.server.supervision import TaskHealth, supervise
 from staticadm.server.systemd import Notifier, listen_fds
+from staticadm.server.workers import Load, NothingToServe, WorkerLink, WorkerPool, WorkerSpec, load_message
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 from staticadm.watch import DirectoryWatcher
 
@@ -60,8 +62,23 @@ EXIT_FAILED = 1
 
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
+    """Runs the daemon: in this process, or with ``config.workers`` > 1 as the workers' supervisor."""
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
-    daemon = _Daemon(config, stderr or sys.stderr)
+    daemon = (_Supervisor if config.workers > 1 else _Daemon)(config, stderr or sys.stderr)
+    if writer is not None:
+        daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
+    try:
+        return asyncio.run(daemon.run())
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def serve_worker(spec: WorkerSpec) -> int:
+    """One worker of ``serve --workers N``: the daemon on inherited listeners, fed by its supervisor."""
+    config = spec.config
+    writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
+    daemon = _Daemon(config, sys.stderr, link=WorkerLink(spec))
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     try:
@@ -72,10 +89,14 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
 
 
 class _Daemon:
-    def __init__(self, config: ServeConfig, stderr: TextIO) -> None:
+    def __init__(self, config: ServeConfig, stderr: TextIO, link: WorkerLink | None = None) -> None:
         self.config = config
         self.stderr = stderr
+        #: Set in a worker: snapshots come from the supervisor, which also owns systemd and the listeners.
+        self.link = link
         self.log = server_logging.get_logger("staticadm")
+        if link is not None:
+            self.log = self.log.bind(worker=link.index)
         self.metrics = Metrics()
         self.notifier = Notifier()
         self.health = TaskHealth()
@@ -113,14 +134,28 @@ class _Daemon:
         if reason == "signal" and self.announced:
             self.notifier.reloading()
 
+    def _on_worker_load(self, result: ReloadResult | None) -> None:
+        served = self.source.current
+        if served is not None:
+            self.metrics.set_worker_hash(served.content_hash)
+        if result is not None and result.status is ReloadStatus.FAILURE:
+            # The supervisor validated these bytes; failing here is a fault of this process.
+            for error in result.errors:
+                self.log.error("worker failed to load what the supervisor validated", err=str(error))
+
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
-        loop_time = time.time()
+        self._record_reload(result)
+        self._notify(result)
+
+    def _record_reload(self, result: ReloadResult) -> None:
         if result.status is not ReloadStatus.UNCHANGED:
             served = result.served
-            self.metrics.record_reload(result.status, loop_time,
+            self.metrics.record_reload(result.status, time.time(),
                                        served.content_hash if result.status is ReloadStatus.SUCCESS and served
                                        else None)
+
+    def _notify(self, result: ReloadResult) -> None:
         if not self.announced:
             if result.status is ReloadStatus.SUCCESS:
                 self.announced = True
@@ -210,9 +245,11 @@ class _Daemon:
         soft_limit, _hard = raise_open_file_limit()
         try:
             namespaces = self._namespaces()
-            listeners = self._listeners()
+            listeners = self.link.listeners() if self.link is not None else self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
+        if self.link is not None and any(tls for _, tls in listeners):
+            self.tls = self._serving_tls()
         state = ServerState(self.source, namespaces, self.metrics, self.log, body_timeout=self.config.body_timeout)
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         guard = ConnectionGuard(
@@ -235,7 +272,11 @@ class _Daemon:
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
+        if self.link is None:
+            loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
+        else:
+            # Reloads are the supervisor's: a SIGHUP sent to the whole process group changes nothing here.
+            loop.add_signal_handler(signal.SIGHUP, lambda: None)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
             return asyncio.create_task(supervise(
@@ -247,9 +288,13 @@ class _Daemon:
             # The watchdog pings from the start: a first load that takes long is not a hang.
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
-            # Watches first, so no change after the first load can be missed.
-            self.watcher.start()
-            load = loop.run_in_executor(None, self.source.reload, "startup")
+            link = self.link
+            if link is None:
+                # Watches first, so no change after the first load can be missed.
+                self.watcher.start()
+                load: asyncio.Future[ReloadResult | None] = loop.run_in_executor(None, self.source.reload, "startup")
+            else:
+                load = asyncio.ensure_future(link.first_load(self.source))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -259,9 +304,17 @@ class _Daemon:
             stopped.cancel()
             # A failed first load is logged error by error; the watcher keeps retrying and the first
             # success sends READY=1 (see _on_reload).
-            self._on_reload(load.result())
+            first = load.result()
+            if link is None:
+                assert first is not None
+                self._on_reload(first)
+                background.append(supervised("manifest-source", self.watcher.run))
+            else:
+                self._on_worker_load(first)
+                background.append(supervised("control-channel",
+                                             lambda: link.run(self.source, self._on_worker_load)))
+                background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
             state.first_load_done.set()
-            background.append(supervised("manifest-source", self.watcher.run))
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
             await stop.wait()
@@ -298,7 +351,8 @@ class _Daemon:
             self.log.debug("shutdown: connections closed")
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)
-            self.watcher.close()
+            if self.link is None:
+                self.watcher.close()
             self.notifier.close()
             self.log.info("stopped")
 
@@ -307,3 +361,114 @@ def _address(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+
+
+class _Supervisor(_Daemon):
+    """``serve --workers N``: binds the listeners, validates and watches the directory, owns systemd's
+    notifications, and keeps N workers serving the same snapshot (see :mod:`staticadm.server.workers`)."""
+
+    def __init__(self, config: ServeConfig, stderr: TextIO) -> None:
+        super().__init__(config, stderr)
+        self.pool: WorkerPool | None = None
+        #: A successful reload whose READY=1 (or STATUS) waits for every worker to serve its hash.
+        self._pending: ReloadResult | None = None
+        self._sends: set[asyncio.Future[None]] = set()
+
+    def _workers_serving(self, content_hash: str) -> int:
+        pool = self.pool
+        return 0 if pool is None else sum(1 for served in pool.serving().values() if served == content_hash)
+
+    def _status_text(self, result: ReloadResult | None = None) -> str:
+        text = super()._status_text(result)
+        served = self.source.current
+        if self.pool is not None and served is not None:
+            text += f"; {self._workers_serving(served.content_hash)}/{self.pool.count} workers serving it"
+        return text
+
+    def _send(self, message: Load | NothingToServe) -> None:
+        assert self.pool is not None
+        task = asyncio.ensure_future(self.pool.broadcast(message))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    def _on_reload(self, result: ReloadResult) -> None:
+        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
+        self._record_reload(result)
+        message = load_message(result)
+        if message is not None:
+            self._pending = result
+            self._send(message)
+            return
+        if self.source.current is None and self.pool is not None and self.pool.latest is None:
+            # Nothing valid yet: workers stop holding requests and answer 503 until a Load arrives.
+            self._send(NothingToServe())
+        self._notify(result)
+
+    def _on_serving(self) -> None:
+        """A worker reported the hash it serves."""
+        pending, served = self._pending, self.source.current
+        if pending is not None and served is not None and self.pool is not None and \
+                self._workers_serving(served.content_hash) == self.pool.count:
+            self._pending = None
+            self._notify(pending)
+            return
+        if self.announced:
+            self.notifier.status(self._status_text())
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(AcceptErrorLimiter(self.log))
+        try:
+            listeners = self._listeners()
+        except ListenerError as error:
+            return self._fail(str(error))
+        for listener, _ in listeners:
+            self.log.info("listening", address=listener.description, workers=self.config.workers)
+        config = self.config
+        if self.tls is not None:
+            # Generated (or checked) once here, so workers do not race to create the same files.
+            config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
+        pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
+                                      self.metrics.worker_restarts.inc)
+        stop = asyncio.Event()
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(stop_signal, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
+
+        def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+            return asyncio.create_task(supervise(
+                name, run, logger=self.log, health=self.health,
+                on_failure=lambda task: self.metrics.background_task_failures.labels(task=task).inc()), name=name)
+
+        background: list[asyncio.Task[None]] = []
+        try:
+            background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
+            self.watcher.start()
+            await pool.start()
+            background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
+                              for index in range(pool.count))
+            load = loop.run_in_executor(None, self.source.reload, "startup")
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+            if not load.done():
+                stopped.cancel()
+                return EXIT_OK
+            stopped.cancel()
+            self._on_reload(load.result())
+            background.append(supervised("manifest-source", self.watcher.run))
+            await stop.wait()
+            self.log.info("shutting down; workers finish their in-flight requests",
+                          grace_seconds=self.config.shutdown_grace)
+            return EXIT_OK
+        finally:
+            self.notifier.stopping()
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(signum)
+            await pool.stop(self.config.shutdown_grace)
+            for task in background:
+                task.cancel()
+            await asyncio.wait(background, timeout=5.0) if background else None
+            self._close_listeners(listeners)
+            self.watcher.close()
+            self.notifier.close()
+            self.log.info("stopped")

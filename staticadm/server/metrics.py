@@ -3,15 +3,25 @@
 A private :class:`CollectorRegistry` (not the process-global default) keeps tests and embedders from
 seeing each other's series and keeps the exposition to what we define. Names mirror kube-apiserver's
 so that dashboards written for in-process static admission carry over with the prefix swapped.
+
+With ``serve --workers N`` every process writes its series into ``$PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multiprocess mode, chosen when that variable is set before the library is
+imported) and the exposition is the sum over the supervisor and every worker, live or dead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+MULTIPROCESS_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
+#: How often a worker refreshes gauges whose value is read from elsewhere (dropped log lines).
+REFRESH_INTERVAL = 5.0
 
 PREFIX = "staticadm"
 
@@ -29,6 +39,8 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIRECTORY))
+        self._dropped: Callable[[], float] | None = None
         self._request_children: dict[tuple[str, int, str], tuple[Any, Any]] = {}
         self._check_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
         self._mutation_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -65,7 +77,7 @@ class Metrics:
         self._log_drops = Gauge(
             f"{PREFIX}_log_lines_dropped",
             "Log lines dropped since start because the log reader (journald, the container runtime) did not "
-            "keep up; logging never blocks admission.", registry=self.registry)
+            "keep up; logging never blocks admission.", registry=self.registry, multiprocess_mode="sum")
         self.connection_events = Counter(
             f"{PREFIX}_connections_closed_total",
             "Connections closed by the daemon: timeout (headers or idle past their limit), shed (idle, to make "
@@ -88,19 +100,44 @@ class Metrics:
         self.reload_timestamp = Gauge(
             f"{reload_prefix}_automatic_reload_last_timestamp_seconds",
             "Unix time of the last manifest directory reload with the given status.",
-            ("status",), registry=self.registry)
+            ("status",), registry=self.registry, multiprocess_mode="max")
         self.config_info = Gauge(
             f"{reload_prefix}_last_config_info",
-            "The content hash of the manifest directory currently served; always 1.",
-            ("hash",), registry=self.registry)
+            "The content hash of the manifest directory currently served: 1 (with --workers, hashes served "
+            "earlier stay listed at 0).",
+            ("hash",), registry=self.registry, multiprocess_mode="max")
+        self.worker_config_info = Gauge(
+            f"{PREFIX}_worker_config_info",
+            "With --workers: the content hash each worker serves (1), by worker process id.",
+            ("hash",), registry=self.registry, multiprocess_mode="liveall")
+        self._worker_hash: str | None = None
+        self.worker_restarts = Counter(
+            f"{PREFIX}_worker_restarts_total",
+            "With --workers: workers that died (a native crash included) and were replaced.",
+            registry=self.registry)
         self._config_hash: str | None = None
         # Pre-create the status series so a scrape shows 0 rather than nothing before the first failure.
         for status in ("success", "failure"):
             self.reloads.labels(status=status)
 
     def watch_log_drops(self, dropped: Callable[[], float]) -> None:
-        """Exports the log writer's dropped-line count (read at scrape time)."""
-        self._log_drops.set_function(dropped)
+        """Exports the log writer's dropped-line count (read at scrape time; with workers, refreshed by
+        :meth:`refresh_loop`, because a scrape reads the other processes' files, not their memory)."""
+        self._dropped = dropped
+        if not self.multiprocess:
+            self._log_drops.set_function(dropped)
+
+    async def refresh_loop(self) -> None:
+        while True:
+            if self._dropped is not None:
+                self._log_drops.set(self._dropped())
+            await asyncio.sleep(REFRESH_INTERVAL)
+
+    def set_worker_hash(self, content_hash: str) -> None:
+        if self._worker_hash is not None and self._worker_hash != content_hash:
+            self.worker_config_info.labels(hash=self._worker_hash).set(0)
+        self._worker_hash = content_hash
+        self.worker_config_info.labels(hash=content_hash).set(1)
 
     def record_reload(self, status: str, timestamp: float, content_hash: str | None = None) -> None:
         self.reloads.labels(status=status).inc()
@@ -111,7 +148,11 @@ class Metrics:
     def set_config_hash(self, content_hash: str) -> None:
         # Exactly one series at a time: an old hash left at 1 would look like drift between replicas.
         if self._config_hash is not None and self._config_hash != content_hash:
-            self.config_info.remove(self._config_hash)
+            if self.multiprocess:
+                # A series written to the shared files cannot be removed, only set.
+                self.config_info.labels(hash=self._config_hash).set(0)
+            else:
+                self.config_info.remove(self._config_hash)
         self._config_hash = content_hash
         self.config_info.labels(hash=content_hash).set(1)
 
@@ -145,4 +186,12 @@ class Metrics:
         children[1].observe(seconds)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        if self._dropped is not None:
+            self._log_drops.set(self._dropped())
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)

@@ -121,6 +121,9 @@ class Daemon:
                    "--state-dir", str(self.state_dir), "--log-level", "debug", "--poll-interval", "3600"]
         command += ["--socket", str(self.socket_path) if self.socket_path else ""]
         command += ["--listen", f"127.0.0.1:{self.port}" if self.port else ""]
+        if "--workers" not in self.args:
+            # One process unless a test asks for workers: most tests look at that one process.
+            command += ["--workers", "1"]
         return (self.launcher or []) + command + self.args
 
     def start(self, *, wait: bool = True) -> Daemon:

@@ -44,6 +44,7 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "idle-timeout": ("30", "idle_timeout", 30.0),
     "max-connections": (500, "max_connections", 500),
     "allow-world-writable-manifests": (True, "allow_world_writable_manifests", True),
+    "workers": (3, "workers", 3),
 }
 
 #: The same options given as flags, with values different from the file's.
@@ -65,6 +66,7 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "header-timeout": ("5", 5.0),
     "idle-timeout": ("45", 45.0),
     "max-connections": ("800", 800),
+    "workers": ("1", 1),
 }
 
 
@@ -116,6 +118,7 @@ def test_defaults_without_flags_or_file() -> None:
     assert config.shutdown_grace == DEFAULT_SHUTDOWN_GRACE and config.body_timeout == DEFAULT_BODY_TIMEOUT
     assert config.allow_world_writable_manifests is False
     assert config.log_format == "json" and config.log_level == "info"
+    assert config.workers == min(os.cpu_count() or 1, 4)
     assert config.socket is not None and config.socket.name == "staticadm.sock"
     # '' disables a listener, from the file as from a flag.
     assert _parse("--socket", "", "--listen", "").socket is None
@@ -200,3 +203,9 @@ def test_daemon_started_from_a_config_file_and_refusing_an_unknown_key(make_daem
                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=60)
     assert result.returncode == 2
     assert "unknown option 'watch-interval'" in result.stderr and str(config_file) in result.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", ""])
+def test_a_bad_worker_count_names_the_option(value: str) -> None:
+    with pytest.raises(ConfigError, match="--workers"):
+        _parse("--workers", value)

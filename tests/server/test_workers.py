@@ -1,0 +1,171 @@
+"""``serve --workers N``: one supervisor, N worker processes on the same sockets, one snapshot hash."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.server.harness import (
+    REQUESTS,
+    Daemon,
+    DaemonFactory,
+    denied_message,
+    free_port,
+    metric_value,
+    policy_yaml,
+    review,
+    wait_for,
+    write_atomically,
+)
+from tests.server.test_daemon import LAUNCHER
+from tests.server.test_lifecycle import NotifySocket, _fields, notify_socket  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs unix sockets")
+
+WORKER_INFO = "staticadm_worker_config_info"
+_SERIES = re.compile(r'^staticadm_worker_config_info\{hash="([^"]+)",pid="(\d+)"\} 1\.0$', re.MULTILINE)
+
+
+def _serving(daemon: Daemon) -> dict[int, str]:
+    """pid -> content hash, for every live worker (from any worker's /metrics)."""
+    text = daemon.get("/metrics").body.decode()
+    return {int(pid): content_hash for content_hash, pid in _SERIES.findall(text)}
+
+
+def _all_serving(daemon: Daemon, count: int) -> dict[int, str] | None:
+    try:
+        serving = _serving(daemon)
+    except OSError:
+        return None
+    return serving if len(serving) == count and len(set(serving.values())) == 1 else None
+
+
+def _start_workers(make_daemon: DaemonFactory, count: int = 2, **kwargs: object) -> tuple[Daemon, dict[int, str]]:
+    daemon = make_daemon(args=["--workers", str(count)], **kwargs)  # type: ignore[arg-type]
+    assert wait_for(lambda: _all_serving(daemon, count) is not None, timeout=30), daemon.log()
+    serving = _all_serving(daemon, count)
+    assert serving is not None
+    return daemon, serving
+
+
+def test_workers_share_the_sockets_and_their_metrics_add_up(make_daemon: DaemonFactory) -> None:
+    daemon, serving = _start_workers(make_daemon)
+    assert os.getpid() not in serving and daemon.process is not None and daemon.process.pid not in serving
+    for index in range(40):
+        via = "unix" if index % 2 else "https"
+        answer = daemon.validate(review({"deny": "true"}, uid=f"u{index}"), via=via).json()
+        assert answer["response"]["allowed"] is False
+        assert "pods labelled deny=true are not allowed" in answer["response"]["status"]["message"]
+    text = daemon.get("/metrics").body.decode()
+    # Every worker's requests, whichever worker answers the scrape.
+    assert metric_value(text, REQUESTS, {"endpoint": "validate"}) == 40
+    answered_by = {int(pid) for pid in re.findall(r'pid="(\d+)"', text)}
+    assert set(serving) <= answered_by
+    log = daemon.log()
+    assert log.count("worker started") == 2 and "reloaded manifest config" in log
+
+
+def test_a_dead_worker_is_replaced_while_the_others_serve(make_daemon: DaemonFactory) -> None:
+    daemon, serving = _start_workers(make_daemon)
+    victim = next(iter(serving))
+    content_hash = serving[victim]
+    os.kill(victim, signal.SIGSEGV)  # what a native crash looks like from outside
+    failures = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            answer = daemon.validate(review({"deny": "true"}))
+            assert answer.json()["response"]["allowed"] is False
+        except OSError:
+            failures += 1  # a connection the dying worker had accepted
+        now = _all_serving(daemon, 2)
+        if now is not None and victim not in now:
+            break
+    now = _all_serving(daemon, 2)
+    assert now is not None and victim not in now and set(now.values()) == {content_hash}, daemon.log()
+    assert failures <= 2
+    assert daemon.metric("staticadm_worker_restarts_total") == 1
+    assert "worker died; replacing it" in daemon.log() and "killed by SIGSEGV" in daemon.log()
+
+
+def test_a_reload_reaches_every_worker_with_one_hash(make_daemon: DaemonFactory, tmp_path: Path,
+                                                      notify_socket: NotifySocket) -> None:  # noqa: F811
+    daemon, before = _start_workers(make_daemon, env={"NOTIFY_SOCKET": str(notify_socket.path)})
+    ready = notify_socket.wait_for(lambda m: "READY=1" in m)
+    assert "2/2 workers serving it" in _fields(ready)["STATUS"]
+    write_atomically(daemon.manifests / "deny.yaml", policy_yaml("a new message"))
+    assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and
+                    set(now.values()) != set(before.values()), timeout=15), daemon.log()
+    for _ in range(10):
+        assert "a new message" in (denied_message(daemon) or "")
+    # An invalid change: every worker keeps the last good snapshot.
+    after = _all_serving(daemon, 2)
+    (daemon.manifests / "broken.yaml").write_text("kind: [")
+    assert wait_for(lambda: "keeping the last good configuration" in daemon.log(), timeout=15)
+    assert _all_serving(daemon, 2) == after
+    # SIGHUP goes to the supervisor: RELOADING=1, then READY=1 once every worker serves the result.
+    (daemon.manifests / "broken.yaml").unlink()
+    time.sleep(0.3)
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGHUP)
+    notify_socket.wait_for(lambda m: "RELOADING=1" in m)
+    notify_socket.wait_for(lambda m: "READY=1" in m)
+
+
+def test_sigterm_drains_every_worker_and_removes_the_socket(make_daemon: DaemonFactory) -> None:
+    daemon, serving = _start_workers(make_daemon)
+    assert daemon.stop() == 0
+    for pid in serving:
+        assert wait_for(lambda pid=pid: not _alive(pid), timeout=10), f"worker {pid} still running"
+    assert daemon.socket_path is not None and not daemon.socket_path.exists()
+    assert "stopped" in daemon.log()
+
+
+def test_workers_wait_not_ready_until_the_directory_is_valid(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon(policy=None, start=False, args=["--workers", "2"])
+    (daemon.manifests / "bad.yaml").write_text("kind: [")
+    daemon.start(wait=False)
+    assert wait_for(lambda: daemon.status("/readyz") == 503, timeout=30), daemon.log()
+    answer = daemon.validate(review({"deny": "true"}))
+    assert answer.status == 503 and answer.json()["reason"] == "ServiceUnavailable"
+    (daemon.manifests / "bad.yaml").unlink()
+    write_atomically(daemon.manifests / "deny.yaml", policy_yaml("fixed"))
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+
+
+def test_workers_serve_activated_sockets(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER)
+    activated, port = tmp_path / "activated.sock", free_port()
+    daemon = make_daemon(start=False, args=["--workers", "2"])
+    daemon.launcher = [sys.executable, str(launcher), str(activated), str(port)]
+    original_command = daemon.command
+
+    def command() -> list[str]:
+        parts = original_command()
+        return parts[:len(daemon.launcher or [])] + parts[len(daemon.launcher or []) + 1:]
+
+    daemon.command = command  # type: ignore[method-assign]
+    daemon.socket_path, daemon.port = activated, port
+    daemon.start(wait=False)
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes; only the supervisor could reap it.
+    status = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False)
+    return bool(status.stdout.strip()) and not status.stdout.strip().startswith("Z")
