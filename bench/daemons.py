@@ -168,7 +168,10 @@ class Server:
 def null_server(workdir: Path, cert: Path, key: Path, processes: int = 1) -> Server:
     port = free_port()
     command = [sys.executable, "-m", "bench.null_server", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
-               "--tls-key", str(key), "--processes", str(processes)]
+               "--tls-key", str(key)]
+    if processes != 1:
+        # Only then: with --source, an older checkout's null server (first on the path) has no such option.
+        command += ["--processes", str(processes)]
     return Server("null server", command, workdir / f"null-server-{processes}.log", port)
 
 

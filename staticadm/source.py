@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
 from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
 from staticadm.manifests.loader import LoadCache
+from staticadm.model import TopLevel
 from staticadm.snapshot import Snapshot, build_snapshot
 
 #: Long enough to coalesce one editor save or `kubectl cp` (a few events within milliseconds); an atomic
@@ -53,6 +55,8 @@ class Served:
     policy_names: frozenset[str] = frozenset()
     #: The directory as it was read for this snapshot: what workers are given to serve the very same bytes.
     contents: DirectoryContents | None = None
+    #: Every policy and binding by (kind, name), to say what a reload changed.
+    objects: Mapping[tuple[str, str], TopLevel] = field(default_factory=dict)
 
     def describe(self) -> str:
         return f"hash={self.content_hash or '(empty)'} policies={self.policies} bindings={self.bindings}"
@@ -68,6 +72,21 @@ class ReloadResult:
     served: Served | None = None
     #: What was served before this reload (success only).
     previous: Served | None = None
+
+    @property
+    def changes(self) -> tuple[list[str], list[str], list[str]]:
+        """("Kind/name" added, changed, removed) by this reload; all empty unless it succeeded."""
+        before, after = self.previous, self.served
+        if self.status is not ReloadStatus.SUCCESS or after is None:
+            return [], [], []
+        old = before.objects if before is not None else {}
+        new = after.objects
+
+        def names(keys: Iterable[tuple[str, str]]) -> list[str]:
+            return [f"{kind}/{name}" for kind, name in sorted(keys)]
+
+        changed = [key for key in new.keys() & old.keys() if new[key] is not old[key] and new[key] != old[key]]
+        return names(new.keys() - old.keys()), names(changed), names(old.keys() - new.keys())
 
     @property
     def dropped_bindings(self) -> list[tuple[str, str]]:
@@ -95,8 +114,9 @@ def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...
 def _served_from(result: LoadResult, snapshot: Snapshot, contents: DirectoryContents) -> Served:
     bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)
     names = frozenset(policy.metadata.name for policy in result.policies)
+    objects = {(item.KIND, item.metadata.name): item for item in (*result.policies, *result.bindings)}
     return Served(snapshot, result.content_hash, len(result.policies), len(result.bindings), time.time(), bound,
-                  names, contents)
+                  names, contents, objects)
 
 
 class ManifestSource:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from staticadm import gofmt
 
 VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
 #: kube-apiserver 1.37 keeps at most this many failures in the validation_failure annotation.
@@ -29,13 +30,6 @@ def denial_message(policy: str, binding: str | None, message: str) -> str:
 
 def warning_message(policy: str, binding: str, message: str) -> str:
     return f"Validation failed for ValidatingAdmissionPolicy '{policy}' with binding '{binding}': {message}"
-
-
-def go_json(value: Any) -> str:
-    """``encoding/json.Marshal``: compact, and HTML-sensitive characters escaped as Go escapes them."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
 def truncate_bytes(value: str, limit: int) -> str:
@@ -64,7 +58,8 @@ class ValidationFailure:
 def audit_annotations(failures: Sequence[ValidationFailure], published: Mapping[str, str]) -> dict[str, str]:
     out = dict(published)
     if failures:
-        out[VALIDATION_FAILURE_ANNOTATION] = go_json([f.to_json() for f in failures[:MAX_VALIDATION_FAILURES]])
+        recorded = [failure.to_json() for failure in failures[:MAX_VALIDATION_FAILURES]]
+        out[VALIDATION_FAILURE_ANNOTATION] = gofmt.marshal_json(recorded)
     return out
 
 

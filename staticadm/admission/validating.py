@@ -205,7 +205,7 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
                                             error_type=ErrorType.INVALID_ERROR))
             continue
         if value is True:
-            decisions.append(PolicyDecision(DecisionAction.ADMIT, DecisionEvaluation.ADMIT, expression_index=index))
+            # A passing validation is no decision anyone reads (kube-apiserver's metrics skip it too).
             continue
         spec = validation.validation
         message = ""
@@ -302,7 +302,10 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
         return
     state.matched.append((policy_name, binding_name))
     actions = binding.spec.validation_actions
-    for index, decision in enumerate(result.decisions):
+    for decision in result.decisions:
+        # The decision's place in kube-apiserver's list (one per validation, or a single one for the
+        # whole binding), which the validation_failure annotation reports.
+        index = decision.expression_index if decision.expression_index is not None else 0
         if decision.action is DecisionAction.ADMIT:
             # kube-apiserver's dispatcher observes an admit only when the evaluation errored (failurePolicy
             # Ignore); a validation that passed is not a check of its own in apiserver_..._check_total.

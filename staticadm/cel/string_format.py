@@ -23,9 +23,9 @@ import decimal
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.values import format_timestamp, opaque_type_name
 
 MAX_PRECISION = 1000
@@ -102,49 +102,6 @@ def _type_value_name(value: Any) -> str:
     return _engine_type_name(value) or ""
 
 
-def go_float_g(value: float) -> str:
-    """Go's ``strconv.FormatFloat(v, 'g', -1, 64)``: CEL's ``string(double)``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign = "-" if value < 0 else ""
-    digits, point = _shortest_digits(abs(value))
-    exponent = point - 1
-    if exponent < -4 or exponent >= _DEFAULT_PRECISION:  # shortest %g switches at 1e-5 and 1e6
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
-def _shortest_digits(value: float) -> tuple[str, int]:
-    """Shortest round-trip decimal digits of a positive finite double and the decimal point position
-    (``digits`` = 0.d1d2... × 10^point), as Go's and Python's shortest formatting both compute them."""
-    _sign, digit_tuple, exponent = Decimal(repr(value)).normalize().as_tuple()
-    digits = "".join(map(str, digit_tuple))
-    assert isinstance(exponent, int)
-    return digits, len(digits) + exponent
-
-
-def _go_float_f_shortest(value: float) -> str:
-    """Go's ``strconv.FormatFloat(v, 'f', -1, 64)``."""
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    digits, point = _shortest_digits(abs(value))
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
-
-
 class ExactDuration(datetime.timedelta):
     """A duration with its nanoseconds: ``datetime.timedelta`` stops at microseconds."""
 
@@ -171,13 +128,11 @@ def decode_arguments(value: Any) -> Any:
 
 
 def _duration_string(value: datetime.timedelta) -> str:
-    """cel-go's ``string(duration)``: ``Seconds()`` as the shortest float, then ``s``."""
+    """cel-go's ``string(duration)``, nanoseconds included when the value has them."""
     nanos = getattr(value, "nanoseconds", None)
     if nanos is None:
         nanos = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1000
-    whole, fraction = divmod(abs(nanos), 1_000_000_000)
-    seconds = float(whole) + fraction / 1e9
-    return ("-" if nanos < 0 else "") + _go_float_f_shortest(seconds) + "s"
+    return gofmt.duration_seconds(nanos)
 
 
 def _go_fixed(value: float, precision: int) -> str:
@@ -189,28 +144,6 @@ def _go_fixed(value: float, precision: int) -> str:
     return format(value, f".{precision}f")
 
 
-def go_quote(text: str) -> str:
-    """Go's ``strconv.Quote``: printable runes kept, the rest escaped."""
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char in ('"', "\\"):
-            out.append("\\" + char)
-        elif char.isprintable() and not 0xD800 <= code <= 0xDFFF:
-            out.append(char)
-        elif char in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[char])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
 def _bytes_text(value: bytes | bytearray) -> str:
@@ -310,7 +243,7 @@ def format_value_string(value: Any) -> str:
     if _is_int(value):
         return str(value)
     if isinstance(value, float):
-        return go_float_g(value)
+        return gofmt.format_float_g(value)
     if _is_type_value(value):
         return _type_value_name(value)
     if isinstance(value, str):
@@ -330,11 +263,11 @@ def _member_text(value: Any) -> str:
     """cel-go ``clauseForType`` then ``quoteForCEL``: how a list element or map value is shown."""
     if isinstance(value, float):
         text = _go_fixed(value, _DEFAULT_PRECISION)
-        return go_quote(text) if math.isnan(value) or math.isinf(value) else text
+        return gofmt.quote(text) if math.isnan(value) or math.isinf(value) else text
     if isinstance(value, datetime.datetime):
-        return f"timestamp({go_quote(format_timestamp(value))})"
+        return f"timestamp({gofmt.quote(format_timestamp(value))})"
     if isinstance(value, datetime.timedelta):
-        return f"duration({go_quote(_duration_string(value))})"
+        return f"duration({gofmt.quote(_duration_string(value))})"
     if isinstance(value, dict) and opaque_type_name(value) is not None:
         raise FormatError(f"no formatting function for {type_name(value)}")
     if not (value is None or isinstance(value, bool | int | str | bytes | bytearray | list | dict)
@@ -344,9 +277,9 @@ def _member_text(value: Any) -> str:
     if _is_type_value(value):
         return text
     if isinstance(value, str):
-        return go_quote(text)
+        return gofmt.quote(text)
     if isinstance(value, bytes | bytearray):
-        return "b" + go_quote(text)
+        return "b" + gofmt.quote(text)
     return text
 
 
@@ -366,7 +299,7 @@ def _format_map(mapping: dict[Any, Any]) -> str:
         if isinstance(key, str) and key.startswith(BOOL_KEY_PREFIX):
             key_text = key[len(BOOL_KEY_PREFIX):]
         elif isinstance(key, bool | str):
-            key_text = go_quote(key) if isinstance(key, str) else format_value_string(key)
+            key_text = gofmt.quote(key) if isinstance(key, str) else format_value_string(key)
         elif _is_int(key):
             key_text = str(key)
         else:

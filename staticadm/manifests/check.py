@@ -33,6 +33,11 @@ def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: T
 def semantic_warnings(result: LoadResult) -> tuple[ManifestError, ...]:
     """Loader warnings plus the advisory checks; computed on whatever decoded, even if invalid."""
     warnings = list(result.warnings)
+    if result.ok and not result.policies and not result.bindings:
+        # Valid (kube-apiserver loads it) but almost certainly not what was meant: nothing is enforced.
+        warnings.append(ManifestError(result.directory, "the directory holds no policies or bindings (manifest "
+                                                        "files end in .yaml, .yml or .json), so every request "
+                                                        "is allowed"))
     bound = {(type(b).__name__.removesuffix("Binding"), b.spec.policy_name) for b in result.bindings}
     for policy in result.policies:
         if (policy.KIND, policy.name) not in bound:

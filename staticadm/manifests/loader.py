@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.compiled import (
     CompiledMutatingPolicy,
     CompiledValidatingPolicy,
@@ -45,6 +46,8 @@ from staticadm.model import (
 )
 
 DEFAULT_MAX_FILE_BYTES = 3 * 1024 * 1024
+#: Go's %q, which kube-apiserver's loader messages quote names and paths with.
+_q = gofmt.quote
 STATIC_SUFFIX = ".static.k8s.io"
 GROUP = "admissionregistration.k8s.io"
 
@@ -402,11 +405,6 @@ class _Load:
 
 def _name(item: TopLevel | CompiledValidatingPolicy | CompiledMutatingPolicy) -> str:
     return item.name if isinstance(item, CompiledValidatingPolicy | CompiledMutatingPolicy) else item.metadata.name
-
-
-def _q(value: str) -> str:
-    """Go's %q for the simple strings in loader messages."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _name_of(value: dict[str, Any]) -> str:

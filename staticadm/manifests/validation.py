@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from staticadm import gofmt
 from staticadm.cel import ExpressionKind
 from staticadm.compiled import ExpressionSite
 from staticadm.manifests.errors import FieldError
@@ -69,31 +70,13 @@ _NEWLINES = re.compile(r"[\n\r]+")
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 
 
-def go_quote(value: str) -> str:
-    """Go's ``%q`` for the strings found in manifests."""
-    out = ['"']
-    for ch in value:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif not ch.isprintable():
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
 def go_slice(values: Iterable[str], type_name: str = "string") -> str:
     """Go's ``%#v`` of a string slice, the bad value of list-level Invalid errors."""
-    return f"[]{type_name}{{" + ", ".join(go_quote(v) for v in values) + "}"
+    return f"[]{type_name}{{" + ", ".join(gofmt.quote(v) for v in values) + "}"
 
 
 def supported(values: Sequence[str]) -> str:
-    return "supported values: " + ", ".join(go_quote(v) for v in values)
+    return "supported values: " + ", ".join(gofmt.quote(v) for v in values)
 
 
 def required(path: str, detail: str = "") -> FieldError:
@@ -105,11 +88,11 @@ def invalid(path: str, value: str, detail: str) -> FieldError:
 
 
 def not_supported(path: str, value: str, values: Sequence[str]) -> FieldError:
-    return FieldError(path, "Unsupported value", supported(values), go_quote(value))
+    return FieldError(path, "Unsupported value", supported(values), gofmt.quote(value))
 
 
 def duplicate(path: str, value: str) -> FieldError:
-    return FieldError(path, "Duplicate value", "", go_quote(value))
+    return FieldError(path, "Duplicate value", "", gofmt.quote(value))
 
 
 def forbidden(path: str, detail: str) -> FieldError:
@@ -128,12 +111,12 @@ def validate_object_meta(meta: ObjectMeta, path: str = "metadata") -> list[Field
     errs: list[FieldError] = []
     if meta.generate_name:
         for msg in name_is_dns_subdomain(meta.generate_name, True):
-            errs.append(invalid(f"{path}.generateName", go_quote(meta.generate_name), msg))
+            errs.append(invalid(f"{path}.generateName", gofmt.quote(meta.generate_name), msg))
     if not meta.name:
         errs.append(required(f"{path}.name", "name or generateName is required"))
     else:
         for msg in name_is_dns_subdomain(meta.name, False):
-            errs.append(invalid(f"{path}.name", go_quote(meta.name), msg))
+            errs.append(invalid(f"{path}.name", gofmt.quote(meta.name), msg))
     if meta.namespace:
         errs.append(forbidden(f"{path}.namespace", "not allowed on this type"))
     if meta.generation < 0:
@@ -142,7 +125,7 @@ def validate_object_meta(meta: ObjectMeta, path: str = "metadata") -> list[Field
     errs.extend(validate_annotations(meta.annotations, f"{path}.annotations"))
     for finalizer in meta.finalizers:
         for msg in is_qualified_name(finalizer):
-            errs.append(invalid(f"{path}.finalizers", go_quote(finalizer), msg))
+            errs.append(invalid(f"{path}.finalizers", gofmt.quote(finalizer), msg))
     return errs
 
 
@@ -151,9 +134,9 @@ def validate_labels(labels: Mapping[str, str], path: str) -> list[FieldError]:
     # Go iterates the map in random order; sorted keys make our output stable.
     for key in sorted(labels):
         for msg in is_qualified_name(key):
-            errs.append(invalid(path, go_quote(key), msg))
+            errs.append(invalid(path, gofmt.quote(key), msg))
         for msg in is_valid_label_value(labels[key]):
-            errs.append(invalid(path, go_quote(labels[key]), msg))
+            errs.append(invalid(path, gofmt.quote(labels[key]), msg))
     return errs
 
 
@@ -162,7 +145,7 @@ def validate_annotations(annotations: Mapping[str, str], path: str) -> list[Fiel
     total = 0
     for key in sorted(annotations):
         for msg in is_qualified_name(key.lower()):
-            errs.append(invalid(path, go_quote(key), msg))
+            errs.append(invalid(path, gofmt.quote(key), msg))
         total += len(key.encode()) + len(annotations[key].encode())
     if total > TOTAL_ANNOTATION_SIZE_LIMIT:
         errs.append(FieldError(path, "Too long", f"may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"))
@@ -188,17 +171,17 @@ def _validate_requirement(req: LabelSelectorRequirement, path: str) -> list[Fiel
                 forbidden(f"{path}.values", "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
             )
     else:
-        errs.append(invalid(f"{path}.operator", go_quote(req.operator), "not a valid selector operator"))
+        errs.append(invalid(f"{path}.operator", gofmt.quote(req.operator), "not a valid selector operator"))
     for msg in is_qualified_name(req.key):
-        errs.append(invalid(f"{path}.key", go_quote(req.key), msg))
+        errs.append(invalid(f"{path}.key", gofmt.quote(req.key), msg))
     for i, value in enumerate(req.values):
         for msg in is_valid_label_value(value):
-            errs.append(invalid(idx(f"{path}.values", i), go_quote(value), msg))
+            errs.append(invalid(idx(f"{path}.values", i), gofmt.quote(value), msg))
     return errs
 
 
 def validate_qualified_name(value: str, path: str) -> list[FieldError]:
-    return [invalid(path, go_quote(value), msg) for msg in is_qualified_name(value)]
+    return [invalid(path, gofmt.quote(value), msg) for msg in is_qualified_name(value)]
 
 
 # --- rules and match resources -------------------------------------------------------------------
@@ -228,11 +211,11 @@ def validate_resources(resources: Sequence[str], path: str) -> list[FieldError]:
         res, sub = res_sub.split("/", 1)
         if res in with_wildcard_subresource:
             errs.append(
-                invalid(idx(path, i), go_quote(res_sub), f"if '{res}/*' is present, must not specify {res_sub}")
+                invalid(idx(path, i), gofmt.quote(res_sub), f"if '{res}/*' is present, must not specify {res_sub}")
             )
         if sub in with_wildcard_resource:
             errs.append(
-                invalid(idx(path, i), go_quote(res_sub), f"if '*/{sub}' is present, must not specify {res_sub}")
+                invalid(idx(path, i), gofmt.quote(res_sub), f"if '*/{sub}' is present, must not specify {res_sub}")
             )
         if sub == "*":
             with_wildcard_subresource.add(res)
@@ -297,7 +280,7 @@ def validate_named_rule(rule: NamedRuleWithOperations, path: str) -> list[FieldE
     seen: set[str] = set()
     for i, name in enumerate(rule.resource_names):
         for msg in validate_path_segment_name(name):
-            errs.append(invalid(idx(f"{path}.resourceNames", i), go_quote(name), msg))
+            errs.append(invalid(idx(f"{path}.resourceNames", i), gofmt.quote(name), msg))
         if name in seen:
             errs.append(duplicate(idx(f"{path}.resourceNames", i), name))
         else:
@@ -351,7 +334,8 @@ def validate_param_kind(kind: ParamKind, path: str) -> list[FieldError]:
         errs.append(required(api_version_path))
     elif kind.api_version.count("/") > 1:
         errs.append(
-            invalid(api_version_path, go_quote(kind.api_version), f"unexpected GroupVersion string: {kind.api_version}")
+            invalid(api_version_path, gofmt.quote(kind.api_version),
+                    f"unexpected GroupVersion string: {kind.api_version}")
         )
     else:
         if kind.api_version == "/":
@@ -363,13 +347,13 @@ def validate_param_kind(kind: ParamKind, path: str) -> list[FieldError]:
         if group:
             msgs = is_dns1123_subdomain(group)
             if msgs:
-                errs.append(invalid(api_version_path, go_quote(group), ",".join(msgs)))
+                errs.append(invalid(api_version_path, gofmt.quote(group), ",".join(msgs)))
         if not version:
-            errs.append(invalid(api_version_path, go_quote(kind.api_version), "version must be specified"))
+            errs.append(invalid(api_version_path, gofmt.quote(kind.api_version), "version must be specified"))
         else:
             msgs = is_dns1035_label(version)
             if msgs:
-                errs.append(invalid(api_version_path, go_quote(version), ",".join(msgs)))
+                errs.append(invalid(api_version_path, gofmt.quote(version), ",".join(msgs)))
     if not kind.kind:
         errs.append(required(f"{path}.kind"))
     else:
@@ -378,7 +362,7 @@ def validate_param_kind(kind: ParamKind, path: str) -> list[FieldError]:
             errs.append(
                 invalid(
                     f"{path}.kind",
-                    go_quote(kind.kind),
+                    gofmt.quote(kind.kind),
                     "may have mixed case, but should otherwise match: " + ",".join(msgs),
                 )
             )
@@ -391,7 +375,7 @@ def validate_param_ref(ref: ParamRef | None, path: str) -> list[FieldError]:
         return errs
     if ref.name:
         for msg in validate_path_segment_name(ref.name):
-            errs.append(invalid(f"{path}.name", go_quote(ref.name), msg))
+            errs.append(invalid(f"{path}.name", gofmt.quote(ref.name), msg))
         if ref.selector is not None:
             errs.append(forbidden(f"{path}.name", "name and selector are mutually exclusive"))
     if ref.selector is not None:
@@ -411,7 +395,7 @@ def validate_param_ref(ref: ParamRef | None, path: str) -> list[FieldError]:
 def validate_policy_name(name: str, path: str) -> list[FieldError]:
     if not name:
         return [required(path)]
-    return [invalid(path, go_quote(name), msg) for msg in name_is_dns_subdomain(name, False)]
+    return [invalid(path, gofmt.quote(name), msg) for msg in name_is_dns_subdomain(name, False)]
 
 
 def validate_validation_actions(actions: Sequence[str], path: str) -> list[FieldError]:
@@ -472,7 +456,7 @@ class Validator:
 
     def _cel(self, site: ExpressionSite, shown: str) -> list[FieldError]:
         detail = self._compile(site)
-        return [] if detail is None else [invalid(site.field_path, go_quote(shown), detail)]
+        return [] if detail is None else [invalid(site.field_path, gofmt.quote(shown), detail)]
 
     def _match_constraints(self, match: MatchResources | None, mutating: bool) -> list[FieldError]:
         path = "spec.matchConstraints"
@@ -521,7 +505,7 @@ class Validator:
             if not variable.name.strip():
                 errs.append(required(f"{item}.name", "name is not specified"))
             elif not is_cel_identifier(variable.name):
-                errs.append(invalid(f"{item}.name", go_quote(variable.name), "name is not a valid CEL identifier"))
+                errs.append(invalid(f"{item}.name", gofmt.quote(variable.name), "name is not a valid CEL identifier"))
             if not variable.expression.strip():
                 errs.append(required(f"{item}.expression", "expression is not specified"))
             else:
@@ -577,7 +561,7 @@ class Validator:
         message_expression = validation.message_expression
         if message_expression and not message_expression.strip():
             errs.append(
-                invalid(f"{path}.messageExpression", go_quote(message_expression), "must be non-empty if specified")
+                invalid(f"{path}.messageExpression", gofmt.quote(message_expression), "must be non-empty if specified")
             )
         elif message_expression.strip():
             # The untrimmed text keeps the compiler's column numbers right, as in Kubernetes.
@@ -586,9 +570,9 @@ class Validator:
         message = validation.message
         trimmed_message = message.strip()
         if message and not trimmed_message:
-            errs.append(invalid(f"{path}.message", go_quote(message), "message must be non-empty if specified"))
+            errs.append(invalid(f"{path}.message", gofmt.quote(message), "message must be non-empty if specified"))
         elif _NEWLINES.search(trimmed_message):
-            errs.append(invalid(f"{path}.message", go_quote(message), "message must not contain line breaks"))
+            errs.append(invalid(f"{path}.message", gofmt.quote(message), "message must not contain line breaks"))
         if validation.reason is not None and validation.reason not in SUPPORTED_REASONS:
             errs.append(not_supported(f"{path}.reason", validation.reason, SUPPORTED_REASONS))
         return errs
@@ -601,7 +585,7 @@ class Validator:
         if policy_name:
             errs.extend(validate_qualified_name(f"{policy_name}/{annotation.key}", f"{path}.key"))
         else:
-            errs.append(invalid(f"{path}.key", go_quote(annotation.key), "requires metadata.name be non-empty"))
+            errs.append(invalid(f"{path}.key", gofmt.quote(annotation.key), "requires metadata.name be non-empty"))
         trimmed = annotation.value_expression.strip()
         value_path = f"{path}.valueExpression"
         if not trimmed:

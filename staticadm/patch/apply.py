@@ -49,6 +49,8 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
+from staticadm import gofmt
+
 __all__ = [
     "ApplyConfigurationError",
     "AtomicMutationError",
@@ -266,95 +268,13 @@ def schema_for(api_version: str, kind: str) -> TypeSchema:
 # Go formatting helpers (error messages quote values the way fmt / value.ToString print them)
 
 
-def _go_float(f: float) -> str:
-    if f != f:
-        return "NaN"
-    if f in (float("inf"), float("-inf")):
-        return "+Inf" if f > 0 else "-Inf"
-    if f.is_integer() and abs(f) < 1e21:
-        return str(int(f))
-    return repr(f)
-
-
-def _go_quote(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in "\a\b\f\n\r\t\v":
-            out.append("\\" + "abfnrtv"["\a\b\f\n\r\t\v".index(ch)])
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _go_v(v: Any) -> str:
-    """``%v`` of an unstructured Go value."""
-    if v is None:
-        return "<nil>"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return _go_float(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return v
-    if isinstance(v, Mapping):
-        return "map[" + " ".join(f"{k}:{_go_v(v[k])}" for k in sorted(v)) + "]"
-    if isinstance(v, (list, tuple)):
-        return "[" + " ".join(_go_v(x) for x in v) + "]"
-    return str(v)
-
-
-def _go_sharp_v(v: Any, top: bool = False) -> str:
-    """``%#v`` of an unstructured Go value held in an ``interface{}``."""
-    if v is None:
-        return "interface {}(nil)" if not top else "<nil>"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return _go_float(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return _go_quote(v)
-    if isinstance(v, Mapping):
-        return "map[string]interface {}{" + ", ".join(f"{_go_quote(k)}:{_go_sharp_v(v[k])}" for k in sorted(v)) + "}"
-    if isinstance(v, (list, tuple)):
-        return "[]interface {}{" + ", ".join(_go_sharp_v(x) for x in v) + "}"
-    return repr(v)
-
-
 def _value_v(v: Any) -> str:
     # A value.Value is a *valueUnstructured{Value interface{}}; %v prints the struct pointer as &{...}.
-    return "&{" + _go_v(v) + "}"
+    return "&{" + gofmt.sprint_v(v) + "}"
 
 
 def _value_sharp_v(v: Any) -> str:
-    return "&value.valueUnstructured{Value:" + _go_sharp_v(v, top=True) + "}"
-
-
-def _go_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, float):
-        return "float64"
-    if isinstance(v, int):
-        return "int64"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, Mapping):
-        return "map[string]interface {}"
-    if isinstance(v, (list, tuple)):
-        return "[]interface {}"
-    return "<nil>"
+    return "&value.valueUnstructured{Value:" + gofmt.sprint_sharp_v(v, top=True) + "}"
 
 
 def _to_string(v: Any) -> str:
@@ -364,11 +284,11 @@ def _to_string(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        return _go_float(v)
+        return gofmt.format_float_g(v)
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
-        return _go_quote(v)
+        return gofmt.quote(v)
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_to_string(x) for x in v) + "]"
     if isinstance(v, Mapping):
@@ -455,7 +375,7 @@ def _validate_scalar(t: str, v: Any, prefix: str) -> str | None:
     is_num = isinstance(v, (int, float)) and not isinstance(v, bool)
     if t == "numeric":
         if not is_num:
-            return f"{prefix}expected numeric (int or float), got {_go_type(v)}"
+            return f"{prefix}expected numeric (int or float), got {gofmt.type_name(v)}"
     elif t == "string":
         if not isinstance(v, str):
             return f"{prefix}expected string, got {_value_sharp_v(v)}"
@@ -490,7 +410,7 @@ def _item_pe(lst: _List, child: Any) -> _PE:
             default = elem_map.defaults.get(name)
             if default is None:
                 raise ValueError(
-                    f"associative list with keys has an element that omits key field {_go_quote(name)} "
+                    f"associative list with keys has an element that omits key field {gofmt.quote(name)} "
                     "(and doesn't have default value)"
                 )
             fields.append((name, default))

@@ -35,6 +35,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from staticadm.json_types import json_type_name
+
 __all__ = ["JSONPatchError", "JSONPatchTestFailed", "apply_patch", "json_equal"]
 
 _MISSING = "missing value"
@@ -211,19 +213,7 @@ def _path_error(op: Mapping[str, Any], name: str) -> str:
         if name == "path":
             return f"operation missing path field: {_MISSING}"
         return f"operation, missing from field: {_MISSING}"
-    return f"json: cannot unmarshal {_go_json_type(op[name])} into Go value of type string"
-
-
-def _go_json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if _is_number(v):
-        return "number"
-    if isinstance(v, Mapping):
-        return "object"
-    if isinstance(v, (list, tuple)):
-        return "array"
-    return "string"
+    return f"json: cannot unmarshal {json_type_name(op[name])} into Go value of type string"
 
 
 def _apply_one(doc: _Doc, op: Mapping[str, Any]) -> None:

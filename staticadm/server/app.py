@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from staticadm import gofmt
 from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
@@ -43,8 +43,6 @@ MAX_CONCURRENT_REVIEWS = 64
 #: body limit when undeclared): bounds memory now that bodies are read before an evaluation slot.
 MAX_BUFFERED_BODY_BYTES = 256 * 1024 * 1024
 
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass
@@ -64,6 +62,9 @@ class ServerState:
     buffered_body_bytes: int = 0
     #: Set once the first load of the manifest directory has finished, whatever its outcome.
     first_load_done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Why the files on disk are not what is served (they are invalid; the last good snapshot serves),
+    #: shown by /readyz?verbose without making the daemon unready; None when they are.
+    disk_problem: str | None = None
     _review_slots: asyncio.Semaphore | None = None
 
     def review_slots(self) -> asyncio.Semaphore:
@@ -108,28 +109,12 @@ def error_response(error: BadRequest, headers: dict[str, str] | None = None) -> 
     return json_response(status_body(error.code, error.reason, error.message), error.code, headers)
 
 
-def parse_go_duration(text: str) -> float:
-    """Go's time.ParseDuration for the non-negative values kube-apiserver sends (``10s``, ``1m30s``)."""
-    if text in ("0",):
-        return 0.0
-    position = 0
-    total = 0.0
-    for match in _GO_DURATION.finditer(text):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        position = match.end()
-    if position != len(text) or not text:
-        raise ValueError(text)
-    return total
-
-
 def _review_timeout(request: web.Request) -> float:
     raw = request.query.get("timeout")
     if raw is None:
         return DEFAULT_REVIEW_TIMEOUT
     try:
-        seconds = parse_go_duration(raw)
+        seconds = gofmt.parse_duration(raw)
     except ValueError:
         raise BadRequest(400, "BadRequest", "timeout query parameter must be a duration such as 10s") from None
     if seconds <= 0:
@@ -370,6 +355,9 @@ def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) 
         # Like kube-apiserver: a bare "ok" for machines, the per-check list with ?verbose for humans.
         if "verbose" in request.query:
             text = _checks_text(name, results)
+            problem = request.app[STATE].disk_problem
+            if name == "readyz" and problem is not None:
+                text += f"note: {problem}\n"
         else:
             failed = [check for check, ok in results if not ok]
             text = "ok" if healthy else f"{name} check failed: {', '.join(failed)}\n"

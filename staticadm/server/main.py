@@ -53,7 +53,15 @@ from staticadm.server.metrics import Metrics
 from staticadm.server.reporting import ReloadReporter
 from staticadm.server.supervision import TaskHealth, supervise
 from staticadm.server.systemd import Notifier, listen_fds
-from staticadm.server.workers import Load, NothingToServe, WorkerLink, WorkerPool, WorkerSpec, load_message
+from staticadm.server.workers import (
+    DiskState,
+    Load,
+    NothingToServe,
+    WorkerLink,
+    WorkerPool,
+    WorkerSpec,
+    load_message,
+)
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 from staticadm.watch import DirectoryWatcher
 
@@ -88,12 +96,22 @@ def serve_worker(spec: WorkerSpec) -> int:
             writer.close()
 
 
+def disk_problem(result: ReloadResult) -> str | None:
+    """For /readyz?verbose: why the directory on disk is not what is served, if it is not."""
+    if result.status is not ReloadStatus.FAILURE or result.served is None:
+        return None
+    return (f"the manifest directory on disk is invalid ({len(result.errors)} error(s) since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, see the log); serving the last good "
+            f"configuration {result.served.content_hash or '(empty)'}")
+
+
 class _Daemon:
     def __init__(self, config: ServeConfig, stderr: TextIO, link: WorkerLink | None = None) -> None:
         self.config = config
         self.stderr = stderr
         #: Set in a worker: snapshots come from the supervisor, which also owns systemd and the listeners.
         self.link = link
+        self.state: ServerState | None = None
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
@@ -134,6 +152,10 @@ class _Daemon:
         if reason == "signal" and self.announced:
             self.notifier.reloading()
 
+    def _on_disk_problem(self, problem: str | None) -> None:
+        if self.state is not None:
+            self.state.disk_problem = problem
+
     def _on_worker_load(self, result: ReloadResult | None) -> None:
         served = self.source.current
         if served is not None:
@@ -146,6 +168,8 @@ class _Daemon:
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
+        if self.state is not None:
+            self.state.disk_problem = disk_problem(result)
         self._notify(result)
 
     def _record_reload(self, result: ReloadResult) -> None:
@@ -250,7 +274,8 @@ class _Daemon:
             return self._fail(str(error))
         if self.link is not None and any(tls for _, tls in listeners):
             self.tls = self._serving_tls()
-        state = ServerState(self.source, namespaces, self.metrics, self.log, body_timeout=self.config.body_timeout)
+        state = self.state = ServerState(self.source, namespaces, self.metrics, self.log,
+                                         body_timeout=self.config.body_timeout)
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         guard = ConnectionGuard(
             max_connections=connection_cap(self.config.max_connections, soft_limit),
@@ -294,7 +319,7 @@ class _Daemon:
                 self.watcher.start()
                 load: asyncio.Future[ReloadResult | None] = loop.run_in_executor(None, self.source.reload, "startup")
             else:
-                load = asyncio.ensure_future(link.first_load(self.source))
+                load = asyncio.ensure_future(link.first_load(self.source, self._on_disk_problem))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -312,7 +337,8 @@ class _Daemon:
             else:
                 self._on_worker_load(first)
                 background.append(supervised("control-channel",
-                                             lambda: link.run(self.source, self._on_worker_load)))
+                                             lambda: link.run(self.source, self._on_worker_load,
+                                                              self._on_disk_problem)))
                 background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
             state.first_load_done.set()
             if self.tls is not None:
@@ -385,7 +411,7 @@ class _Supervisor(_Daemon):
             text += f"; {self._workers_serving(served.content_hash)}/{self.pool.count} workers serving it"
         return text
 
-    def _send(self, message: Load | NothingToServe) -> None:
+    def _send(self, message: Load | NothingToServe | DiskState) -> None:
         assert self.pool is not None
         task = asyncio.ensure_future(self.pool.broadcast(message))
         self._sends.add(task)
@@ -394,6 +420,8 @@ class _Supervisor(_Daemon):
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
+        if self.pool is not None and self.source.current is not None:
+            self._send(DiskState(disk_problem(result)))
         message = load_message(result)
         if message is not None:
             self._pending = result

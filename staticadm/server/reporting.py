@@ -24,9 +24,15 @@ class ReloadReporter:
         if result.status is ReloadStatus.FAILURE:
             self._failure(log, result, retry_seconds)
             return
+        recovered = self._last_errors is not None
         self._last_errors = None
         if result.status is ReloadStatus.SUCCESS:
             self._success(log, result)
+        elif recovered or result.reason == "signal":
+            # The directory is valid again as it was (a failed file restored), or SIGHUP found nothing new.
+            served = result.served
+            log.info("manifest directory unchanged; the served configuration is current",
+                     hash=served.content_hash if served else None)
 
     def _failure(self, log: Any, result: ReloadResult, retry_seconds: float) -> None:
         signature = tuple(str(error) for error in result.errors)
@@ -54,5 +60,6 @@ class ReloadReporter:
                         policy=policy, binding=binding)
         if not served.content_hash:
             log.warning("manifest directory holds no manifests; every request is allowed")
+        added, changed, removed = result.changes
         log.info("reloaded manifest config", hash=served.content_hash, policies=served.policies,
-                 bindings=served.bindings)
+                 bindings=served.bindings, added=added, changed=changed, removed=removed)

@@ -63,6 +63,13 @@ class NothingToServe:
 
 
 @dataclass(frozen=True, slots=True)
+class DiskState:
+    """Supervisor -> worker: whether the directory on disk is what is served (for /readyz?verbose)."""
+
+    problem: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Serving:
     """Worker -> supervisor: the content hash the worker serves now ("" before its first snapshot)."""
 
@@ -132,12 +139,19 @@ class WorkerLink:
             self._reader, self._writer = await asyncio.open_unix_connection(sock=sock)
         return self._reader, self._writer
 
-    async def first_load(self, source: ManifestSource) -> ReloadResult | None:
+    async def first_load(self, source: ManifestSource,
+                         on_disk_problem: Callable[[str | None], None]) -> ReloadResult | None:
         """The supervisor's first word: a snapshot to serve, or None when its first load failed."""
         reader, _ = await self._connect()
-        return await self._handle(source, await _receive(reader))
+        while True:
+            message = await _receive(reader)
+            if isinstance(message, DiskState):
+                on_disk_problem(message.problem)
+                continue
+            return await self._handle(source, message)
 
-    async def run(self, source: ManifestSource, on_result: Callable[[ReloadResult | None], None]) -> None:
+    async def run(self, source: ManifestSource, on_result: Callable[[ReloadResult | None], None],
+                  on_disk_problem: Callable[[str | None], None]) -> None:
         """Serves every later Load. The supervisor closing the channel means it is gone: the worker stops."""
         reader, _ = await self._connect()
         while True:
@@ -146,6 +160,9 @@ class WorkerLink:
             except (asyncio.IncompleteReadError, ConnectionError):
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
+            if isinstance(message, DiskState):
+                on_disk_problem(message.problem)
+                continue
             on_result(await self._handle(source, message))
 
     async def _handle(self, source: ManifestSource, message: object) -> ReloadResult | None:
@@ -198,6 +215,8 @@ class WorkerPool:
     stopping: bool = False
     #: What every worker must serve: the last Load (or NothingToServe) sent.
     latest: object | None = None
+    #: The last DiskState sent, for workers started later.
+    disk_state: DiskState | None = None
 
     async def start(self) -> None:
         for index in range(self.count):
@@ -223,12 +242,19 @@ class WorkerPool:
         self.log.info("worker started", worker=index, pid=process.pid)
         if self.latest is not None:
             await self._tell(worker, self.latest)
+        if self.disk_state is not None:
+            await self._tell(worker, self.disk_state)
 
     async def _tell(self, worker: _Worker, message: object) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await _send(worker.writer, message)
 
     async def broadcast(self, message: object) -> None:
+        if isinstance(message, DiskState):
+            self.disk_state = message
+            for worker in list(self.workers.values()):
+                await self._tell(worker, message)
+            return
         self.latest = message
         for worker in list(self.workers.values()):
             worker.served_hash = None

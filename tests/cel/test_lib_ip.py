@@ -180,10 +180,6 @@ def test_members(
     assert impl("ip_is_global_unicast")(value) is global_unicast
 
 
-def test_go_quote_escapes_like_strconv() -> None:
-    assert ip.go_quote('a"b\\c\n\x01\u00e9\u200b') == '"a\\"b\\\\c\\n\\x01\u00e9\\u200b"'
-
-
 @pytest.mark.parametrize(
     ("source", "expected"),
     [

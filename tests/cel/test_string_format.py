@@ -18,11 +18,11 @@ from staticadm.cel import CompileError, EvalError, evaluate_standalone
 from staticadm.cel.string_format import (
     FormatError,
     format_string,
-    go_float_g,
-    go_quote,
     locale_fixed,
     locale_scientific,
 )
+from staticadm.gofmt import format_float_g as go_float_g
+from staticadm.gofmt import quote as go_quote
 
 # (name, format, CEL arguments, expected output or None, expected error substring or None)
 CELGO_FORMAT_ROWS: list[Any] = [

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.libraries.ip import (
     IP_TYPE_NAME,
     Addr,
     AddrParseError,
-    go_quote,
     ip_value_addr,
     make_ip,
     parse_addr,
@@ -29,7 +29,7 @@ class PrefixParseError(ValueError):
     """Mirror of netip's ``parsePrefixError``."""
 
     def __init__(self, in_: str, msg: str) -> None:
-        super().__init__(f"netip.ParsePrefix({go_quote(in_)}): {msg}")
+        super().__init__(f"netip.ParsePrefix({gofmt.quote(in_)}): {msg}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +78,10 @@ def parse_prefix(s: str) -> Prefix:
     bits_str = s[i + 1 :]
     # strconv.Atoi accepts a sign and leading zeros; netip refuses both.
     if len(bits_str) > 1 and not ("1" <= bits_str[0] <= "9"):
-        raise PrefixParseError(s, "bad bits after slash: " + go_quote(bits_str))
+        raise PrefixParseError(s, "bad bits after slash: " + gofmt.quote(bits_str))
     bits = _go_atoi(bits_str)
     if bits is None:
-        raise PrefixParseError(s, "bad bits after slash: " + go_quote(bits_str))
+        raise PrefixParseError(s, "bad bits after slash: " + gofmt.quote(bits_str))
     if bits < 0 or bits > ip.bits:
         raise PrefixParseError(s, "prefix length out of range")
     return Prefix(ip, bits)
@@ -99,7 +99,7 @@ def parse_cidr(raw: str) -> Prefix:
     if prefix.addr.is4in6():
         raise CelFunctionError(
             "network address parse error during conversion from string: "
-            f"IPv4-mapped IPv6 address {go_quote(raw)} is not allowed"
+            f"IPv4-mapped IPv6 address {gofmt.quote(raw)} is not allowed"
         )
     return prefix
 

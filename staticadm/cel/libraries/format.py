@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from staticadm.cel.libraries.ip import AddrParseError, go_quote, parse_addr
+from staticadm import gofmt
+from staticadm.cel.libraries.ip import AddrParseError, parse_addr
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
 from staticadm.cel.values import make_opaque, opaque_type_name
 
@@ -206,7 +207,7 @@ def _should_escape_host(b: int) -> bool:
 
 
 def _escape_error(raw: bytes) -> _URLError:
-    return _URLError("invalid URL escape " + go_quote(raw.decode("utf-8", "surrogateescape")))
+    return _URLError("invalid URL escape " + gofmt.quote(raw.decode("utf-8", "surrogateescape")))
 
 
 def _unescape(s: str, mode: str) -> str:
@@ -229,7 +230,7 @@ def _unescape(s: str, mode: str) -> str:
             i += 3
         else:
             if mode in (_MODE_HOST, _MODE_ZONE) and b < 0x80 and _should_escape_host(b):
-                raise _URLError("invalid character " + go_quote(chr(b)) + " in host name")
+                raise _URLError("invalid character " + gofmt.quote(chr(b)) + " in host name")
             out.append(b)
             i += 1
     return out.decode("utf-8", "surrogateescape")
@@ -253,7 +254,7 @@ def _parse_host(scheme: str, host: str) -> None:
             raise _URLError("missing ']' in host")
         colon_port = host[close_idx + 1 :]
         if not _valid_optional_port(colon_port):
-            raise _URLError(f"invalid port {go_quote(colon_port)} after host")
+            raise _URLError(f"invalid port {gofmt.quote(colon_port)} after host")
         _unescape(colon_port, _MODE_HOST)
         hostname = host[1:close_idx]
         zone_idx = hostname.find("%25")
@@ -277,7 +278,7 @@ def _parse_host(scheme: str, host: str) -> None:
             i = last
         colon_port = host[i:]
         if not _valid_optional_port(colon_port):
-            raise _URLError(f"invalid port {go_quote(colon_port)} after host")
+            raise _URLError(f"invalid port {gofmt.quote(colon_port)} after host")
     _unescape(host, _MODE_HOST)
 
 
@@ -344,7 +345,7 @@ def validate_uri(s: str) -> list[str]:
     try:
         _parse_request_uri(s)
     except _URLError as exc:
-        return [f"parse {go_quote(s)}: {exc}"]
+        return [f"parse {gofmt.quote(s)}: {exc}"]
     return []
 
 

@@ -10,52 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
 from staticadm.cel.values import make_opaque, opaque_type_name
 
 IP_TYPE_NAME = "net.IP"
 
 _MAX_UINT16 = 0xFFFF
-
-
-def go_quote(s: str) -> str:
-    """Go's ``strconv.Quote`` (also what ``%q`` prints), so quoted inputs in errors match byte for byte."""
-    out: list[str] = ['"']
-    for ch in s:
-        cp = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\a":
-            out.append("\\a")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\v":
-            out.append("\\v")
-        elif ch.isprintable():
-            out.append(ch)
-        elif cp < 0x80:
-            out.append(f"\\x{cp:02x}")
-        elif 0xDC80 <= cp <= 0xDCFF:
-            # A byte smuggled through "surrogateescape": Go quotes an invalid UTF-8 byte as \xNN.
-            out.append(f"\\x{cp - 0xDC00:02x}")
-        elif 0xD800 <= cp <= 0xDFFF:
-            out.append("\\ufffd")
-        elif cp < 0x10000:
-            out.append(f"\\u{cp:04x}")
-        else:
-            out.append(f"\\U{cp:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 class AddrParseError(ValueError):
@@ -69,8 +30,8 @@ class AddrParseError(ValueError):
 
     def _render(self) -> str:
         if self.at:
-            return f"ParseAddr({go_quote(self.in_)}): {self.msg} (at {go_quote(self.at)})"
-        return f"ParseAddr({go_quote(self.in_)}): {self.msg}"
+            return f"ParseAddr({gofmt.quote(self.in_)}): {self.msg} (at {gofmt.quote(self.at)})"
+        return f"ParseAddr({gofmt.quote(self.in_)}): {self.msg}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +284,12 @@ def parse_ip_addr(raw: str) -> Addr:
     try:
         addr = parse_addr(raw)
     except AddrParseError as exc:
-        raise CelFunctionError(f"IP Address {go_quote(raw)} parse error during conversion from string: {exc}") from None
+        raise CelFunctionError(
+            f"IP Address {gofmt.quote(raw)} parse error during conversion from string: {exc}") from None
     if addr.zone:
-        raise CelFunctionError(f"IP address {go_quote(raw)} with zone value is not allowed")
+        raise CelFunctionError(f"IP address {gofmt.quote(raw)} with zone value is not allowed")
     if addr.is4in6():
-        raise CelFunctionError(f"IPv4-mapped IPv6 address {go_quote(raw)} is not allowed")
+        raise CelFunctionError(f"IPv4-mapped IPv6 address {gofmt.quote(raw)} is not allowed")
     return addr
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
 from staticadm.cel.values import make_opaque, opaque_type_name
 
@@ -32,28 +33,21 @@ def _has_leading_zeroes(text: str) -> bool:
     return len(text) > 1 and text[0] == "0"
 
 
-def _go_quote(text: str) -> str:
-    # Go's %q; versions that reach an error message are short and mostly ASCII.
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in escaped)
-    return f'"{escaped}"'
-
-
 def _parse_uint(text: str) -> int:
     """strconv.ParseUint(text, 10, 64) with its error texts."""
     if not text or not _contains_only(text, _NUMBERS):
-        raise SemverError(f"strconv.ParseUint: parsing {_go_quote(text)}: invalid syntax")
+        raise SemverError(f"strconv.ParseUint: parsing {gofmt.quote(text)}: invalid syntax")
     value = int(text)
     if value > _MAX_UINT64:
-        raise SemverError(f"strconv.ParseUint: parsing {_go_quote(text)}: value out of range")
+        raise SemverError(f"strconv.ParseUint: parsing {gofmt.quote(text)}: value out of range")
     return value
 
 
 def _parse_number(text: str, label: str) -> int:
     if not _contains_only(text, _NUMBERS):
-        raise SemverError(f"Invalid character(s) found in {label} number {_go_quote(text)}")
+        raise SemverError(f"Invalid character(s) found in {label} number {gofmt.quote(text)}")
     if _has_leading_zeroes(text):
-        raise SemverError(f"{label.capitalize()} number must not contain leading zeroes {_go_quote(text)}")
+        raise SemverError(f"{label.capitalize()} number must not contain leading zeroes {gofmt.quote(text)}")
     return _parse_uint(text)
 
 
@@ -62,10 +56,10 @@ def _parse_prerelease(text: str) -> str:
         raise SemverError("Prerelease is empty")
     if _contains_only(text, _NUMBERS):
         if _has_leading_zeroes(text):
-            raise SemverError(f"Numeric PreRelease version must not contain leading zeroes {_go_quote(text)}")
+            raise SemverError(f"Numeric PreRelease version must not contain leading zeroes {gofmt.quote(text)}")
         _parse_uint(text)
     elif not _contains_only(text, _ALPHANUM):
-        raise SemverError(f"Invalid character(s) found in prerelease {_go_quote(text)}")
+        raise SemverError(f"Invalid character(s) found in prerelease {gofmt.quote(text)}")
     return text
 
 
@@ -95,7 +89,7 @@ def parse(text: str) -> tuple[int, int, int, list[str], list[str]]:
         if not item:
             raise SemverError("Build meta data is empty")
         if not _contains_only(item, _ALPHANUM):
-            raise SemverError(f"Invalid character(s) found in build meta data {_go_quote(item)}")
+            raise SemverError(f"Invalid character(s) found in build meta data {gofmt.quote(item)}")
     return major, minor, patch, pre, build
 
 

@@ -15,6 +15,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
 from staticadm.cel.values import make_opaque, opaque_type_name
 
@@ -27,31 +28,6 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 class URLError(ValueError):
     """Go's url parse error text (without the ``parse "<url>": `` wrapper)."""
-
-
-def _go_quote(data: bytes) -> str:
-    """strconv.Quote for the short fragments Go puts in URL error messages."""
-    out: list[str] = []
-    text = data.decode("utf-8", errors="surrogateescape")
-    for ch in text:
-        code = ord(ch)
-        if 0xDC80 <= code <= 0xDCFF:
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch.isprintable():
-            out.append(ch)
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'
 
 
 def _should_escape(c: int, mode: int) -> bool:
@@ -89,20 +65,20 @@ def _unescape(s: bytes, mode: int) -> bytes:
         if c == 0x25:  # '%'
             n += 1
             if i + 2 >= len(s) or s[i + 1] not in _HEX or s[i + 2] not in _HEX:
-                raise URLError(f"invalid URL escape {_go_quote(s[i : i + 3])}")
+                raise URLError(f"invalid URL escape {gofmt.quote(s[i : i + 3])}")
             if mode == _HOST and _unhex(s[i + 1]) < 8 and s[i : i + 3] != b"%25":
-                raise URLError(f"invalid URL escape {_go_quote(s[i : i + 3])}")
+                raise URLError(f"invalid URL escape {gofmt.quote(s[i : i + 3])}")
             if mode == _ZONE:
                 value = _unhex(s[i + 1]) << 4 | _unhex(s[i + 2])
                 if s[i : i + 3] != b"%25" and value != 0x20 and _should_escape(value, _HOST):
-                    raise URLError(f"invalid URL escape {_go_quote(s[i : i + 3])}")
+                    raise URLError(f"invalid URL escape {gofmt.quote(s[i : i + 3])}")
             i += 3
         elif c == 0x2B:  # '+'
             has_plus = mode == _QUERY_COMPONENT
             i += 1
         else:
             if mode in (_HOST, _ZONE) and c < 0x80 and _should_escape(c, mode):
-                raise URLError(f"invalid character {_go_quote(s[i : i + 1])} in host name")
+                raise URLError(f"invalid character {gofmt.quote(s[i : i + 1])} in host name")
             i += 1
     if n == 0 and not has_plus:
         return s
@@ -165,7 +141,7 @@ def _check_ip_literal(hostname: bytes) -> None:
         ipaddress.IPv6Address(text)
     except ValueError:
         # Go's netip explains the exact defect; this keeps its prefix and the offending text.
-        raise URLError(f"invalid host: ParseAddr({_go_quote(hostname)}): unable to parse IP") from None
+        raise URLError(f"invalid host: ParseAddr({gofmt.quote(hostname)}): unable to parse IP") from None
 
 
 def _parse_host(scheme: str, host: bytes) -> bytes:
@@ -178,7 +154,7 @@ def _parse_host(scheme: str, host: bytes) -> bytes:
             raise URLError("missing ']' in host")
         colon_port = host[close_bracket + 1 :]
         if not _valid_optional_port(colon_port):
-            raise URLError(f"invalid port {_go_quote(colon_port)} after host")
+            raise URLError(f"invalid port {gofmt.quote(colon_port)} after host")
         colon_port = _unescape(colon_port, _HOST)
         hostname = host[1:close_bracket]
         zone = hostname.find(b"%25")
@@ -196,7 +172,7 @@ def _parse_host(scheme: str, host: bytes) -> bytes:
             first_colon = last_colon
         colon_port = host[first_colon:]
         if not _valid_optional_port(colon_port):
-            raise URLError(f"invalid port {_go_quote(colon_port)} after host")
+            raise URLError(f"invalid port {gofmt.quote(colon_port)} after host")
     return _unescape(host, _HOST)
 
 
@@ -340,7 +316,7 @@ def parse_request_uri(text: str) -> _URL:
     try:
         return _parse(raw, True)
     except URLError as err:
-        raise URLError(f"parse {_go_quote(raw)}: {err}") from None
+        raise URLError(f"parse {gofmt.quote(raw)}: {err}") from None
 
 
 def parse(text: str) -> _URL:
@@ -350,12 +326,12 @@ def parse(text: str) -> _URL:
     try:
         url = _parse(without_fragment, False)
     except URLError as err:
-        raise URLError(f"parse {_go_quote(without_fragment)}: {err}") from None
+        raise URLError(f"parse {gofmt.quote(without_fragment)}: {err}") from None
     if fragment:
         try:
             url.fragment = _unescape(fragment, _FRAGMENT)
         except URLError as err:
-            raise URLError(f"parse {_go_quote(raw)}: {err}") from None
+            raise URLError(f"parse {gofmt.quote(raw)}: {err}") from None
         url.raw_fragment = b"" if _escape(url.fragment, _FRAGMENT) == fragment else fragment
     return url
 
