@@ -180,8 +180,13 @@ def supports_workers() -> bool:
     return (SOURCE_ROOT / "staticadm" / "server" / "workers.py").exists()
 
 
+def supports_cluster_view() -> bool:
+    """Whether the staticadm under test has ``serve --kubeconfig``."""
+    return (SOURCE_ROOT / "staticadm" / "cluster").is_dir()
+
+
 def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces: Path | None,
-                     name: str = "staticadm", workers: int = 1) -> Server:
+                     name: str = "staticadm", workers: int = 1, kubeconfig: Path | None = None) -> Server:
     """``staticadm serve`` as deployed: HTTPS with the state directory's generated certificate, a unix
     socket, JSON logs at info (allowed requests are debug, so not logged), no periodic poll during a run."""
     port = free_port()
@@ -191,6 +196,8 @@ def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces
                "--poll-interval", "3600"]
     if namespaces is not None:
         command += ["--namespaces", str(namespaces)]
+    if kubeconfig is not None:
+        command += ["--kubeconfig", str(kubeconfig)]
     if supports_workers():
         command += ["--workers", str(workers)]
     elif workers != 1:

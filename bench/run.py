@@ -30,7 +30,15 @@ from typing import Any
 import orjson
 
 from bench import fixtures, policies
-from bench.daemons import Server, ServerFailed, null_server, staticadm_server, supports_workers
+from bench.daemons import (
+    Server,
+    ServerFailed,
+    free_port,
+    null_server,
+    staticadm_server,
+    supports_cluster_view,
+    supports_workers,
+)
 from bench.load import LoadResult, run_load, wrk_available
 
 DEFAULT_SETS = (10, 100, 1000)
@@ -343,6 +351,103 @@ def _run_workers(work: Path, state_dir: Path, namespaces: Path, tls: Any, body: 
         server.stop()
 
 
+CLUSTER_POLICIES = """apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bench-authorizer.static.k8s.io}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}
+  validations:
+  - expression: "authorizer.group('').resource('pods').namespace(request.namespace).check('create').allowed()"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: bench-authorizer.static.k8s.io}
+spec: {policyName: bench-authorizer.static.k8s.io, validationActions: [Deny]}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bench-flip.static.k8s.io}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}
+  validations:
+  - {expression: "false", message: the namespace is labelled bench-flip=deny}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: bench-flip.static.k8s.io}
+spec:
+  policyName: bench-flip.static.k8s.io
+  validationActions: [Deny]
+  matchResources: {namespaceSelector: {matchLabels: {bench-flip: deny}}}
+"""
+
+
+def _metric_sum(text: str, name: str, label: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and label in line)
+
+
+def _run_cluster_view(work: Path, state_dir: Path, body: bytes, options: Options, results: Results) -> None:
+    """pod-create @TARGET_SET with the cluster view (--kubeconfig, a stand-in kube-apiserver) in place of
+    --namespaces, plus a policy whose check is a SubjectAccessReview and one whose binding selects on a
+    label the run flips: the request path's cost with the view, the decision cache's hit rate, and the
+    time from a namespace's watch event to the changed decision."""
+    if not supports_cluster_view():
+        results.notes.append("cluster-view row skipped: the staticadm under test has no serve --kubeconfig")
+        return
+    from tests.cluster.apiserver import FakeApiServer
+
+    apiserver = FakeApiServer(work / "apiserver", free_port(), authorize=lambda spec: {"allowed": True})
+    labels = {key: value for key, value in policies.NAMESPACE_LABELS.items() if key != "kubernetes.io/metadata.name"}
+    apiserver.set_namespace(policies.NAMESPACE, labels)
+    apiserver.start()
+    manifests = policies.write_validating_set(work / "cluster" / "manifests", TARGET_SET)
+    (manifests / "bench-cluster-view.yaml").write_text(CLUSTER_POLICIES)
+    kubeconfig = apiserver.kubeconfig(work / "cluster" / "kubeconfig")
+    server = staticadm_server(work / "cluster", manifests, state_dir, None, name="staticadm-cluster",
+                              kubeconfig=kubeconfig)
+    try:
+        server.start()
+        deadline = time.monotonic() + 30
+        while b'staticadm_cluster_cache_synced{resource="namespaces"} 1.0' not in server.request("GET", "/metrics")[1]:
+            if time.monotonic() > deadline:
+                raise ServerFailed("the cluster view did not sync with the stand-in kube-apiserver")
+            time.sleep(0.1)
+        answer = server.review("/validate", body)
+        if not (answer.get("response") or {}).get("allowed"):
+            raise ServerFailed(f"staticadm with the cluster view denied pod-create: {answer}")
+        _say(f"{TARGET_SET} policies + cluster view: wrk pod-create")
+        results.rows.append(_measured_row(server, "pod-create", "staticadm+kc", TARGET_SET + 2,
+                                          server.url + "/validate", body, options))
+        metrics = server.request("GET", "/metrics")[1].decode()
+        hits = _metric_sum(metrics, "staticadm_cluster_authorizer_cache_total", 'result="hit"')
+        misses = _metric_sum(metrics, "staticadm_cluster_authorizer_cache_total", 'result="miss"')
+        if hits + misses:
+            results.notes.append(
+                f"cluster view under load: authorizer decision cache hit rate {hits / (hits + misses):.4%} "
+                f"({hits:.0f} hits, {misses:.0f} misses; {len(apiserver.sar_requests)} SubjectAccessReviews sent)")
+        flips = []
+        for flip in range(10 if options.quick else 40):
+            state = "deny" if flip % 2 == 0 else "allow"
+            changed = time.perf_counter()
+            apiserver.set_namespace(policies.NAMESPACE, {**labels, "bench-flip": state})
+            while bool((server.review("/validate", body).get("response") or {}).get("allowed")) != (state == "allow"):
+                if time.perf_counter() - changed > 10:
+                    raise ServerFailed("a namespace label change did not change the decision within 10 s")
+            flips.append((time.perf_counter() - changed) * 1000)
+        results.notes.append(
+            f"cluster view: namespace label change (stand-in's watch event) to the changed decision: median "
+            f"{statistics.median(flips):.1f} ms, max {max(flips):.1f} ms over {len(flips)} flips (each poll is "
+            "one HTTPS review)")
+    finally:
+        server.stop()
+        apiserver.stop()
+
+
 def run(options: Options) -> Results:
     from bench import cel_micro
     from staticadm.server.listeners import ensure_self_signed
@@ -374,6 +479,7 @@ def run(options: Options) -> Results:
             _run_set(count, work, state_dir, namespaces, bodies, options, results)
         _run_mutating(work, state_dir, namespaces, bodies["pod-create"], options, results)
         _run_workers(work, state_dir, namespaces, tls, bodies["pod-create"], options, results)
+        _run_cluster_view(work, state_dir, bodies["pod-create"], options, results)
     return results
 
 

@@ -134,11 +134,14 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
     if not inputs:
         stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE)\n")
         return EXIT_USAGE
+    if args.namespaces and args.kubeconfig:
+        stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
+        return EXIT_USAGE
     groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
     settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
                                namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
     return run_review(args.manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
-                      endpoint=args.endpoint, settings=settings, old_path=args.old)
+                      endpoint=args.endpoint, settings=settings, old_path=args.old, kubeconfig=args.kubeconfig)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -283,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "validates the mutated object, as kube-apiserver orders them (default: both)")
     review_parser.add_argument("--namespaces", metavar="FILE",
                                help="Namespace objects (YAML/JSON, v1 List allowed) for selectors and namespaceObject")
+    review_parser.add_argument("--kubeconfig", metavar="FILE",
+                               help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
+                                    "the daemon does with the same flag")
     review_parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
                                help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
                                     "\"review\": the AdmissionReview answer} (default: text)")

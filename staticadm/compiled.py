@@ -24,6 +24,7 @@ from staticadm.model import (
     Mutation,
     ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicySpec,
     Validation,
 )
 
@@ -193,6 +194,22 @@ def _linked(program: Program, variables: Mapping[str, Program], *, mutating: boo
 
 def _uses_namespace_object(sources: Iterable[str]) -> bool:
     return any(_NAMESPACE_OBJECT.search(source) for source in sources)
+
+
+def policy_expression_sources(policy: ValidatingAdmissionPolicy | MutatingAdmissionPolicy) -> list[str]:
+    """Every CEL expression of the policy, as written (variables, match conditions, validations and their
+    messages, audit annotations, mutations)."""
+    spec = policy.spec
+    sources = [variable.expression for variable in spec.variables]
+    sources += [condition.expression for condition in spec.match_conditions]
+    if isinstance(spec, ValidatingAdmissionPolicySpec):
+        sources += [v.expression + "\n" + v.message_expression for v in spec.validations]
+        sources += [annotation.value_expression for annotation in spec.audit_annotations]
+    else:
+        for mutation in spec.mutations:
+            patch = mutation.apply_configuration or mutation.json_patch
+            sources.append(patch.expression if patch is not None else "")
+    return sources
 
 
 def _compiled_only(variables: Mapping[str, Program]) -> Mapping[str, CompiledExpression]:

@@ -197,6 +197,8 @@ def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
     if not namespace:
         return None, None
     info = namespaces.lookup(namespace)
+    if info.object is None and uses_namespace_object and info.unavailable is not None:
+        return None, f"namespaceObject is unavailable: {info.unavailable}"
     if info.object is None and uses_namespace_object:
         return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
                       "(give its Namespace object to the namespace source)")

@@ -202,6 +202,8 @@ def namespace_selector_matches(selector: LabelSelector, request: AdmissionReques
     info = namespaces.lookup(request.namespace)
     if info.labels is None:
         missing = sorted(selector_keys(selector) - {NAME_LABEL})
+        if missing and info.unavailable is not None:
+            return SelectorOutcome(False, f"Internal error occurred: {info.unavailable}")
         if missing:
             return SelectorOutcome(False, (
                 f'Internal error occurred: the labels of namespace "{request.namespace}" are not known to '

@@ -34,6 +34,9 @@ class NamespaceInfo:
     labels: Mapping[str, str] | None = None
     #: The Namespace as the ``namespaceObject`` variable shows it, or None when unknown.
     object: Mapping[str, Any] | None = None
+    #: Why the source could not say more (a cluster view not synced, kube-apiserver unreachable, no such
+    #: namespace), when it could have: decisions that need more fail with this, never guess.
+    unavailable: str | None = None
 
     def known_labels(self) -> Mapping[str, str]:
         return self.labels if self.labels is not None else {NAME_LABEL: self.name}

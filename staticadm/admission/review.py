@@ -9,10 +9,12 @@ the one module of the package that does I/O, because it is a command.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -45,6 +47,10 @@ EXIT_EVALUATION_ERROR = 4
 
 #: Which webhook endpoints to run; "both" runs them in kube-apiserver's order, mutating first.
 ENDPOINTS = ("validate", "mutate", "both")
+
+
+if TYPE_CHECKING:
+    from staticadm.cluster.view import BlockingClusterView
 
 
 def _read_text(path: str, stdin: TextIO) -> str:
@@ -208,7 +214,8 @@ def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: Adm
 
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
-               settings: RequestSettings | None = None, old_path: str | None = None) -> int:
+               settings: RequestSettings | None = None, old_path: str | None = None,
+               kubeconfig: str | None = None) -> int:
     """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
     object or namespaces file."""
@@ -229,6 +236,30 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
         except (OSError, UnicodeDecodeError, NamespaceFileError) as error:
             stderr.write(f"staticadm review: {namespaces_file}: {error}\n")
             return EXIT_UNUSABLE_INPUT
+    elif kubeconfig is not None:
+        from staticadm.cluster.connection import ClusterError
+        from staticadm.cluster.view import BlockingClusterView
+
+        cluster = BlockingClusterView(Path(kubeconfig))
+        try:
+            cluster.open()
+        except ClusterError as error:
+            cluster.close()
+            stderr.write(f"staticadm review: --kubeconfig {kubeconfig}: cannot list namespaces: {error.message}\n")
+            return EXIT_UNUSABLE_INPUT
+        namespaces = cluster.view.namespaces
+        try:
+            return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin,
+                               stdout, stderr, cluster)
+        finally:
+            cluster.close()
+    return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin, stdout,
+                       stderr, None)
+
+
+def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
+                settings: RequestSettings, old_path: str | None, request_paths: Sequence[str], stdin: TextIO,
+                stdout: TextIO, stderr: TextIO, cluster: BlockingClusterView | None) -> int:
 
     # Read every request before answering any, so a bad one never leaves half an output behind; every
     # problem of every document is reported in the one run.
@@ -251,7 +282,11 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
     denied = errored = False
     for item in requests:
         request = item.request
-        mutation, validation = review_request(snapshot, namespaces, request, endpoint)
+        if cluster is None:
+            mutation, validation = review_request(snapshot, namespaces, request, endpoint)
+        else:
+            mutation, validation = cluster.evaluate(
+                request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint))
         answer = _combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)

@@ -4,9 +4,11 @@ warnings about configurations that load but probably do not do what their author
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TextIO
 
+from staticadm.compiled import policy_expression_sources
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.loader import LoadResult, load_manifest_directory
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
@@ -45,6 +47,7 @@ def semantic_warnings(result: LoadResult) -> tuple[ManifestError, ...]:
         constraints = policy.spec.match_constraints
         if constraints is not None:
             warnings.extend(_namespace_label_warnings(policy, constraints.namespace_selector, "spec.matchConstraints"))
+    warnings.extend(_cluster_data_warnings(result))
     policies = {(p.KIND, p.name): p for p in result.policies}
     for binding in result.bindings:
         match = binding.spec.match_resources
@@ -88,8 +91,9 @@ def _namespace_label_warnings(obj: object, selector: LabelSelector | None, path:
     return [
         _warn(
             obj,
-            f"namespaceSelector uses namespace labels {', '.join(other)}; only {NAMESPACE_NAME_LABEL} is "
-            "guaranteed to be known to the daemon, which may not see other namespace labels",
+            f"namespaceSelector uses namespace labels {', '.join(other)}; the daemon reads labels other than "
+            f"{NAMESPACE_NAME_LABEL} only from kube-apiserver (serve --kubeconfig) or a --namespaces file; "
+            "without either, every request this selector looks at fails under the failurePolicy",
             f"{path}.namespaceSelector",
         )
     ]
@@ -161,3 +165,30 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         out.write(f"  error: {error}\n")
     for warning in warnings:
         out.write(f"  warning: {warning}\n")
+
+
+_NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
+_AUTHORIZER = re.compile(r"\bauthorizer\b")
+
+
+def _cluster_data_warnings(result: LoadResult) -> list[ManifestError]:
+    """Policies that read what only kube-apiserver knows: namespaceObject and authorizer checks."""
+    bindings: dict[tuple[str, str], list[str]] = {}
+    for binding in result.bindings:
+        bindings.setdefault((binding.KIND.removesuffix("Binding"), binding.spec.policy_name), []).append(
+            binding.name)
+    warnings = []
+    for policy in result.policies:
+        sources = policy_expression_sources(policy)
+        needs = []
+        if any(_NAMESPACE_OBJECT.search(source) for source in sources):
+            needs.append("namespaceObject (from kube-apiserver with serve --kubeconfig, or a --namespaces file)")
+        if any(_AUTHORIZER.search(source) for source in sources):
+            needs.append("authorizer checks (SubjectAccessReview, with serve --kubeconfig)")
+        if not needs:
+            continue
+        bound = bindings.get((policy.KIND, policy.name))
+        through = f" (bound by {', '.join(sorted(bound))})" if bound else ""
+        warnings.append(_warn(policy, f"the policy{through} reads {' and '.join(needs)}; without them its "
+                                      "expressions fail and the failurePolicy decides"))
+    return warnings

@@ -21,6 +21,7 @@ from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
+from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.connections import track_requests
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -65,6 +66,12 @@ class ServerState:
     #: Why the files on disk are not what is served (they are invalid; the last good snapshot serves),
     #: shown by /readyz?verbose without making the daemon unready; None when they are.
     disk_problem: str | None = None
+    #: The live GET of a namespace the cluster view lacks (``--kubeconfig``), awaited before evaluation.
+    fetch_namespace: Callable[[str, float], Awaitable[None]] | None = None
+    #: Answers ``authorizer`` checks by SubjectAccessReview (``--kubeconfig``); None: checks fail.
+    authorizer: SubjectAccessReviewer | None = None
+    #: Lines /readyz?verbose adds as notes without affecting readiness (the cluster view's state).
+    ready_notes: dict[str, Callable[[], str]] = field(default_factory=dict)
     _review_slots: asyncio.Semaphore | None = None
 
     def review_slots(self) -> asyncio.Semaphore:
@@ -231,7 +238,15 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
             raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
                                              f"{timeout:g} seconds") from None
         try:
-            return _admit(state, evaluate, served, body, timeout, deadline)
+            parsed = _parse(body)
+            if state.fetch_namespace is not None and parsed.namespace:
+                # Only a namespace the cluster view lacks waits on the network, within this deadline.
+                await state.fetch_namespace(parsed.namespace, _check_budget(deadline - loop.time()))
+            if state.authorizer is None:
+                return _admit(state, evaluate, served, parsed, timeout, deadline)
+            return await state.authorizer.evaluate(
+                parsed.user_info, lambda: _admit(state, evaluate, served, parsed, timeout, deadline),
+                lambda: _check_budget(deadline - loop.time()))
         finally:
             slots.release()
     finally:
@@ -258,9 +273,14 @@ class _BufferedBytes:
         self.size = 0
 
 
-def _admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, timeout: float,
-           deadline: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
-    loop = asyncio.get_running_loop()
+def _check_budget(remaining: float) -> float:
+    """Time a call to kube-apiserver (a namespace's live GET, authorizer checks) may take of what is left:
+    a slow or unreachable kube-apiserver becomes the policy's error with time to spare for the evaluation,
+    not a timeout of the whole request."""
+    return remaining - min(0.5, remaining * 0.2)
+
+
+def _parse(body: bytes) -> AdmissionRequest:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -270,6 +290,12 @@ def _admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, ti
     if isinstance(parsed, RequestError):
         raise BadRequest(400, "BadRequest", f"invalid AdmissionReview: {parsed.message}",
                          parsed.uid or request_uid(document))
+    return parsed
+
+
+def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: AdmissionRequest, timeout: float,
+           deadline: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
+    loop = asyncio.get_running_loop()
     remaining = deadline - loop.time()
     if remaining <= 0:
         # Waiting behind other requests used up this one's time: kube-apiserver has given up on it.
@@ -358,6 +384,9 @@ def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) 
             problem = request.app[STATE].disk_problem
             if name == "readyz" and problem is not None:
                 text += f"note: {problem}\n"
+            if name == "readyz":
+                for note_name, note in request.app[STATE].ready_notes.items():
+                    text += f"note: {note_name}: {note()}\n"
         else:
             failed = [check for check, ok in results if not ok]
             text = "ok" if healthy else f"{name} check failed: {', '.join(failed)}\n"

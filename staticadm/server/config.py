@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
+
 DEFAULT_LISTEN = "127.0.0.1:8443"
 DEFAULT_SOCKET_MODE = 0o660
 DEFAULT_POLL_INTERVAL = 60.0
@@ -72,6 +74,11 @@ class ServeConfig:
     tls_key: Path | None = None
     client_ca: Path | None = None
     namespaces: Path | None = None
+    #: kube-apiserver for namespace labels, namespaceObject and authorizer checks (the live cluster view).
+    kubeconfig: Path | None = None
+    #: How long SubjectAccessReview answers are reused (kube-apiserver's webhook authorizer defaults).
+    authorization_cache_authorized_ttl: float = DEFAULT_AUTHORIZED_TTL
+    authorization_cache_unauthorized_ttl: float = DEFAULT_UNAUTHORIZED_TTL
     state_dir: Path | None = None
     poll_interval: float = DEFAULT_POLL_INTERVAL
     log_format: str = "json"
@@ -112,6 +119,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="require HTTPS clients to present a certificate signed by this CA (default: no client certificates)")
     add("--namespaces", metavar="FILE", default=None,
         help="Namespace objects (YAML/JSON) for namespaceSelector and namespaceObject (default: none)")
+    add("--kubeconfig", metavar="FILE", default=None,
+        help="kubeconfig (its current context) through which kube-apiserver answers what a request does not "
+             "carry, as for its own admission plugins: namespaces (namespaceSelector labels, namespaceObject) "
+             "and authorizer checks (SubjectAccessReview) (default: none; only the name label, checks fail)")
+    add("--authorization-cache-authorized-ttl", metavar="SECONDS", default=None,
+        help=f"with --kubeconfig: how long an allowed authorizer check's SubjectAccessReview answer is reused "
+             f"(default: {DEFAULT_AUTHORIZED_TTL:g}, as kube-apiserver's webhook authorizer)")
+    add("--authorization-cache-unauthorized-ttl", metavar="SECONDS", default=None,
+        help=f"with --kubeconfig: how long any other answer is reused; errors never are (default: "
+             f"{DEFAULT_UNAUTHORIZED_TTL:g})")
     add("--config", metavar="FILE", default=None,
         help="YAML file with any of these options under the same names; flags win (default: none)")
     add("--state-dir", metavar="DIR", default=None,
@@ -146,6 +163,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tls-key", "client-ca", "namespaces",
+                 "kubeconfig", "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
                  "workers")
@@ -197,10 +215,11 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["socket_mode"] = _parse_mode(values["socket-mode"])
     if "listen" in values:
         updates["listen"] = parse_listen(str(values["listen"])) if values["listen"] not in ("", None) else None
-    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "state-dir"):
+    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir"):
         if values.get(name) not in (None, ""):
             updates[name.replace("-", "_")] = Path(str(values[name]))
-    for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout"):
+    for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout",
+                 "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl"):
         if name in values:
             updates[name.replace("-", "_")] = _parse_seconds(name, values[name])
     workers = values.get("workers", "auto")
@@ -219,6 +238,8 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     config = replace(config, **updates)
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key must be given together")
+    if config.namespaces is not None and config.kubeconfig is not None:
+        raise ConfigError("--namespaces and --kubeconfig are two sources of namespaces: give one")
     return config
 
 

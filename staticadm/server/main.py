@@ -27,6 +27,7 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
+from staticadm.cluster.view import ClusterView
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig
@@ -274,8 +275,22 @@ class _Daemon:
             return self._fail(str(error))
         if self.link is not None and any(tls for _, tls in listeners):
             self.tls = self._serving_tls()
+        cluster = None
+        if self.config.kubeconfig is not None:
+            # Each serving process keeps its own view, as each kube-apiserver instance does; it is not
+            # waited for: until it has synced, lookups it cannot answer fail under failurePolicy.
+            cluster = ClusterView.connect(
+                self.config.kubeconfig, observer=self.metrics, logger=self.log,
+                authorized_ttl=self.config.authorization_cache_authorized_ttl,
+                unauthorized_ttl=self.config.authorization_cache_unauthorized_ttl)
+            self.metrics.cache_state("namespaces", False, 0)
+            namespaces = cluster.namespaces
         state = self.state = ServerState(self.source, namespaces, self.metrics, self.log,
                                          body_timeout=self.config.body_timeout)
+        if cluster is not None:
+            state.fetch_namespace = cluster.namespaces.fetch
+            state.authorizer = cluster.authorizer
+            state.ready_notes["cluster-view"] = cluster.namespaces.describe
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         guard = ConnectionGuard(
             max_connections=connection_cap(self.config.max_connections, soft_limit),
@@ -313,6 +328,8 @@ class _Daemon:
             # The watchdog pings from the start: a first load that takes long is not a hang.
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
+            if cluster is not None:
+                background.append(supervised("namespace-informer", cluster.namespaces.run))
             link = self.link
             if link is None:
                 # Watches first, so no change after the first load can be missed.
@@ -374,6 +391,8 @@ class _Daemon:
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
             await runner.cleanup()
+            if cluster is not None:
+                await cluster.close()
             self.log.debug("shutdown: connections closed")
             for path, inode in self.unix_paths:
                 remove_unix_socket(path, inode)

@@ -116,6 +116,31 @@ class Metrics:
             "With --workers: workers that died (a native crash included) and were replaced.",
             registry=self.registry)
         self._config_hash: str | None = None
+        self.cluster_api_requests = Counter(
+            f"{PREFIX}_cluster_api_requests_total",
+            "Calls to kube-apiserver for the cluster view (--kubeconfig) by operation (list, watch, get, sar) "
+            "and result (ok, error).",
+            ("operation", "result"), registry=self.registry)
+        self.cluster_api_duration = Histogram(
+            f"{PREFIX}_cluster_api_request_duration_seconds",
+            "Duration of calls to kube-apiserver for the cluster view (a watch: how long it streamed).",
+            ("operation",), buckets=(*LATENCY_BUCKETS, 30.0, 60.0, 300.0, 600.0), registry=self.registry)
+        self.cluster_watch_restarts = Counter(
+            f"{PREFIX}_cluster_watch_restarts_total",
+            "Relists of the cluster view after a watch ended abnormally: expired (410 Gone) or error.",
+            ("resource", "reason"), registry=self.registry)
+        self.cluster_cache_synced = Gauge(
+            f"{PREFIX}_cluster_cache_synced",
+            "1 once the cluster view's cache of the resource has listed (with workers: the least of them).",
+            ("resource",), registry=self.registry, multiprocess_mode="livemin")
+        self.cluster_cache_objects = Gauge(
+            f"{PREFIX}_cluster_cache_objects",
+            "Objects in the cluster view's cache of the resource.",
+            ("resource",), registry=self.registry, multiprocess_mode="livemax")
+        self.authorizer_cache_lookups = Counter(
+            f"{PREFIX}_cluster_authorizer_cache_total",
+            "authorizer checks looked up in the SubjectAccessReview decision cache, by result (hit, miss).",
+            ("result",), registry=self.registry)
         # Pre-create the status series so a scrape shows 0 rather than nothing before the first failure.
         for status in ("success", "failure"):
             self.reloads.labels(status=status)
@@ -184,6 +209,22 @@ class Metrics:
             self._mutation_children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    # -- the cluster view's observer (staticadm.cluster.namespaces.ClusterObserver) ------------------------
+
+    def api_call(self, operation: str, seconds: float, error: bool) -> None:
+        self.cluster_api_requests.labels(operation, "error" if error else "ok").inc()
+        self.cluster_api_duration.labels(operation).observe(seconds)
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.cluster_watch_restarts.labels(resource, reason).inc()
+
+    def cache_state(self, resource: str, synced: bool, objects: int) -> None:
+        self.cluster_cache_synced.labels(resource).set(1 if synced else 0)
+        self.cluster_cache_objects.labels(resource).set(objects)
+
+    def authorizer_cache(self, hit: bool) -> None:
+        self.authorizer_cache_lookups.labels("hit" if hit else "miss").inc()
 
     def exposition(self) -> bytes:
         if not self.multiprocess:

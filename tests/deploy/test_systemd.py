@@ -119,12 +119,15 @@ def test_example_config_is_accepted_by_serve_with_every_documented_option(tmp_pa
                    for line in lines]
     assert len([1 for a, b in zip(lines, uncommented, strict=True) if a != b]) >= 10
     config_file = tmp_path / "staticadm.yaml"
-    config_file.write_text("\n".join(uncommented) + "\n")
-    config = resolve(build_parser().parse_args(["serve", "--config", str(config_file)]))
-    assert str(config.manifests) == "/etc/staticadm/manifests"
-    assert config.listen == ("127.0.0.1", 8443)
-    assert config.socket_mode == 0o660
-    assert config.tls_cert is not None and config.tls_cert.name == "serving.crt"
+    # The two sources of namespaces are alternatives: each is tried without the other.
+    for alternative in ("namespaces:", "kubeconfig:"):
+        config_file.write_text("\n".join(line for line in uncommented if not line.startswith(alternative)) + "\n")
+        config = resolve(build_parser().parse_args(["serve", "--config", str(config_file)]))
+        assert str(config.manifests) == "/etc/staticadm/manifests"
+        assert config.listen == ("127.0.0.1", 8443)
+        assert config.socket_mode == 0o660
+        assert config.tls_cert is not None and config.tls_cert.name == "serving.crt"
+        assert (config.kubeconfig is None) == (alternative == "kubeconfig:")
 
 
 _PR_SET_MDWE = 65

@@ -269,3 +269,20 @@ def test_check_warnings(tmp_path: Path) -> None:
     assert "cannot intersect" in messages
     assert "team" in messages
     assert "world-writable" in messages
+
+
+def test_check_warns_about_policies_that_need_cluster_data(tmp_path: Path) -> None:
+    reads_cluster = obj(VAP, spec__validations=[
+        {"expression": "namespaceObject.metadata.labels['tier'] == 'prod'"},
+        {"expression": "authorizer.group('').resource('secrets').check('get').allowed()"}])
+    path = write_yaml(tmp_path, "a.yaml", reads_cluster, VAPB)
+    out = io.StringIO()
+    run_check([str(tmp_path)], "json", out, io.StringIO())
+    warnings = json.loads(out.getvalue())["directories"][0]["warnings"]
+    cluster = [w for w in warnings if "namespaceObject" in w["message"]]
+    assert len(cluster) == 1
+    warning = cluster[0]
+    assert warning["file"] == str(path) and warning["kind"] == "ValidatingAdmissionPolicy"
+    assert f"bound by {VAPB['metadata']['name']}" in warning["message"]
+    assert "authorizer checks (SubjectAccessReview, with serve --kubeconfig)" in warning["message"]
+    assert "--kubeconfig" in warning["message"] and "failurePolicy decides" in warning["message"]

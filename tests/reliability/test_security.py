@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.pki import make_ca, make_leaf, write_ca
 from tests.server.harness import (
     RELOADS,
     Daemon,
@@ -23,7 +24,6 @@ from tests.server.harness import (
     wait_for,
     write_atomically,
 )
-from tests.server.test_daemon import _ca, _leaf, _write_ca
 
 SECRET_VALUE = "hunter2-do-not-log-me"
 
@@ -89,10 +89,10 @@ def test_tls_versions_and_cipher_suites(make_daemon: DaemonFactory) -> None:
 def test_client_certificate_authentication(make_daemon: DaemonFactory, tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     pki.mkdir()
-    clients, strangers = _ca("clients"), _ca("strangers")
-    daemon = make_daemon(args=["--client-ca", str(_write_ca(clients, pki / "clients-ca.crt"))])
-    good = _leaf(clients, server=False, directory=pki, stem="good")
-    bad = _leaf(strangers, server=False, directory=pki, stem="bad")
+    clients, strangers = make_ca("clients"), make_ca("strangers")
+    daemon = make_daemon(args=["--client-ca", str(write_ca(clients, pki / "clients-ca.crt"))])
+    good = make_leaf(clients, server=False, directory=pki, stem="good")
+    bad = make_leaf(strangers, server=False, directory=pki, stem="bad")
     for presented, allowed in ((None, False), (bad, False), (good, True)):
         daemon.client_cert = presented
         if allowed:

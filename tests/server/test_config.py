@@ -45,7 +45,13 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "max-connections": (500, "max_connections", 500),
     "allow-world-writable-manifests": (True, "allow_world_writable_manifests", True),
     "workers": (3, "workers", 3),
+    "authorization-cache-authorized-ttl": ("60", "authorization_cache_authorized_ttl", 60.0),
+    "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
+    # Excludes "namespaces" (two sources of namespaces): checked on its own.
+    "kubeconfig": ("/etc/staticadm/kubeconfig", "kubeconfig", Path("/etc/staticadm/kubeconfig")),
 }
+#: Options that cannot be given together with every other one.
+ALONE = ("kubeconfig",)
 
 #: The same options given as flags, with values different from the file's.
 FLAG_VALUES: dict[str, tuple[str, Any]] = {
@@ -87,16 +93,21 @@ def _yaml(values: dict[str, Any]) -> str:
 
 def test_every_option_can_come_from_the_file(tmp_path: Path) -> None:
     config_file = tmp_path / "staticadm.yaml"
-    config_file.write_text(_yaml({key: value for key, (value, _, _) in FILE_VALUES.items()}))
+    config_file.write_text(_yaml({key: value for key, (value, _, _) in FILE_VALUES.items() if key not in ALONE}))
     config = _parse("--config", str(config_file))
     for key, (_, attribute, expected) in FILE_VALUES.items():
-        assert getattr(config, attribute) == expected, key
+        if key not in ALONE:
+            assert getattr(config, attribute) == expected, key
+    for key in ALONE:
+        value, attribute, expected = FILE_VALUES[key]
+        config_file.write_text(_yaml({key: value}))
+        assert getattr(_parse("--config", str(config_file)), attribute) == expected, key
     assert set(FILE_VALUES) | {"config"} == _documented_options(), "an option is missing from this test"
 
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     config_file = tmp_path / "staticadm.yaml"
-    config_file.write_text(_yaml({key: value for key, (value, _, _) in FILE_VALUES.items()}
+    config_file.write_text(_yaml({key: value for key, (value, _, _) in FILE_VALUES.items() if key not in ALONE}
                                  | {"allow-world-writable-manifests": False}))
     argv = ["--config", str(config_file)]
     for key, (flag_value, _) in FLAG_VALUES.items():
@@ -209,3 +220,8 @@ def test_daemon_started_from_a_config_file_and_refusing_an_unknown_key(make_daem
 def test_a_bad_worker_count_names_the_option(value: str) -> None:
     with pytest.raises(ConfigError, match="--workers"):
         _parse("--workers", value)
+
+
+def test_namespaces_and_kubeconfig_are_one_or_the_other(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="two sources of namespaces"):
+        _parse("--namespaces", "/a.yaml", "--kubeconfig", "/kubeconfig")

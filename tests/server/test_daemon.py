@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
 import signal
@@ -17,11 +16,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.pki import make_ca, make_leaf, write_ca
 from tests.server.harness import (
     RELOADS,
     Daemon,
@@ -235,48 +231,6 @@ def test_bad_requests_get_4xx_json_without_echo(make_daemon: DaemonFactory, tmp_
 # -- TLS ---------------------------------------------------------------------------------------------
 
 
-def _ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return key, cert
-
-
-def _leaf(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], *, server: bool,
-          directory: Path, stem: str) -> tuple[Path, Path]:
-    ca_key, ca_cert = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    import ipaddress
-
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, stem)]))
-               .issuer_name(ca_cert.subject).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path
-
-
-def _write_ca(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], path: Path) -> Path:
-    path.write_bytes(ca[1].public_bytes(serialization.Encoding.PEM))
-    return path
-
-
 def test_generated_ca_is_reused_across_restarts(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon()
     ca = (daemon.state_dir / "tls" / "ca.crt").read_bytes()
@@ -291,17 +245,17 @@ def test_generated_ca_is_reused_across_restarts(make_daemon: DaemonFactory) -> N
 def test_tls_rotation_is_picked_up_without_restart(make_daemon: DaemonFactory, tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     pki.mkdir()
-    first_ca, second_ca = _ca("first"), _ca("second")
-    cert, key = _leaf(first_ca, server=True, directory=pki, stem="serving")
+    first_ca, second_ca = make_ca("first"), make_ca("second")
+    cert, key = make_leaf(first_ca, server=True, directory=pki, stem="serving")
     daemon = make_daemon(args=["--tls-cert", str(cert), "--tls-key", str(key)], start=False)
-    daemon.ca_file = _write_ca(first_ca, pki / "first-ca.crt")
+    daemon.ca_file = write_ca(first_ca, pki / "first-ca.crt")
     daemon.start()
     assert daemon.get("/readyz", via="https").status == 200
     # Rotate: new pair from another CA, each file replaced atomically (as a Secret volume would).
-    new_cert, new_key = _leaf(second_ca, server=True, directory=pki, stem="next")
+    new_cert, new_key = make_leaf(second_ca, server=True, directory=pki, stem="next")
     os.replace(new_key, key)
     os.replace(new_cert, cert)
-    second = ssl.create_default_context(cafile=str(_write_ca(second_ca, pki / "second-ca.crt")))
+    second = ssl.create_default_context(cafile=str(write_ca(second_ca, pki / "second-ca.crt")))
 
     def serves_new_certificate() -> bool:
         try:
@@ -316,13 +270,13 @@ def test_tls_rotation_is_picked_up_without_restart(make_daemon: DaemonFactory, t
 def test_client_certificates_required_with_client_ca(make_daemon: DaemonFactory, tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     pki.mkdir()
-    clients = _ca("clients")
-    client_ca = _write_ca(clients, pki / "clients-ca.crt")
+    clients = make_ca("clients")
+    client_ca = write_ca(clients, pki / "clients-ca.crt")
     daemon = make_daemon(args=["--client-ca", str(client_ca)], start=False)
     daemon.start()  # readiness is checked over the unix socket, which has no TLS
     with pytest.raises((aiohttp.ClientError, OSError)):
         daemon.get("/readyz", via="https")
-    daemon.client_cert = _leaf(clients, server=False, directory=pki, stem="client")
+    daemon.client_cert = make_leaf(clients, server=False, directory=pki, stem="client")
     assert daemon.get("/readyz", via="https").status == 200
     answer = daemon.validate(review({"deny": "true"}), via="https")
     assert answer.json()["response"]["allowed"] is False

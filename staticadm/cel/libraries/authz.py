@@ -1,15 +1,16 @@
-"""Kubernetes CEL authz library (``k8s.io/apiserver/pkg/cel/library/authz.go``), declarations only.
+"""Kubernetes CEL authz library (``k8s.io/apiserver/pkg/cel/library/authz.go``).
 
-staticadm runs as a webhook without a SubjectAccessReview client, so no authorization decision can be
-made. The library is still declared with Kubernetes' exact types and signatures so that policies using
-``authorizer`` compile exactly as they do in kube-apiserver; the builder calls (``group``, ``resource``,
-``namespace``, ...) evaluate and validate their arguments like Kubernetes, and ``check`` fails at runtime.
+The builder calls (``group``, ``resource``, ``namespace``, ...) evaluate and validate their arguments
+like Kubernetes. ``check`` asks the request's authorizer (:data:`ACTIVE_AUTHORIZER`, the cluster view's
+SubjectAccessReview session with ``--kubeconfig``); with none, it fails at runtime, naming why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from staticadm.cel.libraries.format import name_is_dns_label, name_is_dns_subdomain
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
@@ -25,6 +26,50 @@ NO_AUTHORIZER_MESSAGE = "authorization check not possible: no authorizer is conf
 
 #: ``user`` value meaning "the principal that sent the admission request".
 REQUEST_USER = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckAttributes:
+    """What one ``check(verb)`` asks: ``authorizer.AttributesRecord`` as the library fills it."""
+
+    user: str
+    verb: str
+    path: str | None = None
+    group: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+    field_selector: str = ""
+    label_selector: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDecision:
+    """What a Decision answers: ``allowed()``, ``reason()``, and ``error()`` (``errored()`` when set)."""
+
+    allowed: bool
+    reason: str
+    error: str
+
+
+class AuthorizationPending(CelFunctionError):
+    """The check's answer is being fetched; this round of the request's evaluation is discarded."""
+
+    def __init__(self) -> None:
+        super().__init__("authorization check pending")
+
+
+class RequestAuthorizer(Protocol):
+    def authorize(self, attributes: CheckAttributes) -> CheckDecision:
+        """The decision, or AuthorizationPending when it is not known yet."""
+        ...
+
+
+#: The authorizer of the request being evaluated. A context variable because the engine calls ``check``
+#: with only its CEL arguments; the request it belongs to is the evaluation's context (as Go passes
+#: ``context.Context``), set around each evaluation and never shared between requests.
+ACTIVE_AUTHORIZER: ContextVar[RequestAuthorizer | None] = ContextVar("staticadm_active_authorizer", default=None)
 
 
 def make_authorizer(user: str = REQUEST_USER) -> dict[str, Any]:
@@ -109,14 +154,27 @@ def _setter(field: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
 def _check(check: dict[str, Any], verb: str) -> dict[str, Any]:
     # Both check overloads share this impl: at runtime a PathCheck and a ResourceCheck are both plain
     # dicts, so the engine may route either one here.
-    if opaque_type_name(check) not in (PATH_CHECK_TYPE_NAME, RESOURCE_CHECK_TYPE_NAME):
+    kind = opaque_type_name(check)
+    if kind not in (PATH_CHECK_TYPE_NAME, RESOURCE_CHECK_TYPE_NAME):
         raise CelFunctionError("no such overload")
-    raise CelFunctionError(NO_AUTHORIZER_MESSAGE)
+    authorizer = ACTIVE_AUTHORIZER.get()
+    if authorizer is None:
+        raise CelFunctionError(NO_AUTHORIZER_MESSAGE)
+    user = check.get("user", REQUEST_USER)
+    if kind == PATH_CHECK_TYPE_NAME:
+        attributes = CheckAttributes(user, verb, path=check["path"])
+    else:
+        attributes = CheckAttributes(user, verb, group=check["group"], resource=check["resource"],
+                                     subresource=check["subresource"], namespace=check["namespace"],
+                                     name=check["name"], field_selector=check["fieldSelector"],
+                                     label_selector=check["labelSelector"])
+    decision = authorizer.authorize(attributes)
+    return make_opaque(DECISION_TYPE_NAME, allowed=decision.allowed, reason=decision.reason, error=decision.error)
 
 
 def _decision_field(field: str) -> Callable[[dict[str, Any]], Any]:
-    # check() never yields a Decision here, so this only matters for values built by hand; one without
-    # the field is treated as the unavailable check it stands for.
+    # A Decision only comes from check(); one built otherwise lacks the fields and stands for an
+    # unavailable check.
     def impl(decision: dict[str, Any]) -> Any:
         d = _expect(decision, DECISION_TYPE_NAME)
         if field not in d:

@@ -1,0 +1,296 @@
+"""An in-tree stand-in for kube-apiserver: the namespaces API and SubjectAccessReview on its wire protocol.
+
+HTTPS with bearer tokens or client certificates (401 Status otherwise), paged JSON lists carrying a
+resourceVersion, chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, 410 Expired for
+a resourceVersion older than its history, 404 Status for a missing namespace. It runs in a thread with
+its own event loop so the tests drive it synchronously while daemons talk to it as to kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from tests.pki import make_ca, make_leaf, write_ca
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+@dataclass
+class _Watch:
+    queue: asyncio.Queue[dict[str, Any] | None]
+    bookmarks: bool
+
+
+@dataclass
+class FakeApiServer:
+    directory: Path
+    port: int
+    token: str = "admin-token"
+    #: Client certificates signed by this stand-in's client CA are accepted too.
+    accept_client_certificates: bool = True
+    #: Answers a SubjectAccessReview's spec with its status; None: 404 for the API.
+    authorize: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: Seconds a SubjectAccessReview takes to answer (for timeouts).
+    sar_delay: float = 0.0
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    sar_requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._ca = make_ca("fake-kube-apiserver")
+        self.ca_file = write_ca(self._ca, self.directory / "apiserver-ca.crt")
+        self._cert, self._key = make_leaf(self._ca, server=True, directory=self.directory, stem="apiserver")
+        self.client_cert, self.client_key = make_leaf(self._ca, server=False, directory=self.directory,
+                                                      stem="staticadm-client")
+        self._lock = threading.Lock()
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._version = 100
+        #: Watches from an older resourceVersion than this get 410 Expired.
+        self._oldest = 100
+        self._watches: list[_Watch] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    # -- kubeconfigs --------------------------------------------------------------------------------
+
+    def kubeconfig(self, path: Path, *, token: str | None = None, token_file: Path | None = None,
+                   client_certificate: bool = False) -> Path:
+        user: dict[str, Any] = {}
+        if client_certificate:
+            user = {"client-certificate": str(self.client_cert), "client-key": str(self.client_key)}
+        elif token_file is not None:
+            user = {"tokenFile": str(token_file)}
+        else:
+            user = {"token": token if token is not None else self.token}
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "staticadm",
+            "clusters": [{"name": "kubernetes", "cluster": {"server": self.url,
+                                                             "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "staticadm", "user": user}],
+            "contexts": [{"name": "staticadm", "context": {"cluster": "kubernetes", "user": "staticadm"}}],
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # -- the namespaces the tests change ------------------------------------------------------------
+
+    def set_namespace(self, name: str, labels: dict[str, str] | None = None,
+                      annotations: dict[str, str] | None = None) -> None:
+        with self._lock:
+            existing = self._namespaces.get(name)
+            self._version += 1
+            metadata: dict[str, Any] = {
+                "name": name, "uid": existing["metadata"]["uid"] if existing else str(uuid.uuid4()),
+                "resourceVersion": str(self._version),
+                "creationTimestamp": existing["metadata"]["creationTimestamp"] if existing
+                else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "labels": {**(labels or {}), "kubernetes.io/metadata.name": name},
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "v1"}],
+            }
+            if annotations:
+                metadata["annotations"] = annotations
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata,
+                         "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+            self._namespaces[name] = namespace
+            self._record("MODIFIED" if existing else "ADDED", namespace)
+
+    def delete_namespace(self, name: str) -> None:
+        with self._lock:
+            namespace = self._namespaces.pop(name)
+            self._version += 1
+            namespace = {**namespace, "metadata": {**namespace["metadata"], "resourceVersion": str(self._version)}}
+            self._record("DELETED", namespace)
+
+    def expire_watches(self) -> None:
+        """Compacts the history: every open watch gets ERROR 410 Expired, as after an etcd compaction."""
+        with self._lock:
+            self._oldest = self._version
+            self._history.clear()
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            self._send(watch, {"type": "ERROR", "object": status(410, "Expired", "too old resource version")})
+            self._send(watch, None)
+
+    def _record(self, kind: str, namespace: dict[str, Any]) -> None:
+        self._history.append((self._version, kind, namespace))
+        for watch in self._watches:
+            self._send(watch, {"type": kind, "object": namespace})
+
+    def _send(self, watch: _Watch, event: dict[str, Any] | None) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(watch.queue.put_nowait, event)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._serve())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        assert ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        with contextlib.suppress(Exception):
+            future.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self._loop = None
+        self._thread = None
+
+    async def _serve(self) -> None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self._cert, self._key)
+        if self.accept_client_certificates:
+            context.load_verify_locations(cafile=str(self.ca_file))
+            context.verify_mode = ssl.CERT_OPTIONAL
+        app = web.Application()
+        app.router.add_get("/api/v1/namespaces", self._namespaces_collection)
+        app.router.add_get("/api/v1/namespaces/{name}", self._namespace)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._subject_access_review)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
+
+    async def _shutdown(self) -> None:
+        with self._lock:
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.queue.put_nowait(None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- handlers -----------------------------------------------------------------------------------
+
+    def _authenticated(self, request: web.Request) -> bool:
+        if request.headers.get("Authorization") == f"Bearer {self.token}":
+            return True
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        return bool(peer) and self.accept_client_certificates
+
+    def _json(self, body: Any, code: int = 200) -> web.Response:
+        return web.Response(body=orjson.dumps(body), status=code, content_type="application/json")
+
+    async def _namespaces_collection(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        if request.query.get("watch") in ("1", "true"):
+            return await self._watch(request)
+        limit = int(request.query.get("limit") or 0)
+        with self._lock:
+            token = request.query.get("continue")
+            if token:
+                version, offset = (int(part) for part in token.split(":"))
+                if version < self._oldest:
+                    return self._json(status(410, "Expired", "The provided continue parameter is too old"), 410)
+            else:
+                version, offset = self._version, 0
+            items = [self._without_type(ns) for _, ns in sorted(self._namespaces.items())]
+            page = items[offset:offset + limit] if limit else items[offset:]
+            metadata: dict[str, Any] = {"resourceVersion": str(version)}
+            if limit and offset + limit < len(items):
+                metadata["continue"] = f"{version}:{offset + limit}"
+        return self._json({"kind": "NamespaceList", "apiVersion": "v1", "metadata": metadata, "items": page})
+
+    @staticmethod
+    def _without_type(namespace: dict[str, Any]) -> dict[str, Any]:
+        # kube-apiserver's list items carry neither apiVersion nor kind.
+        return {key: value for key, value in namespace.items() if key not in ("apiVersion", "kind")}
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        since = int(request.query.get("resourceVersion") or 0)
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        watch = _Watch(asyncio.Queue(), request.query.get("allowWatchBookmarks") == "true")
+        with self._lock:
+            expired = since < self._oldest
+            if not expired:
+                for version, kind, namespace in self._history:
+                    if version > since:
+                        watch.queue.put_nowait({"type": kind, "object": namespace})
+                self._watches.append(watch)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if expired:
+            await response.write(orjson.dumps({"type": "ERROR", "object": status(
+                410, "Expired", f"too old resource version: {since} ({self._oldest})")}) + b"\n")
+            return response
+        ends = time.monotonic() + timeout
+        try:
+            while time.monotonic() < ends:
+                try:
+                    event = await asyncio.wait_for(watch.queue.get(), timeout=min(1.0, ends - time.monotonic()))
+                except TimeoutError:
+                    if watch.bookmarks:
+                        event = {"type": "BOOKMARK", "object": {"kind": "Namespace", "apiVersion": "v1",
+                                                                "metadata": {"resourceVersion": str(self._version)}}}
+                    else:
+                        continue
+                if event is None:
+                    break
+                await response.write(orjson.dumps(event) + b"\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            with self._lock:
+                if watch in self._watches:
+                    self._watches.remove(watch)
+        return response
+
+    async def _namespace(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        name = request.match_info["name"]
+        with self._lock:
+            namespace = self._namespaces.get(name)
+        if namespace is None:
+            return self._json(status(404, "NotFound", f'namespaces "{name}" not found'), 404)
+        return self._json(namespace)
+
+    async def _subject_access_review(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("POST", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        if self.authorize is None:
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        review = await request.json()
+        self.sar_requests.append(review)
+        if self.sar_delay:
+            await asyncio.sleep(self.sar_delay)
+        return self._json({**review, "status": self.authorize(review.get("spec") or {})}, 201)

@@ -1,0 +1,257 @@
+"""The live cluster view's namespaces (``--kubeconfig``): real daemons against a stand-in kube-apiserver."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from staticadm.cli import main
+from tests.cluster.apiserver import FakeApiServer
+from tests.server.harness import DaemonFactory, wait_for
+
+SELECTOR_POLICY = """apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: test-namespaces.static.k8s.io
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  validations:
+  - expression: "false"
+    message: no pods in test namespaces
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: test-namespaces.static.k8s.io
+spec:
+  policyName: test-namespaces.static.k8s.io
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        environment: test
+"""
+
+NAMESPACE_OBJECT_POLICY = """apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: team-owner.static.k8s.io
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: >-
+      has(namespaceObject.metadata.annotations) && 'owner' in namespaceObject.metadata.annotations
+      && namespaceObject.status.phase == 'Active' && namespaceObject.metadata.uid != ''
+      && namespaceObject.spec.finalizers == ['kubernetes']
+    messageExpression: "'namespace ' + namespaceObject.metadata.name + ' has no owner'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: team-owner.static.k8s.io
+spec:
+  policyName: team-owner.static.k8s.io
+  validationActions: [Deny]
+"""
+
+
+def pod_review(namespace: str, *, resource: str = "pods", kind: str = "Pod") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": f"uid-{namespace}", "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": resource}, "operation": "CREATE",
+            "name": "web", "namespace": namespace, "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": kind, "metadata": {"name": "web", "namespace": namespace}},
+        },
+    }
+
+
+def answer(daemon: Any, namespace: str, **kwargs: Any) -> dict[str, Any]:
+    response = daemon.validate(pod_review(namespace, **kwargs))
+    assert response.status == 200, response.body
+    return response.json()["response"]  # type: ignore[no-any-return]
+
+
+def allowed(daemon: Any, namespace: str) -> bool:
+    return bool(answer(daemon, namespace)["allowed"])
+
+
+def start_daemon(make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path, policy: str = SELECTOR_POLICY,
+                 *, workers: int = 1, **kubeconfig: Any) -> Any:
+    daemon = make_daemon(policy=None, start=False,
+                         args=["--workers", str(workers),
+                               "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig", **kubeconfig))])
+    (daemon.manifests / "policy.yaml").write_text(policy)
+    return daemon.start()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_label_selector_decides_per_namespace_and_follows_label_changes(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path, workers: int) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.set_namespace("shop", {"environment": "production"})
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path, workers=workers)
+    assert wait_for(lambda: not allowed(daemon, "qa"), timeout=10), daemon.log()
+    assert answer(daemon, "qa")["status"]["message"].endswith("no pods in test namespaces")
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1)
+    synced_at = len(apiserver.requests)
+    assert allowed(daemon, "shop")
+    # A label change arrives by the watch and flips the decision.
+    changed = time.monotonic()
+    apiserver.set_namespace("shop", {"environment": "test"})
+    # Every worker keeps its own view: each answer (whichever worker gives it) must have flipped.
+    assert wait_for(lambda: not any(allowed(daemon, "shop") for _ in range(4)), timeout=5)
+    print(f"label change to decision: {time.monotonic() - changed:.3f} s")
+    apiserver.set_namespace("qa", {"environment": "production"})
+    assert wait_for(lambda: all(allowed(daemon, "qa") for _ in range(4)), timeout=5)
+    assert daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1
+    assert daemon.metric("staticadm_cluster_cache_objects", {"resource": "namespaces"}) == 2
+    verbose = daemon.get("/readyz?verbose").body.decode()
+    assert "note: cluster-view: namespaces synced (2 cached" in verbose
+    # Once synced, lookups come from the cache: no per-request GETs.
+    assert not [path for _, path in apiserver.requests[synced_at:] if path.startswith("/api/v1/namespaces/")]
+
+
+def test_a_namespace_created_after_start_and_one_deleted(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path)
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1)
+    apiserver.set_namespace("new-team", {"environment": "test"})
+    assert wait_for(lambda: not allowed(daemon, "new-team"), timeout=5)
+    apiserver.delete_namespace("qa")
+
+    def gone() -> bool:
+        response = answer(daemon, "qa")
+        return not response["allowed"] and 'namespaces "qa" not found' in response["status"]["message"]
+
+    assert wait_for(gone, timeout=5), answer(daemon, "qa")
+    # The deleted namespace was asked for by a live GET (it might have been re-created since).
+    assert ("GET", "/api/v1/namespaces/qa") in apiserver.requests
+
+
+def test_a_live_get_answers_a_namespace_the_watch_has_not_delivered(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path)
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1)
+    # Stop the watch from delivering: the namespace is known only to a live GET.
+    apiserver.token = "rotated"
+    apiserver.expire_watches()
+    apiserver.token = "admin-token"
+    apiserver.set_namespace("fresh", {"environment": "test"})
+    assert not allowed(daemon, "fresh")
+
+
+def test_a_watch_ended_by_410_relists_and_recovers(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "production"})
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path)
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1)
+    assert allowed(daemon, "qa")
+    apiserver.expire_watches()
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_watch_restarts_total",
+                                          {"resource": "namespaces", "reason": "expired"}) >= 1)
+    apiserver.set_namespace("qa", {"environment": "test"})
+    assert wait_for(lambda: not allowed(daemon, "qa"), timeout=5)
+    lists = [path for method, path in apiserver.requests if path.startswith("/api/v1/namespaces?limit")]
+    assert len(lists) >= 2
+
+
+def test_kube_apiserver_down_at_start_then_up(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    daemon = start_daemon(make_daemon, apiserver, tmp_path)  # ready without the cluster view
+    response = answer(daemon, "qa")
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert 'namespace "qa"' in message and "unreachable" in message, message
+    # Never a guess: the selector needs a label nobody can read yet, so the policy's failurePolicy decides.
+    assert "not synced yet" in daemon.get("/readyz?verbose").body.decode()
+    assert daemon.get("/readyz").status == 200
+    apiserver.start()
+    assert wait_for(lambda: not allowed(daemon, "qa") and "no pods in test namespaces" in
+                    answer(daemon, "qa")["status"]["message"], timeout=15), daemon.log()
+    apiserver.set_namespace("shop", {})
+    assert wait_for(lambda: allowed(daemon, "shop"), timeout=5)
+
+
+def test_namespace_object_carries_what_kube_apiserver_copies(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("owned", {}, annotations={"owner": "team-a"})
+    apiserver.set_namespace("orphan", {})
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path, NAMESPACE_OBJECT_POLICY)
+    review = {"resource": "configmaps", "kind": "ConfigMap"}
+    assert wait_for(lambda: answer(daemon, "owned", **review)["allowed"], timeout=10), answer(daemon, "owned", **review)
+    denied = answer(daemon, "orphan", **review)
+    assert not denied["allowed"] and denied["status"]["message"].endswith("namespace orphan has no owner")
+
+
+def test_client_certificates_and_a_rotated_token_file(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path, client_certificate=True)
+    assert wait_for(lambda: not allowed(daemon, "qa"), timeout=10), daemon.log()
+    daemon.stop()
+
+    token_file = tmp_path / "token"
+    token_file.write_text("old-token")
+    apiserver.token = "new-token"
+    other = make_daemon(policy=None, start=False, workdir=tmp_path / "second",
+                        args=["--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kc2", token_file=token_file))])
+    (tmp_path / "second").mkdir(exist_ok=True)
+    (other.manifests / "policy.yaml").write_text(SELECTOR_POLICY)
+    other.start()
+    # 401 with the old token: the lookup fails, naming the cause.
+    assert wait_for(lambda: "Unauthorized" in answer(other, "qa")["status"]["message"], timeout=10), other.log()
+    token_file.write_text("new-token")  # the kubelet rotates a projected token in place
+    assert wait_for(lambda: "no pods in test namespaces" in answer(other, "qa")["status"]["message"], timeout=15)
+
+
+def test_review_with_a_kubeconfig_decides_as_the_daemon(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.set_namespace("shop", {"environment": "production"})
+    apiserver.start()
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "policy.yaml").write_text(SELECTOR_POLICY)
+    kubeconfig = apiserver.kubeconfig(tmp_path / "kubeconfig")
+    pod = tmp_path / "pod.yaml"
+
+    def review(namespace: str) -> tuple[int, str, str]:
+        pod.write_text(f"apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: {namespace}}}\n")
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["review", "--manifests", str(manifests), "--kubeconfig", str(kubeconfig), "-f", str(pod)],
+                    stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, _ = review("qa")
+    assert code == 3 and "no pods in test namespaces" in out
+    assert review("shop")[0] == 0
+    code, out, _ = review("nowhere")
+    assert code == 4 and 'namespaces "nowhere" not found' in out
+    apiserver.stop()
+    code, _, err = review("qa")
+    assert code == 2 and "--kubeconfig" in err and "cannot list namespaces" in err and "unreachable" in err
