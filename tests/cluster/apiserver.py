@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
+import sys
 import threading
 import time
 import uuid
@@ -76,9 +78,16 @@ class FakeApiServer:
     # -- kubeconfigs --------------------------------------------------------------------------------
 
     def kubeconfig(self, path: Path, *, token: str | None = None, token_file: Path | None = None,
-                   client_certificate: bool = False) -> Path:
+                   client_certificate: bool = False, exec_token: str | None = None) -> Path:
         user: dict[str, Any] = {}
-        if client_certificate:
+        if exec_token is not None:
+            # A client-go credential plugin: prints an ExecCredential carrying the token.
+            credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                          "status": {"token": exec_token}}
+            user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                             "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
+                             "interactiveMode": "Never"}}
+        elif client_certificate:
             user = {"client-certificate": str(self.client_cert), "client-key": str(self.client_key)}
         elif token_file is not None:
             user = {"tokenFile": str(token_file)}

@@ -255,3 +255,12 @@ def test_review_with_a_kubeconfig_decides_as_the_daemon(apiserver: FakeApiServer
     apiserver.stop()
     code, _, err = review("qa")
     assert code == 2 and "--kubeconfig" in err and "cannot list namespaces" in err and "unreachable" in err
+
+
+def test_an_exec_credential_plugin(make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.token = "from-the-plugin"
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path, exec_token="from-the-plugin")
+    assert wait_for(lambda: "no pods in test namespaces" in answer(daemon, "qa")["status"]["message"],
+                    timeout=10), daemon.log()
