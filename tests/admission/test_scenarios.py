@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-SCENARIOS_DIR = SHARED / "conformance" / "scenarios"
+from tests.conftest import corpus_file
+
+SCENARIOS_DIR = corpus_file("scenarios", "docs_scenarios.json").parent
 KNOWN_GAPS: dict[str, str] = json.loads((Path(__file__).parent / "known_gaps.json").read_text())["scenarios"]
 
 
 def _scenarios() -> list[dict[str, Any]]:
-    path = SCENARIOS_DIR / "docs_scenarios.json"
-    return json.loads(path.read_text()) if path.exists() else []
+    return json.loads((SCENARIOS_DIR / "docs_scenarios.json").read_text())
 
 
 ALL_SCENARIOS = _scenarios()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import corpus_file
 
 CORPORA = ("cel_library_cases.json", "cel_spec_cases.json")
 KNOWN_GAPS: dict[str, str] = json.loads((Path(__file__).parent / "known_gaps.json").read_text())["cases"]
@@ -24,9 +24,7 @@ KNOWN_GAPS: dict[str, str] = json.loads((Path(__file__).parent / "known_gaps.jso
 def _cases() -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = []
     for corpus in CORPORA:
-        path = SHARED / "conformance" / "cel" / corpus
-        if path.exists():
-            cases.extend(json.loads(path.read_text()))
+        cases.extend(json.loads(corpus_file("cel", corpus).read_text()))
     return cases
 
 

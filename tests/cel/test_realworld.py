@@ -15,13 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import corpus_file
 
-REALWORLD = SHARED / "conformance" / "realworld"
-pytestmark = pytest.mark.skipif(
-    not (REALWORLD / "tools" / "verdicts.json").is_file(),
-    reason=f"the real-world policy corpus is not present at {REALWORLD}",
-)
+REALWORLD = corpus_file("realworld", "tools", "verdicts.json").parent.parent
 
 
 def _case_dirs() -> list[Path]:
