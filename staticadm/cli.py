@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from staticadm import __version__
@@ -26,24 +27,56 @@ def _json_line(value: Any) -> str:
 def _parse_var(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep or not name:
-        raise argparse.ArgumentTypeError(f"--var expects NAME=JSON, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--var expects NAME=JSON or NAME=@FILE, got {text!r}")
+    if raw.startswith("@"):
+        import yaml
+
+        from staticadm.yamltext import describe_yaml_error
+
+        try:
+            with open(raw[1:], encoding="utf-8") as handle:
+                documents = [d for d in yaml.safe_load_all(handle) if d is not None]
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: {error.strerror or error}") from error
+        except yaml.YAMLError as error:
+            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: not JSON or YAML: "
+                                             f"{describe_yaml_error(error)}") from error
+        if len(documents) != 1:
+            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]} must hold one document, holds {len(documents)}")
+        return name, documents[0]
     try:
         return name, json.loads(raw)
     except json.JSONDecodeError as error:
         raise argparse.ArgumentTypeError(f"--var {name}: invalid JSON: {error}") from error
 
 
-def _evaluate_to_json(source: str, variables: dict[str, Any]) -> tuple[str, Any]:
-    """(``"value"``, json) or (``"compile"``/``"runtime"``, message)."""
+def _evaluate_to_json(source: str, variables: dict[str, Any], mutating: bool = False) -> tuple[str, Any]:
+    """(``"value"``, json) or (``"compile"``/``"runtime"``, message). In the mutating environment an
+    ``Object{...}`` value is shown as the apply configuration it stands for and ``JSONPatch{...}`` values as
+    the operations, as kube-apiserver would apply them."""
     from staticadm.cel import CompileError, EvalError, admission_environment, evaluate_standalone
+    from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
     from staticadm.cel.values import to_json_value
 
-    outcome = evaluate_standalone(source, variables)
+    outcome = evaluate_standalone(source, variables, mutating=mutating)
     if isinstance(outcome, CompileError):
         return "compile", outcome.message
     if isinstance(outcome, EvalError):
         return "runtime", outcome.message
-    renderers = {name: t.to_string for name, t in admission_environment().opaque_types.items()}
+    if mutating and (is_object(outcome) or (isinstance(outcome, list) and outcome and all(map(is_jsonpatch, outcome)))):
+        type_errors: list[str] = []
+        try:
+            if is_object(outcome):
+                plain = to_plain(outcome, None, type_errors)
+            else:
+                plain = [{key: to_plain(value, None, type_errors) for key, value in item["fields"].items()}
+                         for item in outcome]
+        except ConversionError as error:
+            return "runtime", str(error)
+        if type_errors:
+            return "runtime", "type mismatch: " + "\n".join(type_errors)
+        return "value", plain
+    renderers = {name: t.to_string for name, t in admission_environment(mutating).opaque_types.items()}
     return "value", to_json_value(outcome, renderers)
 
 
@@ -61,7 +94,7 @@ def command_cel_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, st
     if args.expression is None:
         stderr.write("staticadm cel eval: EXPR is required (or use --jsonl)\n")
         return EXIT_USAGE
-    phase, result = _evaluate_to_json(args.expression, dict(args.var))
+    phase, result = _evaluate_to_json(args.expression, dict(args.var), mutating=args.mutating)
     if phase == "value":
         stdout.write(_json_line(result) + "\n")
         return EXIT_OK
@@ -91,7 +124,11 @@ def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
 def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.manifests.check import run_check
 
-    return run_check(args.directories, args.output, stdout, stderr)
+    directories = [*args.manifests, *args.directories]
+    if not directories and not args.filenames:
+        stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
+        return EXIT_USAGE
+    return run_check(directories, args.output, stdout, stderr, files=args.filenames)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -121,6 +158,15 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     finally:
         if owned_metrics_directory is not None:
             shutil.rmtree(owned_metrics_directory, ignore_errors=True)
+
+
+# -- test -------------------------------------------------------------------------------------------
+
+
+def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.policytest.report import run_tests
+
+    return run_tests(args.paths, args.output, args.junit, stdout, stderr)
 
 
 # -- review -----------------------------------------------------------------------------------------
@@ -216,9 +262,51 @@ def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: Text
         return EXIT_USAGE
     for note in generated.notes:
         stderr.write(f"staticadm webhook-config: {note}\n")
+    if args.out_dir is not None:
+        return _write_webhook_files(Path(args.out_dir), generated.documents, args.registration, stdout, stderr)
     if generated.documents:
         stdout.write(yaml.safe_dump_all([dict(d) for d in generated.documents], sort_keys=False,
                                         default_flow_style=False, explicit_start=True))
+    return EXIT_OK
+
+
+#: Where each configuration goes under --out-dir: static manifests into the two directories the
+#: AdmissionConfiguration names for kube-apiserver's plugins; API objects side by side for kubectl apply.
+_WEBHOOK_FILES = {
+    ("static", "ValidatingWebhookConfiguration"): "validating-webhooks/{name}.yaml",
+    ("static", "MutatingWebhookConfiguration"): "mutating-webhooks/{name}.yaml",
+    ("api", "ValidatingWebhookConfiguration"): "validating-{name}.yaml",
+    ("api", "MutatingWebhookConfiguration"): "mutating-{name}.yaml",
+}
+
+
+def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdout: TextIO, stderr: TextIO) -> int:
+    """One file per configuration, each replaced atomically (kube-apiserver reloads static manifests when
+    they change and must never read half of one); a configuration no longer generated is removed, so the
+    directory says exactly what the policies need."""
+    import yaml
+
+    from staticadm.atomicfile import write_atomically
+    from staticadm.deploy.webhooks import API_NAME, STATIC_NAME
+
+    name = STATIC_NAME if registration == "static" else API_NAME
+    wanted = {}
+    for document in documents:
+        relative = _WEBHOOK_FILES[(registration, document["kind"])].format(name=document["metadata"]["name"])
+        wanted[out_dir / relative] = yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False)
+    try:
+        for path, text in wanted.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, text.encode())
+            stdout.write(f"wrote {path}\n")
+        for (kind_registration, _), pattern in _WEBHOOK_FILES.items():
+            stale = out_dir / pattern.format(name=name)
+            if kind_registration == registration and stale not in wanted and stale.exists():
+                stale.unlink()
+                stdout.write(f"removed {stale} (no policy of its kind)\n")
+    except OSError as error:
+        stderr.write(f"staticadm webhook-config: --out-dir {out_dir}: {error.strerror or error}\n")
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -239,7 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     eval_parser = cel_commands.add_parser(
         "eval",
         help="evaluate one expression (or JSON lines from stdin) in the admission CEL environment",
-        description="Prints the result as JSON. Exit 0 on a value, 1 on a runtime error, 2 on a compile error.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Prints the result as JSON. Exit 0 on a value, 1 on a runtime error, 2 on a compile error.\n\n"
+                    "example: staticadm cel eval --var object=@pod.yaml \"object.spec.containers.all(c, "
+                    "has(c.resources))\"\n"
+                    "         staticadm cel eval --mutating --var object=@pod.yaml "
+                    "\"Object{metadata: Object.metadata{labels: {'team': 'a'}}}\"",
     )
     eval_parser.add_argument("expression", nargs="?", metavar="EXPR", help="the CEL expression")
     eval_parser.add_argument(
@@ -249,7 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=JSON",
         help="bind an admission variable (object, oldObject, request, namespaceObject, "
-        "variables) to a JSON value; repeatable",
+        "variables) to a JSON value, or to the JSON/YAML document in FILE with NAME=@FILE; repeatable",
+    )
+    eval_parser.add_argument(
+        "--mutating",
+        action="store_true",
+        help="the MutatingAdmissionPolicy environment: Object{...} (printed as the apply configuration) and "
+        "JSONPatch{...} (printed as the operations)",
     )
     eval_parser.add_argument(
         "--jsonl",
@@ -261,11 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser = commands.add_parser(
         "check",
         help="validate manifest directories offline, exactly as the daemon loads them",
-        description="Exit 0 when every directory is valid (warnings allowed), 1 when any is invalid.",
-    )
-    check_parser.add_argument("directories", nargs="+", metavar="DIR")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Loads each directory as the daemon (and kube-apiserver's static-manifest loader) would,\n"
+                    "reporting every error with its file, document and field, and warnings about what loads\n"
+                    "but probably does not do what was meant. Files given with -f are checked together, as if\n"
+                    "they were one directory.\n\n"
+                    "Exit codes: 0 everything valid (warnings allowed); 1 something invalid; 2 usage.\n\n"
+                    "example: staticadm check /etc/staticadm/manifests\n"
+                    "         staticadm check -f policy.yaml -f binding.yaml -o json")
+    check_parser.add_argument("directories", nargs="*", metavar="DIR", help="manifest directories")
+    check_parser.add_argument("--manifests", action="append", default=[], metavar="DIR",
+                              help="a manifest directory, as DIR (the flag every command spells alike); repeatable")
+    check_parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
+                              help="a manifest file; all of them are checked together as one set; repeatable")
     check_parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="report format (default: text)"
+        "-o", "--output", choices=("text", "json", "yaml"), default="text", help="report format (default: text)"
     )
     check_parser.set_defaults(handler=command_check)
 
@@ -289,9 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("--kubeconfig", metavar="FILE",
                                help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
                                     "the daemon does with the same flag")
-    review_parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
+    review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                                help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
-                                    "\"review\": the AdmissionReview answer} (default: text)")
+                                    "\"review\": the AdmissionReview answer}, or the same as YAML documents "
+                                    "(default: text)")
     review_parser.add_argument("requests", nargs="*", metavar="REQUEST",
                                help="AdmissionReview or object file (JSON or YAML, several documents allowed), "
                                     "or - for stdin")
@@ -314,12 +424,29 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
     review_parser.set_defaults(handler=command_review)
 
+    test_parser = commands.add_parser(
+        "test", help="run declarative policy tests (PolicyTest files) against their manifests, for CI",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Finds every staticadm.io/v1alpha1 PolicyTest document in the given files and, recursively,\n"
+                    "directories; evaluates each case with the daemon's engine against the manifests the file\n"
+                    "names, and compares the answer with the case's expectation (README, \"Policy tests\").\n\n"
+                    "Exit codes: 0 every case passed; 1 some case failed; 2 a test file or its manifests\n"
+                    "are unusable, or no test was found.\n\n"
+                    "example: staticadm test manifests/examples/tests\n"
+                    "         staticadm test --junit report.xml policies/")
+    test_parser.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories holding them")
+    test_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                             help="a readable summary with diffs, or the whole result as JSON or YAML (default: text)")
+    test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE")
+    test_parser.set_defaults(handler=command_test)
+
     certs_parser = commands.add_parser(
         "certs", help="create the local CA and the HTTPS serving certificate kube-apiserver trusts",
         description="Writes ca.crt, ca.key, serving.crt and serving.key (keys mode 0600). The daemon reloads "
                     "rotated serving files without a restart; --renew reissues the serving certificate with "
                     "the existing CA so the webhook caBundle stays valid. Exit 0 written, 1 refused or failed, "
-                    "2 usage.")
+                    "2 usage. Example: staticadm certs --out-dir /etc/staticadm/tls --hosts 127.0.0.1,::1; "
+                    "a year later: staticadm certs --out-dir /etc/staticadm/tls --renew")
     certs_parser.add_argument("--out-dir", metavar="DIR", default=None,
                               help="where to write the files (default: tls/ under the daemon's state directory, "
                                    "which is where `staticadm serve` looks without --tls-cert)")
@@ -341,7 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prints a ValidatingWebhookConfiguration (-> URL/validate) and a MutatingWebhookConfiguration "
                     "(-> URL/mutate) as multi-document YAML, with rules narrowed to what the directory's policies "
                     "can match; a kind without policies is omitted (said on stderr). Regenerate it when the "
-                    "policies' match constraints change. Exit 0 printed, 1 invalid manifests, 2 usage.")
+                    "policies' match constraints change. Exit 0 printed, 1 invalid manifests (or --out-dir not "
+                    "writable), 2 usage. Example: staticadm webhook-config --manifests /etc/staticadm/manifests "
+                    "--url https://127.0.0.1:8443 --ca-file /var/lib/staticadm/tls/ca.crt "
+                    "--out-dir /etc/kubernetes/admission")
     webhook_parser.add_argument("--manifests", required=True, metavar="DIR", help="the manifest directory")
     webhook_parser.add_argument("--url", required=True, metavar="URL",
                                 help="the daemon's HTTPS base URL as kube-apiserver dials it, "
@@ -355,6 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
     webhook_parser.add_argument("--registration", choices=("static", "api"), default="static",
                                 help="static: a *.static.k8s.io manifest for kube-apiserver's staticManifestsDir "
                                      "(1.36+); api: an object for kubectl apply (older versions) (default: static)")
+    webhook_parser.add_argument("--out-dir", metavar="DIR",
+                                help="write one file per configuration into DIR instead of printing them, each "
+                                     "replaced atomically: static registration into DIR/validating-webhooks/ and "
+                                     "DIR/mutating-webhooks/ (the directories the AdmissionConfiguration names), "
+                                     "api registration as DIR/{validating,mutating}-staticadm.yaml; a configuration "
+                                     "no longer needed is removed")
     webhook_parser.set_defaults(handler=command_webhook_config)
 
     from staticadm.server.config import add_serve_arguments
@@ -365,7 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "MutatingAdmissionPolicy manifests in --manifests, reloading them when they change. An invalid "
                     "or missing directory does not stop the daemon: it stays up, not ready (503), logs the errors "
                     "and retries until a load succeeds. Exits 0 after SIGTERM, 1 when it cannot listen, 2 on a "
-                    "bad option.")
+                    "bad option. Example: staticadm serve --config /etc/staticadm/staticadm.yaml; or, trying the "
+                    "examples: staticadm serve --manifests manifests/examples --socket /tmp/staticadm.sock "
+                    "--state-dir /tmp/staticadm-state")
     add_serve_arguments(serve_parser)
     serve_parser.set_defaults(handler=command_serve)
     return parser

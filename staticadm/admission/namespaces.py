@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from staticadm.yamltext import describe_yaml_error
+
 NAME_LABEL = "kubernetes.io/metadata.name"
 
 #: The fields ``CreateNamespaceObject`` copies into the ``namespaceObject`` CEL variable.
@@ -98,7 +100,9 @@ def parse_namespaces(text: str) -> StaticNamespaces:
     """YAML or JSON: Namespace objects, ``v1`` Lists of them, in one or more documents."""
     try:
         documents = [json.loads(text)] if text.lstrip().startswith(("{", "[")) else list(yaml.safe_load_all(text))
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
+    except yaml.YAMLError as error:
+        raise NamespaceFileError(f"cannot parse namespaces: {describe_yaml_error(error)}") from error
+    except json.JSONDecodeError as error:
         raise NamespaceFileError(f"cannot parse namespaces: {error}") from error
     found: dict[str, NamespaceInfo] = {}
 

@@ -36,6 +36,7 @@ from staticadm.admission.request_builder import (
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot, build_snapshot
+from staticadm.yamltext import describe_yaml_error
 
 # The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage; review adds
 # 3 (some request denied) and 4 (some policy failed to evaluate: an error, whatever failurePolicy made of it).
@@ -82,7 +83,9 @@ def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
         return [], f"{shown}: cannot read: {error}"
     try:
         documents = _documents(text)
-    except (ValueError, yaml.YAMLError) as error:
+    except yaml.YAMLError as error:
+        return [], f"{shown}: not JSON or YAML: {describe_yaml_error(error)}"
+    except ValueError as error:
         return [], f"{shown}: not JSON or YAML: {error}"
     if not documents:
         return [], f"{shown}: holds no document"
@@ -185,7 +188,7 @@ def _mutation_lines(outcome: MutationOutcome) -> list[str]:
     return lines
 
 
-def _combined_response(request: AdmissionRequest, mutation: MutationOutcome | None,
+def combined_response(request: AdmissionRequest, mutation: MutationOutcome | None,
                        validation: ValidationOutcome | None) -> dict[str, Any]:
     """One AdmissionReview for the whole chain: the mutation's denial, or the validation's answer with the
     mutation's patch (what kube-apiserver would end up doing with both webhooks)."""
@@ -287,12 +290,15 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         else:
             mutation, validation = cluster.evaluate(
                 request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint))
-        answer = _combined_response(request, mutation, validation)
+        answer = combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
-        if output == "json":
+        if output in ("json", "yaml"):
             labelled = {"input": item.source, "document": item.document, "review": answer}
-            stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
+            if output == "json":
+                stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
+            else:
+                stdout.write("---\n" + yaml.safe_dump(labelled, sort_keys=False, allow_unicode=True))
             continue
         lines = [f"{item.source}{f' (document {item.document})' if item.document else ''}: request {request.uid}"]
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):

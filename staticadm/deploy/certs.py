@@ -14,10 +14,8 @@ reloads the serving pair whenever the files change (rotation without a restart).
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import ipaddress
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from staticadm.atomicfile import write_atomically
 
 SERVING_VALIDITY = datetime.timedelta(days=365)
 CA_VALIDITY = datetime.timedelta(days=3650)
@@ -255,31 +255,8 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    _write_atomically(path, data, 0o600)
+    write_atomically(path, data, 0o600)
 
 
 def _write_public(path: Path, data: bytes) -> None:
-    _write_atomically(path, data, 0o644)
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    # Created with its final mode (no window where a key is world-readable) and renamed into place so
-    # the TLS watcher never sees half a file.
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        previous: os.stat_result | None = os.stat(path)
-    except FileNotFoundError:
-        previous = None
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        # O_CREAT's mode is filtered by the umask and ignored for an existing file: set it outright.
-        os.fchmod(fd, mode)
-        if previous is not None and (previous.st_uid, previous.st_gid) != (os.geteuid(), os.getegid()):
-            # A rotation run as root must leave the files readable by the daemon's user, which owned them.
-            with contextlib.suppress(PermissionError):
-                os.fchown(fd, previous.st_uid, previous.st_gid)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    write_atomically(path, data, 0o644)

@@ -8,24 +8,34 @@ import re
 from collections.abc import Sequence
 from typing import TextIO
 
+import yaml
+
 from staticadm.compiled import policy_expression_sources
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.loader import LoadResult, load_manifest_directory
+from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
 
 #: The only namespace label the daemon can always evaluate: kube-apiserver sets it on every namespace.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO) -> int:
-    """Returns 0 when every directory would load, 1 otherwise (warnings do not fail the check)."""
-    reports = [(result, semantic_warnings(result)) for result in map(load_manifest_directory, directories)]
-    if output == "json":
+def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO,
+              files: Sequence[str] = ()) -> int:
+    """Returns 0 when every directory (and the set of ``files``, checked together as if they were one
+    directory) would load, 1 otherwise (warnings do not fail the check)."""
+    results = [load_manifest_directory(directory) for directory in directories]
+    if files:
+        results.append(load_manifest_paths(list(files)))
+    reports = [(result, semantic_warnings(result)) for result in results]
+    if output in ("json", "yaml"):
         document = {
             "valid": all(result.ok for result, _ in reports),
             "directories": [_json_report(result, warnings) for result, warnings in reports],
         }
-        stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        if output == "json":
+            stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        else:
+            stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     else:
         for result, warnings in reports:
             _text_report(result, warnings, stdout)

@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from staticadm.yamltext import describe_yaml_error
+
 #: Above this many nodes after alias expansion a document is refused outright.
 MAX_EXPANDED_NODES = 1_000_000
 #: Aliases may not multiply a document by more than this factor (plus some slack for small files).
@@ -108,7 +110,7 @@ def _parse_yaml(text: str) -> Any:
         # The pure-Python reader checks the characters as it is built (ReaderError).
         loader = _Loader(text)
     except yaml.YAMLError as err:
-        raise DocumentError(f"invalid YAML: {err}") from None
+        raise DocumentError(f"invalid YAML: {describe_yaml_error(err)}") from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -116,7 +118,7 @@ def _parse_yaml(text: str) -> Any:
         _check_expansion(node)
         return _Converter(loader).convert(node)
     except yaml.YAMLError as err:
-        raise DocumentError(f"invalid YAML: {err}") from None
+        raise DocumentError(f"invalid YAML: {describe_yaml_error(err)}") from None
     except RecursionError:
         raise DocumentError("invalid YAML: nesting too deep") from None
     finally:

@@ -92,6 +92,20 @@ def read_directory(directory: str, *, max_file_bytes: int) -> DirectoryContents:
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors))
 
 
+def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
+    """Named manifest files, in the order given, read and hashed as a directory's would be (``check -f``,
+    test files naming single manifests); the directory mode is not judged."""
+    errors: list[ManifestError] = []
+    files: list[ManifestFile] = []
+    for path in paths:
+        read = _read_file(path, max_file_bytes)
+        if isinstance(read, ManifestError):
+            errors.append(read)
+        elif read[0]:
+            files.append(ManifestFile(path, read[0], read[1]))
+    return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors))
+
+
 def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[str, int]]:
     """(path, mode) of the directory and of every manifest file that any local user may write.
 

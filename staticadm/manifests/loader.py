@@ -12,6 +12,7 @@ everything, but the verdict is the same: any error means kube-apiserver would re
 from __future__ import annotations
 
 import json
+import os
 import stat
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,7 +31,7 @@ from staticadm.manifests.decode import Decoder
 from staticadm.manifests.defaults import apply_defaults
 from staticadm.manifests.documents import Document, DocumentError, parse_document, split_documents
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory
+from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory, read_files
 from staticadm.manifests.validation import Validator
 from staticadm.model import (
     API_VERSION,
@@ -122,6 +123,23 @@ def load_manifest_directory(
     return _Load(path, max_file_bytes, cache or LoadCache()).run(contents)
 
 
+def load_manifest_paths(paths: list[str], *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> LoadResult:
+    """Load directories and single files as one set, as if the files were together in one directory
+    (directories' files in their directory order, then in the order given)."""
+    if len(paths) == 1 and os.path.isdir(paths[0]):
+        return load_manifest_directory(paths[0], max_file_bytes=max_file_bytes)
+    files: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            contents = read_directory(path, max_file_bytes=max_file_bytes)
+            if contents.errors:
+                return _Load(path, max_file_bytes, LoadCache()).run(contents)
+            files.extend(manifest.path for manifest in contents.files)
+        else:
+            files.append(path)
+    return _Load(", ".join(paths), max_file_bytes, LoadCache()).run(read_files(files, max_file_bytes=max_file_bytes))
+
+
 class _Load:
     def __init__(self, directory: str, max_file_bytes: int, previous: LoadCache) -> None:
         self.directory = directory
@@ -136,6 +154,8 @@ class _Load:
         #: The text of the document being loaded: with the origin, it names each object's source.
         self.document_text = ""
         self.seen: dict[str, dict[str, str]] = {kind: {} for kind in OBJECT_KINDS}
+        #: Documents that failed before saying what they are: a policy a binding names may be one of them.
+        self.unidentified_documents = 0
         self.decoder = Decoder()
 
     def run(self, contents: DirectoryContents | None = None) -> LoadResult:
@@ -185,6 +205,7 @@ class _Load:
                 value = self._parse(document.text)
             except DocumentError as err:
                 self.errors.append(ManifestError(path, f"error loading {path}: {err}", document=document.index))
+                self.unidentified_documents += 1
                 continue
             self.document_text = document.text
             self._accept(value, origin)
@@ -392,7 +413,8 @@ class _Load:
                 assert isinstance(binding, ValidatingAdmissionPolicyBinding | MutatingAdmissionPolicyBinding)
                 if not binding.spec.policy_name:
                     continue
-                if binding.spec.policy_name not in names:
+                # With an undecodable document the policy may well be in it: its own error says enough.
+                if binding.spec.policy_name not in names and not self.unidentified_documents:
                     self._error(
                         binding.origin,
                         f"binding {_q(binding.metadata.name)} references policy {_q(binding.spec.policy_name)} "

@@ -221,22 +221,24 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
     # The snapshot this request is evaluated against, fixed now: a reload during the request does
     # not change its answer half way.
     served = state.source.current
-    if served is None or state.shutting_down:
-        raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request" if served is None
-                         else "shutting down")
+    if state.shutting_down:
+        raise BadRequest(503, "ServiceUnavailable", "shutting down")
     # The body is read (bounded in size and time) before an evaluation slot is taken: slots are for
     # complete requests, so clients that trickle a body cannot keep kube-apiserver's requests waiting.
     buffered = _BufferedBytes(state)
     try:
         body = await _read_body(request, state.max_body_bytes,
                                 max(min(state.body_timeout, deadline - loop.time()), 0.001), buffered)
+        if served is None:
+            # Read first so that the log line (and the answer) carry the request's uid.
+            raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request", _body_uid(body))
         slots = state.review_slots()
         try:
             async with asyncio.timeout_at(deadline):
                 await slots.acquire()
         except TimeoutError:
             raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
-                                             f"{timeout:g} seconds") from None
+                                             f"{timeout:g} seconds", _body_uid(body)) from None
         try:
             parsed = _parse(body)
             if state.fetch_namespace is not None and parsed.namespace:
@@ -278,6 +280,14 @@ def _check_budget(remaining: float) -> float:
     a slow or unreachable kube-apiserver becomes the policy's error with time to spare for the evaluation,
     not a timeout of the whole request."""
     return remaining - min(0.5, remaining * 0.2)
+
+
+def _body_uid(body: bytes) -> str:
+    """The request uid of a body that was not (or could not be) evaluated, for the rejection's log line."""
+    try:
+        return request_uid(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return ""
 
 
 def _parse(body: bytes) -> AdmissionRequest:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
+from staticadm.yamltext import describe_yaml_error
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 DEFAULT_SOCKET_MODE = 0o660
@@ -187,7 +188,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     except OSError as error:
         raise ConfigError(f"--config {path}: {error.strerror or error}") from error
     except yaml.YAMLError as error:
-        raise ConfigError(f"--config {path}: invalid YAML: {error}") from error
+        raise ConfigError(f"--config {path}: invalid YAML: {describe_yaml_error(error)}") from error
     if document is None:
         return {}
     if not isinstance(document, Mapping):
@@ -241,6 +242,27 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     if config.namespaces is not None and config.kubeconfig is not None:
         raise ConfigError("--namespaces and --kubeconfig are two sources of namespaces: give one")
     return config
+
+
+def effective_options(config: ServeConfig) -> dict[str, Any]:
+    """The configuration as the option names spell it, for the start-up log line (every option, defaults
+    included, so an operator reads what is in force without knowing the defaults)."""
+    out: dict[str, Any] = {}
+    for name in _OPTION_NAMES:
+        value = getattr(config, name.replace("-", "_"))
+        if isinstance(value, Path):
+            value = str(value)
+        elif name == "listen" and value is not None:
+            value = format_listen(value)
+        elif name == "socket-mode":
+            value = f"{value:04o}"
+        out[name] = value
+    return out
+
+
+def format_listen(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def default_workers() -> int:

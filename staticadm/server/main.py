@@ -12,6 +12,7 @@ and with a backoff, and the daemon reports ready (READY=1 to systemd) once a loa
 from __future__ import annotations
 
 import asyncio
+import platform
 import signal
 import socket
 import sys
@@ -21,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from staticadm import __version__
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
@@ -30,7 +32,7 @@ from staticadm.admission.namespaces import (
 from staticadm.cluster.view import ClusterView
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
-from staticadm.server.config import ServeConfig
+from staticadm.server.config import ServeConfig, effective_options
 from staticadm.server.connections import (
     AcceptErrorLimiter,
     ConnectionGuard,
@@ -76,6 +78,8 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     daemon = (_Supervisor if config.workers > 1 else _Daemon)(config, stderr or sys.stderr)
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
+    daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
+                    config=effective_options(config))
     try:
         return asyncio.run(daemon.run())
     finally:

@@ -39,6 +39,24 @@ def test_json_lines_in_order_and_stdin(tmp_path: Path) -> None:
     assert [line["review"]["response"]["allowed"] for line in lines] == [False, True]
 
 
+def test_yaml_documents_carry_the_same_labels(tmp_path: Path) -> None:
+    manifests = _setup(tmp_path)
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump_all([review(), review()]))
+    code, out, _ = _run(str(tmp_path / "a.yaml"), manifests=manifests, output="yaml")
+    documents = list(yaml.safe_load_all(out))
+    assert code == 3 and [(d["input"], d["document"]) for d in documents] == [(str(tmp_path / "a.yaml"), 0),
+                                                                              (str(tmp_path / "a.yaml"), 1)]
+    assert documents[0]["review"]["kind"] == "AdmissionReview"
+
+
+def test_a_yaml_error_names_the_place_not_a_unicode_string(tmp_path: Path) -> None:
+    manifests = _setup(tmp_path)
+    (tmp_path / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: a\n")
+    code, _, err = _run(str(tmp_path / "pod.yaml"), manifests=manifests)
+    assert code == 2 and "<unicode string>" not in err
+    assert f"{tmp_path / 'pod.yaml'}: not JSON or YAML: line 4, column 1:" in err
+
+
 def test_invalid_manifests_exit_1_with_every_error(tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     manifests.mkdir()

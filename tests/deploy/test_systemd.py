@@ -17,7 +17,7 @@ import yaml
 
 from staticadm.cli import build_parser
 from staticadm.server.config import resolve
-from tests.deploy.conftest import EXAMPLES, SYSTEMD
+from tests.deploy.conftest import EXAMPLES, SYSTEMD, run_subprocess
 
 SHIPPED_EXEC = "/usr/local/bin/staticadm"
 #: ``systemd-analyze security`` exposure, times ten (the tool's scale): 2.0 of 10 is "OK" territory.
@@ -170,3 +170,13 @@ def test_native_engine_works_under_memory_deny_write_execute(tmp_path: Path) -> 
                                    check=False, timeout=120)
         assert completed.returncode == 0, f"{argv}: {completed.stdout}{completed.stderr}"
     assert (tmp_path / "tls" / "serving.key").exists()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["check"], ["review"], ["test"], ["certs"], ["webhook-config"],
+                                     ["cel", "eval"]])
+def test_every_command_help_carries_an_example(command: list[str]) -> None:
+    result = run_subprocess(*command, "--help")
+    assert result.code == 0
+    text = " ".join(result.stdout.split())
+    assert "example" in text.lower() and f"staticadm {command[0]}" in text.split("xample", 1)[1], text
+    assert "exit" in text.lower()

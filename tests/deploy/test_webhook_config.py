@@ -341,3 +341,29 @@ def test_ca_bundle_is_the_only_trust_root_a_real_handshake_needs(tmp_path: Path,
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_out_dir_writes_one_file_per_configuration_and_removes_what_is_no_longer_needed(
+        tls_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "admission"
+    printed, _ = _generate(EXAMPLES, tls_dir)
+    result = run_cli("webhook-config", "--manifests", str(EXAMPLES), "--url", "https://127.0.0.1:8443",
+                     "--ca-file", str(tls_dir / "ca.crt"), "--out-dir", str(out))
+    assert result.code == 0, result.stderr
+    validating = out / "validating-webhooks" / "staticadm.static.k8s.io.yaml"
+    mutating = out / "mutating-webhooks" / "staticadm.static.k8s.io.yaml"
+    assert [yaml.safe_load(validating.read_text()), yaml.safe_load(mutating.read_text())] == printed
+    assert f"wrote {validating}" in result.stdout
+    # No temporary file is left beside them (each was renamed into place).
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == ["staticadm.static.k8s.io.yaml"] * 2
+    (tmp_path / "validating-only").mkdir()
+    only_validating = _write(tmp_path / "validating-only", a=_policy("a", rules=PODS))
+    result = run_cli("webhook-config", "--manifests", str(only_validating), "--url", "https://127.0.0.1:8443",
+                     "--ca-file", str(tls_dir / "ca.crt"), "--out-dir", str(out))
+    assert result.code == 0 and not mutating.exists() and f"removed {mutating}" in result.stdout
+    assert validating.exists()
+    result = run_cli("webhook-config", "--registration", "api", "--manifests", str(EXAMPLES), "--url",
+                     "https://127.0.0.1:8443", "--ca-file", str(tls_dir / "ca.crt"), "--out-dir", str(tmp_path / "api"))
+    assert result.code == 0
+    assert sorted(p.name for p in (tmp_path / "api").iterdir()) == ["mutating-staticadm.yaml",
+                                                                     "validating-staticadm.yaml"]

@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
+import yaml
+
 from staticadm.cel import CompiledExpression
+from staticadm.cli import main
 from staticadm.manifests.check import run_check
 from tests.manifests.conftest import (
     MAP,
@@ -286,3 +289,36 @@ def test_check_warns_about_policies_that_need_cluster_data(tmp_path: Path) -> No
     assert f"bound by {VAPB['metadata']['name']}" in warning["message"]
     assert "authorizer checks (SubjectAccessReview, with serve --kubeconfig)" in warning["message"]
     assert "--kubeconfig" in warning["message"] and "failurePolicy decides" in warning["message"]
+
+
+def test_a_yaml_error_names_the_file_and_place_without_follow_on_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "policy.yaml"
+    broken.write_text("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+                      "metadata:\n  name: p.static.k8s.io\n  labels: [a\nspec: {}\n---\n"
+                      "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n"
+                      "metadata: {name: b.static.k8s.io}\n"
+                      "spec: {policyName: p.static.k8s.io, validationActions: [Deny]}\n")
+    out = io.StringIO()
+    assert run_check([str(tmp_path)], "json", out, io.StringIO()) == 1
+    errors = json.loads(out.getvalue())["directories"][0]["errors"]
+    assert len(errors) == 1, errors  # not also "binding references policy ... which does not exist"
+    message = errors[0]["message"]
+    assert str(broken) in message and "<unicode string>" not in message
+    assert "line 6, column 5: did not find expected ',' or ']' (while parsing a flow sequence at line 5" in message
+
+
+def test_check_takes_files_the_manifests_flag_and_prints_yaml(tmp_path: Path) -> None:
+    policy = write_yaml(tmp_path, "policy.yaml", VAP)
+    binding = write_yaml(tmp_path, "binding.yaml", VAPB)
+    out = io.StringIO()
+    assert main(["check", "-f", str(policy), "-f", str(binding), "-o", "yaml"], stdout=out,
+                stderr=io.StringIO()) == 0
+    report = yaml.safe_load(out.getvalue())
+    assert report["valid"] is True and report["directories"][0]["warnings"] == []
+    out = io.StringIO()
+    # A policy alone: its binding is missing, which is a warning, not an error.
+    assert main(["check", "-f", str(policy)], stdout=out, stderr=io.StringIO()) == 0
+    assert "policy has no binding" in out.getvalue()
+    assert main(["check", "--manifests", str(tmp_path)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
+    err = io.StringIO()
+    assert main(["check"], stdout=io.StringIO(), stderr=err) == 2 and "give a manifest directory" in err.getvalue()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import staticadm
 from staticadm.manifests.check import run_check
-from tests.server.harness import DaemonFactory, policy_yaml, wait_for, write_atomically
+from tests.server.harness import DaemonFactory, policy_yaml, review, wait_for, write_atomically
 
 
 def _reload_lines(log: str) -> list[dict[str, object]]:
@@ -69,3 +70,26 @@ def test_check_warns_about_a_directory_with_no_manifests(tmp_path: Path) -> None
     out = io.StringIO()
     assert run_check([str(tmp_path)], "text", out, io.StringIO()) == 0
     assert "holds no policies or bindings" in out.getvalue() and "every request is allowed" in out.getvalue()
+
+
+def test_the_start_up_line_names_the_version_and_the_effective_configuration(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon(args=["--log-format", "json", "--idle-timeout", "33"])
+    first = json.loads(daemon.log().splitlines()[0])
+    assert first["msg"] == "starting staticadm" and first["version"] == staticadm.__version__
+    config = first["config"]
+    assert config["manifests"] == str(daemon.manifests) and config["idle-timeout"] == 33.0
+    assert config["workers"] == 1 and config["body-timeout"] == 10.0 and config["kubeconfig"] is None
+
+
+def test_a_rejected_request_is_logged_with_its_uid(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    manifests = tmp_path / "broken"
+    manifests.mkdir()
+    (manifests / "bad.yaml").write_text("kind: [")
+    daemon = make_daemon(policy=None, manifests=manifests, start=False, args=["--log-format", "json"])
+    daemon.start(wait=False)
+    assert wait_for(lambda: "loading manifest config failed" in daemon.log(), timeout=15)
+    response = daemon.validate(review(uid="7f0c-rejected"))
+    assert response.status == 503
+    rejected = [json.loads(line) for line in daemon.log().splitlines()
+                if line.startswith("{") and json.loads(line).get("msg") == "rejected admission request"]
+    assert rejected and rejected[-1]["uid"] == "7f0c-rejected" and rejected[-1]["code"] == 503

@@ -1,0 +1,1 @@
+"""Declarative policy tests: ``staticadm test`` (spec: the file format; runner: evaluation; report)."""

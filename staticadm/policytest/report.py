@@ -1,0 +1,105 @@
+"""``staticadm test``: discover, run, report (text, JSON, YAML, JUnit XML) and the exit code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+from xml.etree import ElementTree
+
+import yaml
+
+from staticadm.atomicfile import write_atomically
+from staticadm.policytest.runner import FileResult, case_to_json, run_files
+from staticadm.policytest.spec import TestFileError, discover
+
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_UNUSABLE = 2
+
+
+def _summary(results: Sequence[FileResult]) -> dict[str, int]:
+    cases = [case for result in results for case in result.cases]
+    return {"files": len(results), "cases": len(cases), "passed": sum(case.passed for case in cases),
+            "failed": sum(not case.passed for case in cases),
+            "unusable_files": sum(bool(result.problems) for result in results)}
+
+
+def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, Any]:
+    return {
+        "summary": _summary(results),
+        "errors": [str(error) for error in errors],
+        "files": [{"file": result.file, "test": result.test, "problems": list(result.problems),
+                   "cases": [case_to_json(case) for case in result.cases]} for result in results],
+    }
+
+
+def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: TextIO) -> None:
+    for error in errors:
+        out.write(f"error: {error}\n")
+    for result in results:
+        out.write(f"{result.file}: {result.test}\n")
+        for problem in result.problems:
+            out.write(f"  UNUSABLE  {problem}\n")
+        for case in result.cases:
+            out.write(f"  {'PASS' if case.passed else 'FAIL'}  {case.case}\n")
+            for failure in case.failures:
+                out.write(f"        {failure}\n")
+            for diff in case.diffs:
+                out.write("".join(f"        {line}\n" for line in diff.splitlines()))
+    summary = _summary(results)
+    out.write(f"{summary['passed']} passed, {summary['failed']} failed, in {summary['cases']} case(s) of "
+              f"{summary['files']} test file(s)"
+              + (f"; {len(errors) + summary['unusable_files']} unusable" if errors or summary["unusable_files"] else "")
+              + "\n")
+
+
+def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> bytes:
+    """One <testsuite> per test file, one <testcase> per case; unusable files and test-file errors as
+    <error> cases, so CI systems show them."""
+    root = ElementTree.Element("testsuites", name="staticadm test")
+    for result in results:
+        suite = ElementTree.SubElement(root, "testsuite", name=f"{result.file}: {result.test}",
+                                       tests=str(len(result.cases) or 1),
+                                       failures=str(sum(not case.passed for case in result.cases)),
+                                       errors=str(int(bool(result.problems))))
+        if result.problems:
+            case_element = ElementTree.SubElement(suite, "testcase", name="(setup)", classname=result.test)
+            error_element = ElementTree.SubElement(case_element, "error", message="unusable test file")
+            error_element.text = "\n".join(result.problems)
+        for case in result.cases:
+            case_element = ElementTree.SubElement(suite, "testcase", name=case.case, classname=result.test,
+                                                  file=result.file)
+            if not case.passed:
+                failure = ElementTree.SubElement(case_element, "failure", message=case.failures[0])
+                failure.text = "\n".join([*case.failures, *case.diffs])
+    if errors:
+        suite = ElementTree.SubElement(root, "testsuite", name="test files", tests=str(len(errors)), failures="0",
+                                       errors=str(len(errors)))
+        for error in errors:
+            case_element = ElementTree.SubElement(suite, "testcase", name=str(error.path), classname="test files")
+            ElementTree.SubElement(case_element, "error", message=str(error))
+    return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: TextIO, stderr: TextIO) -> int:
+    """Exit 0 when every case passed, 1 when one failed, 2 when a test file or its manifests are unusable
+    (or no test file was found)."""
+    tests, errors = discover(list(paths))
+    results = run_files(tests)
+    if output == "json":
+        stdout.write(json.dumps(_document(results, errors), indent=2, ensure_ascii=False) + "\n")
+    elif output == "yaml":
+        stdout.write(yaml.safe_dump(_document(results, errors), sort_keys=False, allow_unicode=True))
+    else:
+        _text(results, errors, stdout)
+    if junit is not None:
+        Path(junit).parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(Path(junit), junit_xml(results, errors))
+    if not tests and not errors:
+        stderr.write(f"staticadm test: no PolicyTest documents found in {', '.join(paths)}\n")
+        return EXIT_UNUSABLE
+    if errors or any(result.problems for result in results):
+        return EXIT_UNUSABLE
+    return EXIT_FAILED if any(not case.passed for result in results for case in result.cases) else EXIT_PASSED

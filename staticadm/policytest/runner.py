@@ -1,0 +1,171 @@
+"""Runs policy test files with the daemon's engine and compares each answer with its expectation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, RequestOnlyNamespaces, parse_namespaces
+from staticadm.admission.request import RequestError, parse_admission_review
+from staticadm.admission.request_builder import ObjectInputError, RequestSettings, review_for_object
+from staticadm.admission.review import combined_response, review_request
+from staticadm.admission.validating import ValidationOutcome
+from staticadm.admission.vocabulary import EnforcementAction
+from staticadm.manifests.loader import load_manifest_paths
+from staticadm.policytest.spec import Expectation, TestCase, TestFile
+from staticadm.snapshot import Snapshot, build_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    file: str
+    test: str
+    case: str
+    passed: bool
+    #: What differed, one line each (empty when passed).
+    failures: tuple[str, ...]
+    #: Diffs (expected vs got) of objects and patches, for the report.
+    diffs: tuple[str, ...]
+    #: The answer the engine gave, as kube-apiserver would receive it.
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    file: str
+    test: str
+    #: Why the file's cases could not run (invalid manifests, unusable namespaces); empty when they ran.
+    problems: tuple[str, ...]
+    cases: tuple[CaseResult, ...]
+
+
+def _denier(mutation: MutationOutcome | None, validation: ValidationOutcome | None) -> tuple[str, str] | None:
+    records = (mutation.decisions if mutation is not None and not mutation.allowed else ()) or \
+        (validation.decisions if validation is not None else ())
+    for record in records:
+        if record.action is EnforcementAction.DENY:
+            return record.policy, record.binding or ""
+    return None
+
+
+def _pretty(value: Any) -> list[str]:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def _diff(label: str, expected: Any, got: Any) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(_pretty(expected), _pretty(got), f"expected {label}", f"got {label}", lineterm="")
+    return "\n".join(lines)
+
+
+def compare(expect: Expectation, answer: dict[str, Any], denied_by: tuple[str, str] | None,
+            mutated: Any) -> tuple[list[str], list[str]]:
+    """(failures, diffs) of one answer against its expectation."""
+    failures: list[str] = []
+    diffs: list[str] = []
+    response = answer.get("response") or {}
+    status = response.get("status") or {}
+    allowed = bool(response.get("allowed"))
+    if allowed != expect.allowed:
+        why = f": {status.get('message')}" if status.get("message") else ""
+        failures.append(f"expected {'allowed' if expect.allowed else 'denied'}, got "
+                        f"{'allowed' if allowed else 'denied'}{why}")
+    if expect.denied_by is not None:
+        policy, binding = expect.denied_by
+        if denied_by is None or denied_by[0] != policy or (binding and denied_by[1] != binding):
+            failures.append(f"expected denied by policy {policy!r}{f' binding {binding!r}' if binding else ''}, got "
+                            + (f"policy {denied_by[0]!r} binding {denied_by[1]!r}" if denied_by else "no denial"))
+    message = str(status.get("message", ""))
+    if expect.message_contains is not None and expect.message_contains not in message:
+        failures.append(f"expected the message to contain {expect.message_contains!r}, got {message!r}")
+    if expect.reason is not None and status.get("reason") != expect.reason:
+        failures.append(f"expected reason {expect.reason!r}, got {status.get('reason')!r}")
+    if expect.code is not None and status.get("code") != expect.code:
+        failures.append(f"expected code {expect.code}, got {status.get('code')}")
+    warnings = list(response.get("warnings") or [])
+    if expect.warnings is not None:
+        if not expect.warnings and warnings:
+            failures.append(f"expected no warnings, got {warnings}")
+        for wanted in expect.warnings:
+            if not any(wanted in warning for warning in warnings):
+                failures.append(f"expected a warning containing {wanted!r}, got {warnings}")
+    if expect.audit_annotations is not None:
+        annotations = response.get("auditAnnotations") or {}
+        for key, wanted in expect.audit_annotations.items():
+            if key not in annotations:
+                failures.append(f"expected audit annotation {key!r}, got keys {sorted(annotations)}")
+            elif wanted not in annotations[key]:
+                failures.append(f"expected audit annotation {key!r} to contain {wanted!r}, got {annotations[key]!r}")
+    if expect.patch is not None:
+        import base64
+
+        patch = orjson.loads(base64.b64decode(response["patch"])) if response.get("patch") else []
+        if patch != expect.patch:
+            failures.append("the patch differs from the expected one")
+            diffs.append(_diff("patch", expect.patch, patch))
+    if expect.object is not None and mutated != expect.object:
+        failures.append("the object after the mutations differs from the expected one")
+        diffs.append(_diff("object", expect.object, mutated))
+    return failures, diffs
+
+
+def _review_document(case: TestCase) -> dict[str, Any]:
+    if case.review is not None:
+        if not isinstance(case.review, dict):
+            raise ObjectInputError("review must be an AdmissionReview object")
+        return case.review
+    settings = RequestSettings(operation=case.operation, username=case.user.username, uid=case.user.uid,
+                               groups=case.user.groups, namespace=case.namespace, subresource=case.subresource,
+                               dry_run=case.dry_run)
+    return review_for_object(case.object, case.old_object, settings, uid_seed=case.name)
+
+
+def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase) -> CaseResult:
+    def failed(message: str) -> CaseResult:
+        return CaseResult(test.path, test.name, case.name, False, (message,), (), {})
+
+    try:
+        document = _review_document(case)
+    except ObjectInputError as error:
+        return failed(f"the request cannot be built: {error}")
+    request = parse_admission_review(document)
+    if isinstance(request, RequestError):
+        return failed(f"the request is not a valid AdmissionReview: {request.message}")
+    mutation, validation = review_request(snapshot, namespaces, request, case.endpoint)
+    answer = combined_response(request, mutation, validation)
+    mutated = mutation.mutated_object if mutation is not None else request.object
+    failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated)
+    return CaseResult(test.path, test.name, case.name, not failures, tuple(failures), tuple(diffs), answer)
+
+
+def run_file(test: TestFile) -> FileResult:
+    loaded = load_manifest_paths(list(test.manifests))
+    if loaded.errors:
+        return FileResult(test.path, test.name, tuple(f"manifests: {error}" for error in loaded.errors), ())
+    namespaces: NamespaceSource = RequestOnlyNamespaces()
+    if test.namespaces:
+        try:
+            namespaces = parse_namespaces(json.dumps(list(test.namespaces)))
+        except NamespaceFileError as error:
+            return FileResult(test.path, test.name, (f"spec.namespaces: {error}",), ())
+    snapshot = build_snapshot(loaded)
+    return FileResult(test.path, test.name, (),
+                      tuple(run_case(snapshot, namespaces, test, case) for case in test.cases))
+
+
+def run_files(tests: Sequence[TestFile]) -> list[FileResult]:
+    return [run_file(test) for test in tests]
+
+
+def case_to_json(result: CaseResult) -> dict[str, Any]:
+    out = dataclasses.asdict(result)
+    out["failures"] = list(result.failures)
+    out["diffs"] = list(result.diffs)
+    return out

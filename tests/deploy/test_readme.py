@@ -1,0 +1,31 @@
+"""The README's newcomer path works as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.server.harness import REPO_ROOT
+
+
+def _block_starting(text: str, first_line: str) -> str:
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    return next(block for block in blocks if block.startswith(first_line))
+
+
+def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> None:
+    script = _block_starting((REPO_ROOT / "README.md").read_text(), "mkdir -p my-policies/tests")
+    # `staticadm` as the venv installs it: the interpreter running the tests, with this checkout.
+    shim = tmp_path / "bin" / "staticadm"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m staticadm "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(REPO_ROOT)}
+    completed = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "2 passed, 0 failed" in completed.stdout
