@@ -160,6 +160,24 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
             shutil.rmtree(owned_metrics_directory, ignore_errors=True)
 
 
+# -- diff -------------------------------------------------------------------------------------------
+
+
+def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.diff import run_diff
+    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+
+    inputs = [*args.requests, *args.filenames]
+    if not inputs:
+        stderr.write("staticadm diff: give at least one request, object file or directory of them\n")
+        return EXIT_USAGE
+    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
+    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
+    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=settings,
+                    old_path=args.old)
+
+
 # -- test -------------------------------------------------------------------------------------------
 
 
@@ -313,6 +331,28 @@ def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdou
 # -- parser -----------------------------------------------------------------------------------------
 
 
+def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a plain object becomes the request kube-apiserver would send (review and diff)."""
+    parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
+                               help="an object or AdmissionReview file, as REQUEST; repeatable")
+    parser.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"), default="CREATE",
+                               help="for plain objects: the operation (default: CREATE; DELETE sends the object "
+                                    "as oldObject)")
+    parser.add_argument("--old", metavar="FILE",
+                               help="for UPDATE: the objects before the change, matched to the inputs by "
+                                    "apiVersion, kind, namespace and name")
+    parser.add_argument("--user", default="admin", help="for plain objects: the username (default: admin)")
+    parser.add_argument("--uid", dest="user_uid", default="", help="for plain objects: the user's uid")
+    parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
+                               help="for plain objects: a group of the user; repeatable "
+                                    "(default: system:authenticated)")
+    parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
+                                                   "(default: the object's, else default)")
+    parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
+    parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
+
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="staticadm",
@@ -405,24 +445,27 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("requests", nargs="*", metavar="REQUEST",
                                help="AdmissionReview or object file (JSON or YAML, several documents allowed), "
                                     "or - for stdin")
-    review_parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
-                               help="an object or AdmissionReview file, as REQUEST; repeatable")
-    review_parser.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"), default="CREATE",
-                               help="for plain objects: the operation (default: CREATE; DELETE sends the object "
-                                    "as oldObject)")
-    review_parser.add_argument("--old", metavar="FILE",
-                               help="for UPDATE: the objects before the change, matched to the inputs by "
-                                    "apiVersion, kind, namespace and name")
-    review_parser.add_argument("--user", default="admin", help="for plain objects: the username (default: admin)")
-    review_parser.add_argument("--uid", dest="user_uid", default="", help="for plain objects: the user's uid")
-    review_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
-                               help="for plain objects: a group of the user; repeatable "
-                                    "(default: system:authenticated)")
-    review_parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
-                                                   "(default: the object's, else default)")
-    review_parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
-    review_parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
+    _add_object_arguments(review_parser)
     review_parser.set_defaults(handler=command_review)
+
+    diff_parser = commands.add_parser(
+        "diff", help="what a new manifest directory would answer differently, over recorded requests, offline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Evaluates each request (AdmissionReviews or plain objects, as for review; a directory\n"
+                    "stands for its .json/.yaml files) at /mutate and /validate against LIVE and NEW, and reports\n"
+                    "what would change: allowed_to_denied, denied_to_allowed, patch, warnings, with the policies\n"
+                    "that cause it. The same comparison as serve --shadow-manifests.\n\n"
+                    "Exit codes: 0 no differences; 3 some request would be answered differently; 1 an invalid\n"
+                    "directory; 2 unusable input.\n\n"
+                    "example: staticadm diff /etc/staticadm/manifests ./next recorded-requests/")
+    diff_parser.add_argument("live", metavar="LIVE", help="the manifest directory in service")
+    diff_parser.add_argument("new", metavar="NEW", help="the manifest directory to compare with it")
+    diff_parser.add_argument("requests", nargs="*", metavar="REQUEST",
+                             help="AdmissionReview or object files, or directories of them")
+    diff_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                             help="one line per difference, or the whole result as JSON or YAML (default: text)")
+    _add_object_arguments(diff_parser)
+    diff_parser.set_defaults(handler=command_diff)
 
     test_parser = commands.add_parser(
         "test", help="run declarative policy tests (PolicyTest files) against their manifests, for CI",

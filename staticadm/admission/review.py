@@ -68,7 +68,7 @@ def _documents(text: str) -> list[Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Input:
+class RequestInput:
     #: Where the request came from: the file (``<stdin>``) and the document in it.
     source: str
     document: int
@@ -93,7 +93,7 @@ def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
 
 
 def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
-                 olds: list[Any]) -> tuple[list[_Input], list[str]]:
+                 olds: list[Any]) -> tuple[list[RequestInput], list[str]]:
     """Every request of one file, or a problem per document that cannot become one."""
     shown = "<stdin>" if path == "-" else path
     documents, problem = _read_documents(path, stdin)
@@ -115,8 +115,39 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
         if isinstance(parsed, RequestError):
             problems.append(f"{where}: {parsed.message}")
         else:
-            inputs.append(_Input(shown, index, parsed))
+            inputs.append(RequestInput(shown, index, parsed))
     return inputs, problems
+
+
+def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_path: str | None,
+                  stdin: TextIO) -> tuple[list[RequestInput], list[str]]:
+    """Every request of every input (AdmissionReviews, or plain objects built into the request kube-apiserver
+    would send), read before any is answered so a bad one never leaves half an output behind; every
+    problem of every document is reported in the one run. A directory stands for its .json, .yaml and .yml
+    files, recursively, in name order."""
+    problems: list[str] = []
+    olds: list[Any] = []
+    if old_path is not None:
+        olds, problem = _read_documents(old_path, stdin)
+        if problem is not None:
+            problems.append(f"--old {problem}")
+    requests: list[RequestInput] = []
+    for path in _expand(request_paths):
+        inputs, file_problems = _load_inputs(path, stdin, settings, olds)
+        requests.extend(inputs)
+        problems.extend(file_problems)
+    return requests, problems
+
+
+def _expand(paths: Sequence[str]) -> list[str]:
+    expanded: list[str] = []
+    for path in paths:
+        if path != "-" and Path(path).is_dir():
+            expanded.extend(sorted(str(file) for file in Path(path).rglob("*")
+                                   if file.is_file() and file.suffix.lower() in (".json", ".yaml", ".yml")))
+        else:
+            expanded.append(path)
+    return expanded
 
 
 def _where(policy: str, binding: str | None) -> str:
@@ -264,19 +295,7 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 settings: RequestSettings, old_path: str | None, request_paths: Sequence[str], stdin: TextIO,
                 stdout: TextIO, stderr: TextIO, cluster: BlockingClusterView | None) -> int:
 
-    # Read every request before answering any, so a bad one never leaves half an output behind; every
-    # problem of every document is reported in the one run.
-    problems: list[str] = []
-    olds: list[Any] = []
-    if old_path is not None:
-        olds, problem = _read_documents(old_path, stdin)
-        if problem is not None:
-            problems.append(f"--old {problem}")
-    requests: list[_Input] = []
-    for path in request_paths:
-        inputs, file_problems = _load_inputs(path, stdin, settings, olds)
-        requests.extend(inputs)
-        problems.extend(file_problems)
+    requests, problems = read_requests(request_paths, settings, old_path, stdin)
     if problems:
         for problem in problems:
             stderr.write(f"staticadm review: {problem}\n")

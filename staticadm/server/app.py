@@ -25,6 +25,7 @@ from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.connections import track_requests
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
+from staticadm.server.shadow import ShadowEvaluator
 from staticadm.source import ManifestSource
 
 #: kube-apiserver's MaxRequestBodyBytes: the largest object it accepts.
@@ -70,6 +71,8 @@ class ServerState:
     fetch_namespace: Callable[[str, float], Awaitable[None]] | None = None
     #: Answers ``authorizer`` checks by SubjectAccessReview (``--kubeconfig``); None: checks fail.
     authorizer: SubjectAccessReviewer | None = None
+    #: --shadow-manifests: evaluates each answered request again against the shadow directory.
+    shadow: ShadowEvaluator | None = None
     #: Lines /readyz?verbose adds as notes without affecting readiness (the cluster view's state).
     ready_notes: dict[str, Callable[[], str]] = field(default_factory=dict)
     _review_slots: asyncio.Semaphore | None = None
@@ -191,6 +194,8 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
         state.metrics.record_request(endpoint, response.status, decision, seconds)
         if review is not None:
             _log_review(state, endpoint, review, decision, seconds)
+            if state.shadow is not None:
+                state.shadow.schedule(endpoint, evaluate, state.namespaces, review[0], review[1], state.authorizer)
         return response
 
     return handle

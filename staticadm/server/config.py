@@ -98,6 +98,8 @@ class ServeConfig:
     allow_world_writable_manifests: bool = False
     #: Processes answering requests; 1 serves from the main process itself (no supervisor).
     workers: int = 1
+    #: A second manifest directory evaluated beside the live one on every request, never affecting answers.
+    shadow_manifests: Path | None = None
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +107,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--manifests", metavar="DIR", default=None,
         help="directory of static ValidatingAdmissionPolicy and MutatingAdmissionPolicy manifests and their "
              "bindings (default: manifests, relative to the working directory)")
+    add("--shadow-manifests", metavar="DIR", default=None,
+        help="a second manifest directory, loaded and reloaded by the same rules, evaluated beside --manifests "
+             "on every request without affecting the answer; differences are logged (shadow difference) and "
+             "counted (staticadm_shadow_differences_total); an invalid shadow directory never affects the "
+             "live one (default: none)")
     add("--socket", metavar="PATH", default=None,
         help="unix socket to serve plain HTTP on; '' disables it (default: staticadm.sock under "
              "$RUNTIME_DIRECTORY, /run/staticadm or the user's runtime directory)")
@@ -167,7 +174,7 @@ _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tl
                  "kubeconfig", "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
-                 "workers")
+                 "workers", "shadow-manifests")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -216,7 +223,7 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["socket_mode"] = _parse_mode(values["socket-mode"])
     if "listen" in values:
         updates["listen"] = parse_listen(str(values["listen"])) if values["listen"] not in ("", None) else None
-    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir"):
+    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir", "shadow-manifests"):
         if values.get(name) not in (None, ""):
             updates[name.replace("-", "_")] = Path(str(values[name]))
     for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout",

@@ -54,12 +54,14 @@ from staticadm.server.listeners import (
 )
 from staticadm.server.metrics import Metrics
 from staticadm.server.reporting import ReloadReporter
+from staticadm.server.shadow import ShadowEvaluator
 from staticadm.server.supervision import TaskHealth, supervise
 from staticadm.server.systemd import Notifier, listen_fds
 from staticadm.server.workers import (
     DiskState,
     Load,
     NothingToServe,
+    ShadowLoad,
     WorkerLink,
     WorkerPool,
     WorkerSpec,
@@ -117,6 +119,7 @@ class _Daemon:
         #: Set in a worker: snapshots come from the supervisor, which also owns systemd and the listeners.
         self.link = link
         self.state: ServerState | None = None
+        self._shadow_applies: set[asyncio.Future[None]] = set()
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
@@ -131,6 +134,55 @@ class _Daemon:
         self.watcher = DirectoryWatcher(self.source, poll_interval=config.poll_interval, logger=self.log,
                                         on_result=self._on_reload, on_reloading=self._on_reloading)
         self.reporter = ReloadReporter(self.log, config.manifests)
+        #: --shadow-manifests: the second directory, loaded and reloaded by the same rules, never served.
+        self.shadow_source: ManifestSource | None = None
+        self.shadow_watcher: DirectoryWatcher | None = None
+        self.shadow_log = self.log.bind(shadow=True)
+        if config.shadow_manifests is not None:
+            self.shadow_source = ManifestSource(config.shadow_manifests,
+                                                allow_world_writable=config.allow_world_writable_manifests)
+            self.shadow_reporter = ReloadReporter(self.shadow_log, config.shadow_manifests)
+            if link is None:
+                self.shadow_watcher = DirectoryWatcher(self.shadow_source, poll_interval=config.poll_interval,
+                                                       logger=self.shadow_log, on_result=self._on_shadow_reload)
+
+    def _on_shadow_reload(self, result: ReloadResult) -> None:
+        watcher = self.shadow_watcher
+        self.shadow_reporter.report(result, retry_seconds=watcher.retry_seconds if watcher else 0.0)
+        if result.status is not ReloadStatus.UNCHANGED:
+            served = result.served
+            self.metrics.record_shadow_reload(str(result.status),
+                                              served.content_hash if served and result.status is ReloadStatus.SUCCESS
+                                              else None)
+
+    async def _run_shadow(self) -> None:
+        """Single process: the shadow directory's first load (not awaited by readiness), then its watch."""
+        watcher = self.shadow_watcher
+        assert watcher is not None
+        watcher.start()
+        await watcher.reload("startup")
+        await watcher.run()
+
+    def _reload_all(self) -> None:
+        self.watcher.reload_now()
+        if self.shadow_watcher is not None:
+            self.shadow_watcher.reload_now()
+
+    def _apply_shadow(self, message: ShadowLoad) -> None:
+        """A worker: the supervisor validated new shadow contents; apply them off the event loop."""
+        source = self.shadow_source
+        if source is None:
+            return
+
+        async def apply() -> None:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(None, source.apply, message.reason, message.contents)
+            if result.status is ReloadStatus.SUCCESS and result.served is not None:
+                self.metrics.record_shadow_reload("success", result.served.content_hash)
+
+        task = asyncio.ensure_future(apply())
+        self._shadow_applies.add(task)
+        task.add_done_callback(self._shadow_applies.discard)
 
     def _fail(self, message: str) -> int:
         self.stderr.write(f"staticadm serve: {message}\n")
@@ -296,6 +348,8 @@ class _Daemon:
             state.authorizer = cluster.authorizer
             state.ready_notes["cluster-view"] = cluster.namespaces.describe
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
+        if self.shadow_source is not None:
+            state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
         guard = ConnectionGuard(
             max_connections=connection_cap(self.config.max_connections, soft_limit),
             header_timeout=self.config.header_timeout, idle_timeout=self.config.idle_timeout,
@@ -317,7 +371,7 @@ class _Daemon:
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
         if self.link is None:
-            loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
+            loop.add_signal_handler(signal.SIGHUP, self._reload_all)
         else:
             # Reloads are the supervisor's: a SIGHUP sent to the whole process group changes nothing here.
             loop.add_signal_handler(signal.SIGHUP, lambda: None)
@@ -334,13 +388,15 @@ class _Daemon:
             background.append(supervised("connection-sweeper", guard.run))
             if cluster is not None:
                 background.append(supervised("namespace-informer", cluster.namespaces.run))
+            if self.shadow_watcher is not None:
+                background.append(supervised("shadow-manifest-source", self._run_shadow))
             link = self.link
             if link is None:
                 # Watches first, so no change after the first load can be missed.
                 self.watcher.start()
                 load: asyncio.Future[ReloadResult | None] = loop.run_in_executor(None, self.source.reload, "startup")
             else:
-                load = asyncio.ensure_future(link.first_load(self.source, self._on_disk_problem))
+                load = asyncio.ensure_future(link.first_load(self.source, self._on_disk_problem, self._apply_shadow))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -359,7 +415,7 @@ class _Daemon:
                 self._on_worker_load(first)
                 background.append(supervised("control-channel",
                                              lambda: link.run(self.source, self._on_worker_load,
-                                                              self._on_disk_problem)))
+                                                              self._on_disk_problem, self._apply_shadow)))
                 background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
             state.first_load_done.set()
             if self.tls is not None:
@@ -402,6 +458,8 @@ class _Daemon:
                 remove_unix_socket(path, inode)
             if self.link is None:
                 self.watcher.close()
+            if self.shadow_watcher is not None:
+                self.shadow_watcher.close()
             self.notifier.close()
             self.log.info("stopped")
 
@@ -434,7 +492,7 @@ class _Supervisor(_Daemon):
             text += f"; {self._workers_serving(served.content_hash)}/{self.pool.count} workers serving it"
         return text
 
-    def _send(self, message: Load | NothingToServe | DiskState) -> None:
+    def _send(self, message: Load | NothingToServe | DiskState | ShadowLoad) -> None:
         assert self.pool is not None
         task = asyncio.ensure_future(self.pool.broadcast(message))
         self._sends.add(task)
@@ -454,6 +512,13 @@ class _Supervisor(_Daemon):
             # Nothing valid yet: workers stop holding requests and answer 503 until a Load arrives.
             self._send(NothingToServe())
         self._notify(result)
+
+    def _on_shadow_reload(self, result: ReloadResult) -> None:
+        super()._on_shadow_reload(result)
+        served = result.served
+        if self.pool is not None and result.status is ReloadStatus.SUCCESS and served is not None \
+                and served.contents is not None:
+            self._send(ShadowLoad(result.reason, served.contents))
 
     def _on_serving(self) -> None:
         """A worker reported the hash it serves."""
@@ -484,7 +549,7 @@ class _Supervisor(_Daemon):
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, self.watcher.reload_now)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_all)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
             return asyncio.create_task(supervise(
@@ -507,6 +572,8 @@ class _Supervisor(_Daemon):
             stopped.cancel()
             self._on_reload(load.result())
             background.append(supervised("manifest-source", self.watcher.run))
+            if self.shadow_watcher is not None:
+                background.append(supervised("shadow-manifest-source", self._run_shadow))
             await stop.wait()
             self.log.info("shutting down; workers finish their in-flight requests",
                           grace_seconds=self.config.shutdown_grace)
@@ -521,5 +588,7 @@ class _Supervisor(_Daemon):
             await asyncio.wait(background, timeout=5.0) if background else None
             self._close_listeners(listeners)
             self.watcher.close()
+            if self.shadow_watcher is not None:
+                self.shadow_watcher.close()
             self.notifier.close()
             self.log.info("stopped")

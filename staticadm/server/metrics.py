@@ -137,6 +137,29 @@ class Metrics:
             f"{PREFIX}_cluster_cache_objects",
             "Objects in the cluster view's cache of the resource.",
             ("resource",), registry=self.registry, multiprocess_mode="livemax")
+        self.shadow_evaluations = Counter(
+            f"{PREFIX}_shadow_evaluations_total",
+            "Requests evaluated again against --shadow-manifests, by endpoint.",
+            ("endpoint",), registry=self.registry)
+        self.shadow_differences = Counter(
+            f"{PREFIX}_shadow_differences_total",
+            "Shadow answers that differ from the live one, by endpoint and difference (allowed_to_denied, "
+            "denied_to_allowed, patch, warnings).",
+            ("endpoint", "difference"), registry=self.registry)
+        self.shadow_skipped = Counter(
+            f"{PREFIX}_shadow_skipped_total",
+            "Requests not shadowed, by reason (busy: too many shadow evaluations pending; no_configuration: "
+            "the shadow directory has not loaded; error).",
+            ("reason",), registry=self.registry)
+        self.shadow_reloads = Counter(
+            f"{PREFIX}_shadow_reloads_total",
+            "Reload attempts of the --shadow-manifests directory by status.",
+            ("status",), registry=self.registry)
+        self.shadow_config_info = Gauge(
+            f"{PREFIX}_shadow_config_info",
+            "The content hash of the shadow directory being evaluated: 1 (earlier hashes 0).",
+            ("hash",), registry=self.registry, multiprocess_mode="max")
+        self._shadow_hash: str | None = None
         self.authorizer_cache_lookups = Counter(
             f"{PREFIX}_cluster_authorizer_cache_total",
             "authorizer checks looked up in the SubjectAccessReview decision cache, by result (hit, miss).",
@@ -180,6 +203,15 @@ class Metrics:
                 self.config_info.remove(self._config_hash)
         self._config_hash = content_hash
         self.config_info.labels(hash=content_hash).set(1)
+
+    def record_shadow_reload(self, status: str, content_hash: str | None) -> None:
+        self.shadow_reloads.labels(status=status).inc()
+        if content_hash is None:
+            return
+        if self._shadow_hash is not None and self._shadow_hash != content_hash:
+            self.shadow_config_info.labels(hash=self._shadow_hash).set(0)
+        self._shadow_hash = content_hash
+        self.shadow_config_info.labels(hash=content_hash).set(1)
 
     def record_request(self, endpoint: str, code: int, decision: str, seconds: float | None) -> None:
         key = (endpoint, code, decision)

@@ -70,6 +70,14 @@ class DiskState:
 
 
 @dataclass(frozen=True, slots=True)
+class ShadowLoad:
+    """Supervisor -> worker: evaluate these --shadow-manifests contents beside the served ones."""
+
+    reason: str
+    contents: DirectoryContents
+
+
+@dataclass(frozen=True, slots=True)
 class Serving:
     """Worker -> supervisor: the content hash the worker serves now ("" before its first snapshot)."""
 
@@ -139,8 +147,8 @@ class WorkerLink:
             self._reader, self._writer = await asyncio.open_unix_connection(sock=sock)
         return self._reader, self._writer
 
-    async def first_load(self, source: ManifestSource,
-                         on_disk_problem: Callable[[str | None], None]) -> ReloadResult | None:
+    async def first_load(self, source: ManifestSource, on_disk_problem: Callable[[str | None], None],
+                         on_shadow: Callable[[ShadowLoad], None]) -> ReloadResult | None:
         """The supervisor's first word: a snapshot to serve, or None when its first load failed."""
         reader, _ = await self._connect()
         while True:
@@ -148,10 +156,13 @@ class WorkerLink:
             if isinstance(message, DiskState):
                 on_disk_problem(message.problem)
                 continue
+            if isinstance(message, ShadowLoad):
+                on_shadow(message)
+                continue
             return await self._handle(source, message)
 
     async def run(self, source: ManifestSource, on_result: Callable[[ReloadResult | None], None],
-                  on_disk_problem: Callable[[str | None], None]) -> None:
+                  on_disk_problem: Callable[[str | None], None], on_shadow: Callable[[ShadowLoad], None]) -> None:
         """Serves every later Load. The supervisor closing the channel means it is gone: the worker stops."""
         reader, _ = await self._connect()
         while True:
@@ -162,6 +173,9 @@ class WorkerLink:
                 return
             if isinstance(message, DiskState):
                 on_disk_problem(message.problem)
+                continue
+            if isinstance(message, ShadowLoad):
+                on_shadow(message)
                 continue
             on_result(await self._handle(source, message))
 
@@ -217,6 +231,8 @@ class WorkerPool:
     latest: object | None = None
     #: The last DiskState sent, for workers started later.
     disk_state: DiskState | None = None
+    #: The last shadow contents sent, for workers started later.
+    shadow: ShadowLoad | None = None
 
     async def start(self) -> None:
         for index in range(self.count):
@@ -244,14 +260,19 @@ class WorkerPool:
             await self._tell(worker, self.latest)
         if self.disk_state is not None:
             await self._tell(worker, self.disk_state)
+        if self.shadow is not None:
+            await self._tell(worker, self.shadow)
 
     async def _tell(self, worker: _Worker, message: object) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await _send(worker.writer, message)
 
     async def broadcast(self, message: object) -> None:
-        if isinstance(message, DiskState):
-            self.disk_state = message
+        if isinstance(message, DiskState | ShadowLoad):
+            if isinstance(message, DiskState):
+                self.disk_state = message
+            else:
+                self.shadow = message
             for worker in list(self.workers.values()):
                 await self._tell(worker, message)
             return

@@ -23,6 +23,7 @@ import termios
 import time
 from pathlib import Path
 
+import aiohttp
 import orjson
 
 from staticadm.server.connections import RESERVED_DESCRIPTORS
@@ -140,8 +141,17 @@ def test_many_connections_are_capped_below_the_descriptor_limit(make_daemon: Dae
     daemon.start()
     assert daemon.socket_path is not None
     flood = [_connect(daemon.socket_path) for _ in range(2000)]
+
+    def serves() -> bool:
+        try:
+            return daemon.validate(review({"deny": "no"})).status == 200
+        except (OSError, aiohttp.ClientError):
+            # Accepted in the same burst as the flood, a new connection is as idle as theirs and may be
+            # the one shed; a client (kube-apiserver) retries on a new connection.
+            return False
+
     # The daemon kept at most its cap open, shedding idle ones, and still serves.
-    assert daemon.validate(review({"deny": "no"})).status == 200
+    assert wait_for(serves, timeout=10)
     assert daemon.metric(CONNECTIONS_CLOSED, {"reason": "shed"}) > 0
     assert "out of system resource" not in daemon.log()
     for sock in flood:

@@ -45,6 +45,7 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "max-connections": (500, "max_connections", 500),
     "allow-world-writable-manifests": (True, "allow_world_writable_manifests", True),
     "workers": (3, "workers", 3),
+    "shadow-manifests": ("/etc/staticadm/next", "shadow_manifests", Path("/etc/staticadm/next")),
     "authorization-cache-authorized-ttl": ("60", "authorization_cache_authorized_ttl", 60.0),
     "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
     # Excludes "namespaces" (two sources of namespaces): checked on its own.

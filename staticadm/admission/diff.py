@@ -1,0 +1,84 @@
+"""``staticadm diff LIVE NEW REQUEST...``: what a new manifest directory would answer differently, offline.
+
+Each request is evaluated as kube-apiserver would send it to each endpoint (/mutate and /validate),
+against the live and the new directory, and compared exactly as the daemon's shadow mode compares
+(:mod:`staticadm.admission.comparison`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import yaml
+
+from staticadm.admission.comparison import Difference, compare_reviews
+from staticadm.admission.endpoints import ENDPOINTS
+from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
+from staticadm.admission.request_builder import RequestSettings
+from staticadm.admission.review import EXIT_DENIED, EXIT_INVALID_MANIFESTS, EXIT_OK, EXIT_UNUSABLE_INPUT, read_requests
+from staticadm.manifests.loader import load_manifest_directory
+from staticadm.snapshot import Snapshot, build_snapshot
+
+#: Exit code when some request would be answered differently (as review's "denied": a finding).
+EXIT_DIFFERENT = EXIT_DENIED
+#: /mutate first, as kube-apiserver calls the mutating webhooks before the validating ones.
+ENDPOINT_ORDER = ("mutate", "validate")
+
+
+def _load(directory: str, label: str, stderr: TextIO) -> Snapshot | None:
+    loaded = load_manifest_directory(directory)
+    if loaded.errors:
+        for error in loaded.errors:
+            stderr.write(f"staticadm diff: {label} {error}\n")
+        return None
+    return build_snapshot(loaded)
+
+
+def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
+    return {"endpoint": endpoint, "difference": str(difference.kind), "live_policies": list(difference.live_policies),
+            "new_policies": list(difference.new_policies), "detail": difference.detail}
+
+
+def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: str, stdin: TextIO, stdout: TextIO,
+             stderr: TextIO, settings: RequestSettings | None = None, old_path: str | None = None,
+             namespaces: NamespaceSource | None = None) -> int:
+    """Exit 0 when no request would be answered differently, 3 when some would; 1 when either directory
+    is invalid; 2 on unusable input."""
+    live, new = _load(live_dir, "(live)", stderr), _load(new_dir, "(new)", stderr)
+    if live is None or new is None:
+        return EXIT_INVALID_MANIFESTS
+    requests, problems = read_requests(request_paths, settings or RequestSettings(), old_path, stdin)
+    if problems:
+        for problem in problems:
+            stderr.write(f"staticadm diff: {problem}\n")
+        return EXIT_UNUSABLE_INPUT
+    namespaces = namespaces or RequestOnlyNamespaces()
+    found: list[dict[str, Any]] = []
+    for item in requests:
+        differences = []
+        for endpoint in ENDPOINT_ORDER:
+            evaluate = ENDPOINTS[endpoint]
+            for difference in compare_reviews(evaluate(live, namespaces, item.request),
+                                              evaluate(new, namespaces, item.request)):
+                differences.append(_difference_json(endpoint, difference))
+        if differences:
+            found.append({"input": item.source, "document": item.document, "uid": item.request.uid,
+                          "differences": differences})
+    summary = {"requests": len(requests), "different": len(found)}
+    if output == "json":
+        stdout.write(json.dumps({"summary": summary, "differences": found}, indent=2, ensure_ascii=False) + "\n")
+    elif output == "yaml":
+        stdout.write(yaml.safe_dump({"summary": summary, "differences": found}, sort_keys=False, allow_unicode=True))
+    else:
+        for entry in found:
+            where = entry["input"] + (f" (document {entry['document']})" if entry["document"] else "")
+            for change in entry["differences"]:
+                policies = "; ".join(part for part in (
+                    f"live: {', '.join(change['live_policies'])}" if change["live_policies"] else "",
+                    f"new: {', '.join(change['new_policies'])}" if change["new_policies"] else "") if part)
+                stdout.write(f"{where}: {change['endpoint']}: {change['difference']}: {change['detail']}"
+                             + (f" [{policies}]" if policies else "") + "\n")
+        stdout.write(f"{summary['different']} of {summary['requests']} request(s) would be answered differently\n")
+    return EXIT_DIFFERENT if found else EXIT_OK

@@ -1,0 +1,76 @@
+"""Shadow rollout: every request evaluated again against a second directory, without affecting the answer.
+
+The live answer is sent first; the shadow evaluation runs after it on the same event loop (so it costs
+CPU, not latency of the request it shadows), and at most MAX_PENDING at once: under a load the daemon
+cannot shadow in full, requests are skipped and counted rather than queued without bound. Differences
+are logged with the policies that caused them and counted by kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from staticadm.admission.comparison import compare_reviews
+from staticadm.admission.endpoints import Evaluator, Review
+from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.request import AdmissionRequest
+from staticadm.cluster.authorizer import SubjectAccessReviewer
+from staticadm.server.metrics import Metrics
+from staticadm.source import ManifestSource
+
+MAX_PENDING = 64
+#: A backstop only: the engine's cost limits bound an evaluation long before this.
+SHADOW_DEADLINE_SECONDS = 10.0
+
+
+class ShadowEvaluator:
+    def __init__(self, source: ManifestSource, metrics: Metrics, logger: Any) -> None:
+        self.source = source
+        self._metrics = metrics
+        self._log = logger
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def schedule(self, endpoint: str, evaluate: Evaluator, namespaces: NamespaceSource, request: AdmissionRequest,
+                 live: Review, authorizer: SubjectAccessReviewer | None) -> None:
+        served = self.source.current
+        if served is None:
+            self._metrics.shadow_skipped.labels("no_configuration").inc()
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self._metrics.shadow_skipped.labels("busy").inc()
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._evaluate(endpoint, evaluate, served.snapshot, served.content_hash, namespaces, request, live,
+                           authorizer))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _evaluate(self, endpoint: str, evaluate: Evaluator, snapshot: Any, content_hash: str,
+                        namespaces: NamespaceSource, request: AdmissionRequest, live: Review,
+                        authorizer: SubjectAccessReviewer | None) -> None:
+        # After the live answer has been written: this request's latency is not the shadow's.
+        await asyncio.sleep(0)
+        deadline = time.perf_counter() + SHADOW_DEADLINE_SECONDS
+
+        def run() -> Review:
+            return evaluate(snapshot, namespaces, request, deadline=deadline)
+
+        try:
+            shadow = run() if authorizer is None else await authorizer.evaluate(
+                request.user_info, run, lambda: deadline - time.perf_counter())
+        except Exception as error:  # the shadow never affects the live daemon, not even by a bug
+            self._metrics.shadow_skipped.labels("error").inc()
+            self._log.error("shadow evaluation failed", endpoint=endpoint, uid=request.uid, err=type(error).__name__)
+            return
+        self._metrics.shadow_evaluations.labels(endpoint).inc()
+        for difference in compare_reviews(live, shadow):
+            self._metrics.shadow_differences.labels(endpoint, difference.kind).inc()
+            self._log.info("shadow difference", endpoint=endpoint, difference=difference.kind, uid=request.uid,
+                           kind=f"{request.kind.group}/{request.kind.version}/{request.kind.kind}".lstrip("/"),
+                           object=f"{request.namespace}/{request.name}" if request.namespace else request.name,
+                           operation=request.operation, user=request.user_info.username,
+                           live_policies=list(difference.live_policies),
+                           shadow_policies=list(difference.new_policies), detail=difference.detail,
+                           shadow_hash=content_hash)
