@@ -128,7 +128,7 @@ def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
-    return run_check(directories, args.output, stdout, stderr, files=args.filenames)
+    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -416,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument(
         "-o", "--output", choices=("text", "json", "yaml"), default="text", help="report format (default: text)"
     )
+    check_parser.add_argument("--strict", action="store_true",
+                              help="type-checking warnings (expressions checked against the schemas of the kinds a "
+                                   "ValidatingAdmissionPolicy matches, as kube-apiserver does) are errors")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(

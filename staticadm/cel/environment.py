@@ -45,6 +45,7 @@ from staticadm.cel.evaluation import (
 )
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
+from staticadm.cel.schema_types import KindType
 from staticadm.cel.types import parse_type, runtime_kind
 from staticadm.cel.values import holds_time_values, opaque_type_name, to_engine
 
@@ -160,6 +161,14 @@ _STANDARD_OVERLOAD_IDS = frozenset(o.overload_id for f in _STANDARD_OVERRIDES fo
 @dataclass(frozen=True, slots=True)
 class CompileError:
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TypeCheck:
+    """One expression checked against a kind's schema: the errors ("" when none) and the result type."""
+
+    errors: str
+    result_type: str
 
 
 _STEPPED = frozenset({("@stepped", "")})
@@ -296,8 +305,9 @@ class CelEnvironment:
         checker_decls = [
             self._checker_decl(function, opaque_names) for function in [*merged_overrides, *library_functions]
         ]
-        def checker(extra: Mapping[str, cel.Type]) -> Any:
+        def checker(extra: Mapping[str, cel.Type], descriptor_pool: Any = None) -> Any:
             return cel.NewEnv(
+                descriptor_pool=descriptor_pool,
                 config=cel.NewEnvConfigFromYaml(config_yaml),
                 variables={**checker_variables, **extra},
                 extensions=[ext_optional.ExtOptional()],
@@ -308,6 +318,8 @@ class CelEnvironment:
         self._checker = checker({})
         #: Checkers with typed variable placeholders, by the tuple of their types (typed_variables.py).
         self._typed_checkers: dict[tuple[str, ...], Any] = {}
+        #: Checkers with object/oldObject of a kind's schema type (type_check), by type and placeholders.
+        self._schema_checkers: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._opaque_names = opaque_names
         runtime_decls = [
             decl
@@ -470,6 +482,38 @@ class CelEnvironment:
                 type_name, self._opaque_names, runtime=False) for index, type_name in enumerate(types)})
             self._typed_checkers[types] = found
         return found
+
+    def type_check(self, source: str, object_type: KindType, variable_types: Mapping[str, str]) -> TypeCheck:
+        """``source`` checked with ``object`` and ``oldObject`` of ``object_type``, as kube-apiserver's
+        TypeChecker compiles it: the errors in cel-go's words (empty when it checks), and its type.
+        Only for warnings: evaluation keeps using the programs :meth:`compile` makes."""
+        edits = [*macros.exists_one_edits(source),
+                 *optional_results.optional_call_edits(source, self._optional_members, self._optional_globals)]
+        typed = typed_variables.placeholders(source, variable_types)
+        edits.extend(typed.edits)
+        rewritten = lexer.apply(source, edits)
+        key = (object_type.type_name, typed.types)
+        checker = self._schema_checkers.get(key)
+        if checker is None:
+            if len(self._schema_checkers) >= _TYPED_CHECKERS:
+                self._schema_checkers.pop(next(iter(self._schema_checkers)))
+            message = cel.Type(object_type.type_name)
+            extra = {typed_variables.PLACEHOLDER.format(index): parse_type(type_name, self._opaque_names,
+                                                                           runtime=False)
+                     for index, type_name in enumerate(typed.types)}
+            checker = self._new_checker({"object": message, "oldObject": message, **extra}, object_type.pool)
+            self._schema_checkers[key] = checker
+        try:
+            checked_program = checker.compile(rewritten.text)
+        except RuntimeError as error:
+            text = rewritten.restore_errors(engine_error_text(str(error)))
+            return TypeCheck(messages.compile_error_text(text, source, functions=self._function_names), "dyn")
+        try:
+            checked = ast.decode(checked_program.serialize())
+        except DecodeError:
+            return TypeCheck("", "dyn")
+        result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
+        return TypeCheck("", result_type)
 
     def compile(
         self, source: str, kind: ExpressionKind, *, variable_names: Sequence[str] | None = (),

@@ -3,6 +3,7 @@ warnings about configurations that load but probably do not do what their author
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ import yaml
 from staticadm.compiled import policy_expression_sources
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
+from staticadm.manifests.typecheck import load_type_warnings
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
 
 #: The only namespace label the daemon can always evaluate: kube-apiserver sets it on every namespace.
@@ -20,13 +22,20 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO,
-              files: Sequence[str] = ()) -> int:
+              files: Sequence[str] = (), strict: bool = False) -> int:
     """Returns 0 when every directory (and the set of ``files``, checked together as if they were one
-    directory) would load, 1 otherwise (warnings do not fail the check)."""
+    directory) would load, 1 otherwise (warnings do not fail the check). With ``strict``, type-checking
+    warnings are errors."""
     results = [load_manifest_directory(directory) for directory in directories]
     if files:
         results.append(load_manifest_paths(list(files)))
-    reports = [(result, semantic_warnings(result)) for result in results]
+    reports = []
+    for result in results:
+        type_warnings = load_type_warnings(result)
+        if strict and type_warnings:
+            result = dataclasses.replace(result, errors=(*result.errors, *type_warnings))
+            type_warnings = []
+        reports.append((result, (*semantic_warnings(result), *type_warnings)))
     if output in ("json", "yaml"):
         document = {
             "valid": all(result.ok for result, _ in reports),

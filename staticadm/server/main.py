@@ -30,6 +30,7 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.cluster.view import ClusterView
+from staticadm.manifests.typecheck import changed_policies_type_warnings
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.config import ServeConfig, effective_options
@@ -119,7 +120,7 @@ class _Daemon:
         #: Set in a worker: snapshots come from the supervisor, which also owns systemd and the listeners.
         self.link = link
         self.state: ServerState | None = None
-        self._shadow_applies: set[asyncio.Future[None]] = set()
+        self._side_tasks: set[asyncio.Future[None]] = set()
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
@@ -181,8 +182,8 @@ class _Daemon:
                 self.metrics.record_shadow_reload("success", result.served.content_hash)
 
         task = asyncio.ensure_future(apply())
-        self._shadow_applies.add(task)
-        task.add_done_callback(self._shadow_applies.discard)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     def _fail(self, message: str) -> int:
         self.stderr.write(f"staticadm serve: {message}\n")
@@ -222,9 +223,32 @@ class _Daemon:
             for error in result.errors:
                 self.log.error("worker failed to load what the supervisor validated", err=str(error))
 
+    def _type_check_later(self, result: ReloadResult) -> None:
+        """Type-check the policies a reload added or changed, off the event loop, and log what kube-apiserver
+        would put in their status.typeChecking (advisory: the load is served meanwhile, whatever it says)."""
+        served = result.served
+        if result.status is not ReloadStatus.SUCCESS or served is None:
+            return
+        added, changed, _ = result.changes
+        if not any(name.startswith("ValidatingAdmissionPolicy/") for name in (*added, *changed)):
+            return
+
+        async def check() -> None:
+            loop = asyncio.get_running_loop()
+            warnings = await loop.run_in_executor(None, changed_policies_type_warnings, served.objects.values(),
+                                                  [*added, *changed])
+            for warning in warnings:
+                self.log.warning("policy type checking", file=warning.path, document=warning.document,
+                                 kind=warning.kind, name=warning.name, field=warning.field, warning=warning.message)
+
+        task = asyncio.ensure_future(check())
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
+        self._type_check_later(result)
         if self.state is not None:
             self.state.disk_problem = disk_problem(result)
         self._notify(result)
@@ -501,6 +525,7 @@ class _Supervisor(_Daemon):
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
+        self._type_check_later(result)
         if self.pool is not None and self.source.current is not None:
             self._send(DiskState(disk_problem(result)))
         message = load_message(result)

@@ -109,6 +109,11 @@ def test_diff_compares_two_directories_over_recorded_requests(tmp_path: Path) ->
     out = io.StringIO()
     assert main(["diff", str(live), str(live), str(requests), "-o", "json"], stdout=out, stderr=io.StringIO()) == 0
     assert json.loads(out.getvalue())["differences"] == []
+    out = io.StringIO()
+    assert main(["diff", str(live), str(new), str(requests), "-o", "yaml"], stdout=out, stderr=io.StringIO()) == 3
+    report = yaml.safe_load(out.getvalue())
+    assert report["summary"] == {"requests": 2, "different": 1}
+    assert report["differences"][0]["differences"][0]["new_policies"] == ["strict.static.k8s.io/strict.static.k8s.io"]
     err = io.StringIO()
     (new / "broken.yaml").write_text("kind: [")
     assert main(["diff", str(live), str(new), str(requests)], stdout=io.StringIO(), stderr=err) == 1
