@@ -6,7 +6,7 @@ namespace object); the records here are what the explain view, logs and metrics 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,12 @@ class DecisionRecord:
 class NotMatched:
     policy: str
     binding: str | None
-    reason: str
+    #: The reason, or how to say it (built only when read: see MatchOutcome.why).
+    why: str | Callable[[], str]
+
+    @property
+    def reason(self) -> str:
+        return self.why() if callable(self.why) else self.why
 
 
 def request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:

@@ -8,7 +8,7 @@ would need converting to the version a policy matched (``ConversionCheck``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
@@ -41,7 +41,7 @@ class MatchRecorder(Protocol[RecordedPolicy]):
 
     def config_error(self, compiled: RecordedPolicy, binding: str | None, error: str, /) -> None: ...
 
-    def skipped(self, policy: str, binding: str | None, reason: str) -> None: ...
+    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class MatchedPolicy(Generic[CompiledPolicy]):
             if outcome.error is not None:
                 self._recorder.config_error(compiled, name, outcome.error)
             elif not outcome.matched:
-                self._recorder.skipped(compiled.name, name, outcome.reason)
+                self._recorder.skipped(compiled.name, name, outcome.why)
             elif (self._conversion is ConversionCheck.PER_BINDING and self.kind != request.kind
                   and request.object is not None):
                 # Kubernetes reports it as the policy's error, once per binding.
@@ -109,7 +109,7 @@ def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int
             recorder.config_error(compiled, None, outcome.error)
             continue
         if not outcome.matched:
-            recorder.skipped(compiled.name, None, outcome.reason)
+            recorder.skipped(compiled.name, None, outcome.why)
             continue
         assert outcome.resource is not None and outcome.kind is not None
         if (conversion is ConversionCheck.PER_POLICY and outcome.kind != request.kind

@@ -8,7 +8,7 @@ third version of the same resource does not match (see the known gaps).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,8 +222,14 @@ class MatchOutcome:
     matched: bool
     resource: GroupVersionResource | None = None
     kind: GroupVersionKind | None = None
-    reason: str = ""
+    #: Why not, or how to say it: the text is only built when someone reads it (review's explanation),
+    #: not for each of the many candidates a served request does not match.
+    why: str | Callable[[], str] = ""
     error: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.why() if callable(self.why) else self.why
 
 
 def describe_request(request: AdmissionRequest) -> str:
@@ -247,21 +253,23 @@ def matches(match: MatchResources | None, request: AdmissionRequest, namespaces:
         return MatchOutcome(False, error=NIL_OBJECT_SELECTOR)
     namespace_outcome = namespace_selector_matches(match.namespace_selector, request, namespaces)
     if not namespace_outcome.matched and namespace_outcome.error is None:
-        return MatchOutcome(False, reason=(f'namespace "{request.namespace}" does not match namespaceSelector '
-                                           f"{describe_selector(match.namespace_selector)}"))
+        selector = match.namespace_selector
+        return MatchOutcome(False, why=lambda: (f'namespace "{request.namespace}" does not match namespaceSelector '
+                                                f"{describe_selector(selector)}"))
     if not object_selector_matches(match.object_selector, request):
-        return MatchOutcome(False, reason=f"object does not match objectSelector "
-                                          f"{describe_selector(match.object_selector)}")
+        object_selector = match.object_selector
+        return MatchOutcome(False, why=lambda: f"object does not match objectSelector "
+                                               f"{describe_selector(object_selector)}")
     if match.exclude_resource_rules and rules_match(match.exclude_resource_rules, match.match_policy,
                                                     request).matched:
-        return MatchOutcome(False, reason=f"{describe_request(request)} is excluded by excludeResourceRules")
+        return MatchOutcome(False, why=lambda: f"{describe_request(request)} is excluded by excludeResourceRules")
     if match.resource_rules:
         found = rules_match(match.resource_rules, match.match_policy, request)
     else:
         found = RulesMatch(True, request.original_resource, request.original_kind)
     if not found.matched:
-        return MatchOutcome(False, reason=f"no resourceRule matches {describe_request(request)}"
-                                          + (f' named "{request.name}"' if request.name else ""))
+        return MatchOutcome(False, why=lambda: f"no resourceRule matches {describe_request(request)}"
+                                               + (f' named "{request.name}"' if request.name else ""))
     # Selector errors count only once everything else matched, so unrelated policies never fail.
     if namespace_outcome.error is not None:
         return MatchOutcome(False, error=namespace_outcome.error)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +87,8 @@ class _Dispatch:
     reinvoked: list[tuple[str, str]] = field(default_factory=list)
     not_matched: list[NotMatched] = field(default_factory=list)
 
-    def skipped(self, policy: str, binding: str | None, reason: str) -> None:
-        self.not_matched.append(NotMatched(policy, binding, reason))
+    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None:
+        self.not_matched.append(NotMatched(policy, binding, why))
 
     def config_error(self, compiled: CompiledMutatingPolicy, binding: str | None, message: str) -> None:
         prefix = "failed to configure policy" if binding is None else "failed to configure binding"

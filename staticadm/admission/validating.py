@@ -9,7 +9,7 @@ decision through the binding's validationActions and reports the first denial, e
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -106,8 +106,8 @@ class _Dispatch:
     matched: list[tuple[str, str]] = field(default_factory=list)
     not_matched: list[NotMatched] = field(default_factory=list)
 
-    def skipped(self, policy: str, binding: str | None, reason: str) -> None:
-        self.not_matched.append(NotMatched(policy, binding, reason))
+    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None:
+        self.not_matched.append(NotMatched(policy, binding, why))
 
     def config_error(self, compiled: CompiledValidatingPolicy, binding: str | None, error: str) -> None:
         """``addConfigError``: denies under Fail regardless of validationActions; Ignore drops it."""

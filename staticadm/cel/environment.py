@@ -45,7 +45,7 @@ from staticadm.cel.evaluation import (
 )
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
-from staticadm.cel.schema_types import KindType
+from staticadm.cel.schema_types import ADMISSION_REQUEST_TYPE, NAMESPACE_TYPE, KindType, admission_pool
 from staticadm.cel.types import parse_type, runtime_kind
 from staticadm.cel.values import holds_time_values, opaque_type_name, to_engine
 
@@ -266,8 +266,10 @@ class CelEnvironment:
         checker_variables: dict[str, cel.Type] = {
             "object": cel.Type.DYN,
             "oldObject": cel.Type.DYN,
-            "request": cel.Type.DYN,
-            "namespaceObject": cel.Type.DYN,
+            # Typed for checking as kube-apiserver declares them (BuildRequestType, BuildNamespaceType);
+            # evaluation sees plain maps (runtime_variables below are all dyn).
+            "request": cel.Type(ADMISSION_REQUEST_TYPE),
+            "namespaceObject": cel.Type(NAMESPACE_TYPE),
             "variables": cel.Type.Map(cel.Type.STRING, cel.Type.DYN),
         }
         if authorizer_type:
@@ -307,7 +309,7 @@ class CelEnvironment:
         ]
         def checker(extra: Mapping[str, cel.Type], descriptor_pool: Any = None) -> Any:
             return cel.NewEnv(
-                descriptor_pool=descriptor_pool,
+                descriptor_pool=descriptor_pool or admission_pool(),
                 config=cel.NewEnvConfigFromYaml(config_yaml),
                 variables={**checker_variables, **extra},
                 extensions=[ext_optional.ExtOptional()],

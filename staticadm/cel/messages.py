@@ -195,6 +195,9 @@ def _translate(message: str, source: str, offset: int | None, functions: frozens
     return message, offset
 
 
+_STRUCT_SUFFIX = re.compile(r" not found in struct '[^']*'")
+
+
 def compile_error_text(text: str, source: str, *, functions: Iterable[str] = ()) -> str:
     """cel-go's words for an engine-rendered compile error text about ``source``.
 
@@ -202,6 +205,8 @@ def compile_error_text(text: str, source: str, *, functions: Iterable[str] = ())
     Kubernetes libraries); they tell a wrong-arity call apart from an unknown name."""
     known = frozenset(functions)
     globals_ = frozenset(name for name in known if "." in name)
+    # cel-cpp names the struct an unknown field was looked up in; cel-go says "undefined field 'x'".
+    text = _STRUCT_SUFFIX.sub("", text)
     lines = text.split("\n")
     out: list[str] = []
     index = 0

@@ -171,6 +171,84 @@ def _camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]", name) if part) or "Field"
 
 
+# kube-apiserver's hand-built types of the admission variables (plugin/cel/compile.go BuildRequestType and
+# BuildNamespaceType), with its type names, which its error texts show. Namespace's metadata has "UID",
+# not "uid", exactly as Kubernetes declares it.
+ADMISSION_REQUEST_TYPE = "kubernetes.AdmissionRequest"
+NAMESPACE_TYPE = "kubernetes.Namespace"
+_STRINGS = {"list": "string"}
+_ADMISSION_MESSAGES: dict[str, dict[str, Any]] = {
+    "GroupVersionKind": {"group": "string", "version": "string", "kind": "string"},
+    "GroupVersionResource": {"group": "string", "version": "string", "resource": "string"},
+    "UserInfo": {"username": "string", "uid": "string", "groups": _STRINGS, "extra": {"map": _STRINGS}},
+    "AdmissionRequest": {"kind": "GroupVersionKind", "resource": "GroupVersionResource", "subResource": "string",
+                         "requestKind": "GroupVersionKind", "requestResource": "GroupVersionResource",
+                         "requestSubResource": "string", "name": "string", "namespace": "string",
+                         "operation": "string", "userInfo": "UserInfo", "dryRun": "bool", "options": "dyn"},
+    "NamespaceSpec": {"finalizers": _STRINGS},
+    "NamespaceCondition": {"status": "string", "type": "string", "lastTransitionTime": "timestamp",
+                           "message": "string", "reason": "string"},
+    "NamespaceStatus": {"conditions": {"list": "NamespaceCondition"}, "phase": "string"},
+    "NamespaceMetadata": {"name": "string", "generateName": "string", "namespace": "string",
+                          "labels": {"map": "string"}, "annotations": {"map": "string"}, "UID": "string",
+                          "creationTimestamp": "timestamp", "deletionGracePeriodSeconds": "int",
+                          "deletionTimestamp": "timestamp", "generation": "int", "resourceVersion": "string",
+                          "finalizers": _STRINGS},
+    "Namespace": {"metadata": "NamespaceMetadata", "spec": "NamespaceSpec", "status": "NamespaceStatus"},
+}
+
+
+def _admission_file() -> descriptor_pb2.FileDescriptorProto:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="staticadm/admission.proto", package="kubernetes", syntax="proto2",
+        dependency=["google/protobuf/timestamp.proto", "google/protobuf/duration.proto",
+                    "google/protobuf/struct.proto"])
+
+    def element(value: str) -> tuple[int, str]:
+        if value in _SCALARS:
+            return _SCALARS[value], ""
+        if value in _WELL_KNOWN:
+            return _FIELD.TYPE_MESSAGE, _WELL_KNOWN[value]
+        return _FIELD.TYPE_MESSAGE, f".kubernetes.{value}"
+
+    for name, fields in _ADMISSION_MESSAGES.items():
+        message = file.message_type.add(name=name)
+        for number, (field_name, value) in enumerate(fields.items(), start=1):
+            field = message.field.add(name=field_name, number=number, json_name=field_name)
+            if isinstance(value, dict) and "list" in value:
+                field.label = _FIELD.LABEL_REPEATED
+                _set_type(field, element(value["list"]))
+            elif isinstance(value, dict):
+                inner = value["map"]
+                entry = message.nested_type.add(name=f"{_camel(field_name)}Entry")
+                entry.options.map_entry = True
+                entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=_FIELD.LABEL_OPTIONAL)
+                # A map of lists cannot be a protobuf map: its values are ListValue (list(dyn)).
+                value_type = (_FIELD.TYPE_MESSAGE, ".google.protobuf.ListValue") if isinstance(inner, dict) \
+                    else element(inner)
+                _set_type(entry.field.add(name="value", number=2, label=_FIELD.LABEL_OPTIONAL), value_type)
+                field.label = _FIELD.LABEL_REPEATED
+                _set_type(field, (_FIELD.TYPE_MESSAGE, f".kubernetes.{name}.{entry.name}"))
+            else:
+                field.label = _FIELD.LABEL_OPTIONAL
+                _set_type(field, element(value))
+    return file
+
+
+def _new_pool() -> descriptor_pool.DescriptorPool:
+    pool = descriptor_pool.DescriptorPool()
+    for module in (timestamp_pb2, duration_pb2, struct_pb2):
+        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+    pool.Add(_admission_file())
+    return pool
+
+
+@functools.cache
+def admission_pool() -> descriptor_pool.DescriptorPool:
+    """The descriptor pool every checker uses: the admission variables' types."""
+    return _new_pool()
+
+
 @functools.lru_cache(maxsize=64)
 def kind_type(group: str, version: str, kind: str) -> KindType | None:
     """The object type of a built-in kind, or None when the kind has no schema here (checked as dyn)."""
@@ -182,8 +260,6 @@ def kind_type(group: str, version: str, kind: str) -> KindType | None:
     root = builder.message_for_definition(definition)
     if root is None:
         return None
-    pool = descriptor_pool.DescriptorPool()
-    for module in (timestamp_pb2, duration_pb2, struct_pb2):
-        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+    pool = _new_pool()
     pool.Add(builder.file)
     return KindType(root.lstrip("."), pool)

@@ -38,7 +38,7 @@ NAMESPACE_SCHEMA: Schema = {
         "name": None,
         "generateName": None,
         "namespace": None,
-        "uid": None,
+        "UID": None,
         "resourceVersion": None,
         "generation": None,
         "creationTimestamp": None,

@@ -13,7 +13,6 @@ is loaded or how it evaluates.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from staticadm.admission.request_builder import BUILTIN_RESOURCES
@@ -24,7 +23,6 @@ from staticadm.manifests.loader import LoadResult
 from staticadm.model import ValidatingAdmissionPolicy
 
 MAX_TYPES_TO_CHECK = 10
-_STRUCT_SUFFIX = re.compile(r" not found in struct '[^']*'")
 
 _KINDS_BY_RESOURCE: dict[tuple[str, str], list[str]] = {}
 for (_group, _kind), (_resource, _namespaced) in BUILTIN_RESOURCES.items():
@@ -99,8 +97,7 @@ def type_warnings(policy: ValidatingAdmissionPolicy) -> list[ManifestError]:
 
 def _warning(policy: ValidatingAdmissionPolicy, field_path: str, text: str) -> ManifestError:
     origin = policy.origin
-    # cel-go's words for an unknown field (the engine adds the struct's generated name).
-    text = _STRUCT_SUFFIX.sub("", text.rstrip())
+    text = text.rstrip()
     return ManifestError(origin.path, f"{field_path}: type checking: {text}", document=origin.document,
                          items=origin.items, kind=policy.KIND, name=policy.metadata.name, field=field_path)
 

@@ -232,3 +232,35 @@ class TestValuesPythonHandsBack:
         outcome = _evaluate("{'a': 1}.transformMap(k, v, dyn(k) + dyn(v))", {}, kind=ExpressionKind.STANDALONE)
         assert isinstance(outcome, EvalError)
         assert "0x" not in outcome.message and "<function" not in outcome.message
+
+
+class TestAdmissionVariableTypes:
+    """request and namespaceObject are typed as kube-apiserver declares them (BuildRequestType,
+    BuildNamespaceType): a wrong type or field is a compile error, as it is there."""
+
+    @pytest.mark.parametrize(("source", "error"), [
+        ("request.operation == 1", "found no matching overload for '_==_' applied to '(string, int)'"),
+        ("request.userInfo.groups.exists(g, g == 1)", "found no matching overload for '_==_'"),
+        ("request.dryRun == 'true'", "'(bool, string)'"),
+        ("request.kind.name == 'x'", "undefined field 'name'"),
+        # Kubernetes declares the namespace's uid as "UID".
+        ("namespaceObject.metadata.uid != ''", "undefined field 'uid'"),
+        ("namespaceObject.metadata.generation == 'x'", "'(int, string)'"),
+    ])
+    def test_kubernetes_rejects_these_and_so_do_we(self, source: str, error: str) -> None:
+        program = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION)
+        assert isinstance(program, CompileError) and error in program.message, program
+
+    def test_typed_fields_evaluate_on_the_request_as_sent(self) -> None:
+        data = {"request": {"operation": "CREATE", "userInfo": {"username": "a", "groups": ["devs"],
+                                                                 "extra": {"scope": ["x"]}}, "dryRun": False,
+                            "options": {"fieldManager": "kubectl"}}}
+        assert _evaluate("request.operation == 'CREATE' && 'devs' in request.userInfo.groups "
+                         "&& request.userInfo.extra['scope'][0] == 'x' && !request.dryRun "
+                         "&& request.options.fieldManager == 'kubectl'", data) is True
+
+    def test_a_variable_of_a_request_field_has_its_type(self) -> None:
+        variables = _variables(("op", "request.operation"))
+        program = ENVIRONMENT.compile("variables.op == 1", ExpressionKind.VALIDATION, variable_names=["op"],
+                                      variable_types=_types(variables))
+        assert isinstance(program, CompileError) and "'(string, int)'" in program.message

@@ -57,7 +57,7 @@ spec:
   validations:
   - expression: >-
       has(namespaceObject.metadata.annotations) && 'owner' in namespaceObject.metadata.annotations
-      && namespaceObject.status.phase == 'Active' && namespaceObject.metadata.uid != ''
+      && namespaceObject.status.phase == 'Active' && namespaceObject.metadata.resourceVersion != ''
       && namespaceObject.spec.finalizers == ['kubernetes']
     messageExpression: "'namespace ' + namespaceObject.metadata.name + ' has no owner'"
 ---
