@@ -227,14 +227,29 @@ class KubeConnection:
                 response.release()
 
 
+#: A watch event (one object as JSON) larger than this ends the watch with an error: etcd stores objects of
+#: at most 1.5 MiB, so nothing kube-apiserver sends comes near it.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
 async def _events(response: aiohttp.ClientResponse, path: str) -> AsyncIterator[Any]:
+    """The watch stream's events, one JSON object per line; split here rather than with readline, whose
+    line limit (128 KiB) a Namespace with large annotations exceeds."""
+    pending = bytearray()
     try:
-        while True:
-            line = await response.content.readline()
-            if not line:
-                return
-            if line.strip():
-                yield orjson.loads(line)
+        async for chunk in response.content.iter_any():
+            pending += chunk
+            start = 0
+            while (end := pending.find(b"\n", start)) >= 0:
+                line = bytes(pending[start:end])
+                start = end + 1
+                if line.strip():
+                    yield orjson.loads(line)
+            del pending[:start]
+            if len(pending) > MAX_EVENT_BYTES:
+                raise ClusterError(f"GET {path}: a watch event is larger than {MAX_EVENT_BYTES} bytes")
+        if pending.strip():
+            yield orjson.loads(bytes(pending))
     except orjson.JSONDecodeError:
         raise ClusterError(f"GET {path}: a watch event is not JSON") from None
     except (aiohttp.ClientError, OSError, TimeoutError) as error:

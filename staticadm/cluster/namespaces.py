@@ -190,11 +190,13 @@ class NamespaceInformer:
             except _Expired:
                 self._observer.watch_restart("namespaces", "expired")
                 continue
-            except ClusterError as error:
-                self.last_error = error.message
+            except (ClusterError, ValueError, TypeError, KeyError) as error:
+                # ValueError and the rest: an answer of a shape no kube-apiserver sends; retried the same way.
+                self.last_error = (error.message if isinstance(error, ClusterError)
+                                   else f"{type(error).__name__}: {error}")
                 self._observer.watch_restart("namespaces", "error")
                 if self._log is not None:
-                    self._log.warning("namespace watch failed; retrying", err=error.message,
+                    self._log.warning("namespace watch failed; retrying", err=self.last_error,
                                       retry_seconds=round(backoff, 2))
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, BACKOFF_MAX)

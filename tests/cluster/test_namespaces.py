@@ -264,3 +264,16 @@ def test_an_exec_credential_plugin(make_daemon: DaemonFactory, apiserver: FakeAp
     daemon = start_daemon(make_daemon, apiserver, tmp_path, exec_token="from-the-plugin")
     assert wait_for(lambda: "no pods in test namespaces" in answer(daemon, "qa")["status"]["message"],
                     timeout=10), daemon.log()
+
+
+def test_a_namespace_larger_than_a_stream_line_buffer_arrives_by_the_watch(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.start()
+    daemon = start_daemon(make_daemon, apiserver, tmp_path)
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1)
+    # 300 KiB of annotations (kubectl's last-applied-configuration can be that large): one watch line.
+    apiserver.set_namespace("big", {"environment": "test"}, annotations={"blob": "x" * 300_000})
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_objects", {"resource": "namespaces"}) == 1)
+    assert not allowed(daemon, "big")
+    assert daemon.metric("staticadm_cluster_watch_restarts_total", {"reason": "error"}) == 0
+    assert not [path for _, path in apiserver.requests if path.startswith("/api/v1/namespaces/big")]
