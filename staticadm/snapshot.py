@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
+from staticadm.admission.matching import selector_keys
+from staticadm.admission.namespaces import NAME_LABEL
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MutatingAdmissionPolicyBinding, NamedRuleWithOperations, ValidatingAdmissionPolicyBinding
 
@@ -41,6 +43,9 @@ class Snapshot:
     #: The same for ``mutating``.
     mutating_match_index: MatchIndex = field(default_factory=_empty_index)
     directory: str = ""
+    #: Whether any policy or binding reads more of a namespace than its name (a namespaceSelector on
+    #: another label, or namespaceObject): only then does a request wait for a namespace's live GET.
+    needs_namespaces: bool = False
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -123,4 +128,17 @@ def build_snapshot(load_result: LoadResult) -> Snapshot:
         match_index=_index(validating),
         mutating_match_index=_index(mutating),
         directory=load_result.directory,
+        needs_namespaces=_needs_namespaces((*validating, *mutating)),
     )
+
+
+def _needs_namespaces(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> bool:
+    for compiled in policies:
+        if compiled.uses_namespace_object:
+            return True
+        for match in (compiled.policy.spec.match_constraints,
+                      *(binding.spec.match_resources for binding in compiled.bindings)):
+            selector = match.namespace_selector if match is not None else None
+            if selector is not None and selector_keys(selector) - {NAME_LABEL}:
+                return True
+    return False

@@ -36,6 +36,8 @@ BACKOFF_MAX = 30.0
 #: Namespaces fetched by a live GET and not yet seen by the watch; bounded against requests naming
 #: many namespaces that the watch never reports.
 MAX_FETCHED = 4096
+#: How long a failed live GET of a namespace answers for it before one is tried again.
+FAILED_FETCH_REUSE = 1.0
 
 
 class ClusterObserver(Protocol):
@@ -93,6 +95,7 @@ class NamespaceInformer:
         self._items: dict[str, NamespaceInfo] = {}
         self._fetched: OrderedDict[str, NamespaceInfo] = OrderedDict()
         self._fetch_errors: dict[str, str] = {}
+        self._fetch_failed_at: dict[str, float] = {}
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         self.synced = False
         #: Why the last list or watch failed, until one succeeds again.
@@ -135,8 +138,13 @@ class NamespaceInformer:
     # -- live GET on a miss ----------------------------------------------------------------------------
 
     async def fetch(self, name: str, timeout: float) -> None:
-        """Make ``lookup(name)`` answer from kube-apiserver if the map lacks it (coalesced per name)."""
+        """Make ``lookup(name)`` answer from kube-apiserver if the map lacks it (coalesced per name). A GET
+        of the same namespace that failed less than FAILED_FETCH_REUSE seconds ago is not repeated: while
+        kube-apiserver is unreachable, requests fail fast with its error instead of each waiting."""
         if self.knows(name) or timeout <= 0:
+            return
+        failed_at = self._fetch_failed_at.get(name)
+        if failed_at is not None and time.monotonic() - failed_at < FAILED_FETCH_REUSE:
             return
         pending = self._in_flight.get(name)
         if pending is None:
@@ -164,6 +172,7 @@ class NamespaceInformer:
             return
         self._observer.api_call("get", time.perf_counter() - started, False)
         self._fetch_errors.pop(name, None)
+        self._fetch_failed_at.pop(name, None)
         if name not in self._items:
             self._fetched[name] = info
             while len(self._fetched) > MAX_FETCHED:
@@ -171,6 +180,9 @@ class NamespaceInformer:
 
     def _remember_fetch_error(self, name: str, message: str) -> None:
         self._fetch_errors[name] = message
+        self._fetch_failed_at[name] = time.monotonic()
+        while len(self._fetch_failed_at) > MAX_FETCHED:
+            self._fetch_failed_at.pop(next(iter(self._fetch_failed_at)))
         while len(self._fetch_errors) > MAX_FETCHED:
             self._fetch_errors.pop(next(iter(self._fetch_errors)))
 
@@ -242,6 +254,7 @@ class NamespaceInformer:
         self._items = items
         self._fetched.clear()
         self._fetch_errors.clear()
+        self._fetch_failed_at.clear()
         first = not self.synced
         self.synced = True
         self.synced_at = time.time()
@@ -294,6 +307,7 @@ class NamespaceInformer:
             raise ClusterError(f"namespace watch: unknown event type {kind!r}")
         self._fetched.pop(info.name, None)
         self._fetch_errors.pop(info.name, None)
+        self._fetch_failed_at.pop(info.name, None)
         if version:
             self._resource_version = version
         self._observer.cache_state("namespaces", True, len(self._items))

@@ -246,7 +246,7 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
                                              f"{timeout:g} seconds", _body_uid(body)) from None
         try:
             parsed = _parse(body)
-            if state.fetch_namespace is not None and parsed.namespace:
+            if state.fetch_namespace is not None and parsed.namespace and served.snapshot.needs_namespaces:
                 # Only a namespace the cluster view lacks waits on the network, within this deadline.
                 await state.fetch_namespace(parsed.namespace, _check_budget(deadline - loop.time()))
             if state.authorizer is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 
 from staticadm.cli import main
 from tests.cluster.apiserver import FakeApiServer
-from tests.server.harness import DaemonFactory, wait_for
+from tests.server.harness import DaemonFactory, wait_for, write_atomically
 
 SELECTOR_POLICY = """apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -277,3 +278,38 @@ def test_a_namespace_larger_than_a_stream_line_buffer_arrives_by_the_watch(
     assert not allowed(daemon, "big")
     assert daemon.metric("staticadm_cluster_watch_restarts_total", {"reason": "error"}) == 0
     assert not [path for _, path in apiserver.requests if path.startswith("/api/v1/namespaces/big")]
+
+
+NAME_ONLY_POLICY = SELECTOR_POLICY.replace("      matchLabels:\n        environment: test\n",
+                                           "      matchLabels:\n        kubernetes.io/metadata.name: qa\n")
+
+
+def test_an_unresponsive_kube_apiserver_holds_up_only_requests_that_need_it(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    # A kube-apiserver that accepts connections and never answers (not started: its port is a silent
+    # listener), so every list and GET waits until it gives up.
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    silent.bind(("127.0.0.1", apiserver.port))
+    silent.listen(64)
+    try:
+        daemon = start_daemon(make_daemon, apiserver, tmp_path)
+
+        def timed(namespace: str) -> tuple[float, dict[str, Any]]:
+            started = time.monotonic()
+            response = daemon.validate(pod_review(namespace), path="/validate?timeout=2s")
+            assert response.status == 200, response.body
+            return time.monotonic() - started, response.json()["response"]
+
+        elapsed, first = timed("qa")
+        assert not first["allowed"] and 'namespace "qa"' in first["status"]["message"]
+        assert elapsed < 2.0  # answered within the request's deadline, by failurePolicy
+        # Within a second of that failure the next request for the namespace does not wait again.
+        elapsed, again = timed("qa")
+        assert elapsed < 0.5 and not again["allowed"]
+        # A policy set that only reads namespace names never waits for kube-apiserver.
+        write_atomically(daemon.manifests / "policy.yaml", NAME_ONLY_POLICY)
+        assert wait_for(lambda: "no pods in test namespaces" in str(timed("qa")[1].get("status")), timeout=15)
+        elapsed, other = timed("shop")
+        assert elapsed < 0.5 and other["allowed"]
+    finally:
+        silent.close()

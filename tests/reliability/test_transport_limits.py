@@ -49,11 +49,11 @@ def _post_head(length: int, extra: str = "") -> bytes:
 
 async def _slow_body(path: Path, started: asyncio.Event, stop: asyncio.Event, connected: list[int]) -> None:
     try:
-        for _ in range(500):  # the daemon's accept backlog may be full for a moment
+        for _ in range(1000):  # the daemon's accept backlog may be full for a moment (EAGAIN, or refused)
             try:
                 _reader, writer = await asyncio.open_unix_connection(str(path))
                 break
-            except BlockingIOError:
+            except OSError:
                 await asyncio.sleep(0.01)
         else:
             return
