@@ -9,6 +9,7 @@ into the *runtime* environment, whose declarations use the representations the e
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
@@ -322,6 +323,7 @@ class CelEnvironment:
         self._typed_checkers: dict[tuple[str, ...], Any] = {}
         #: Checkers with object/oldObject of a kind's schema type (type_check), by type and placeholders.
         self._schema_checkers: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._schema_checkers_lock = threading.Lock()
         self._opaque_names = opaque_names
         runtime_decls = [
             decl
@@ -495,16 +497,18 @@ class CelEnvironment:
         edits.extend(typed.edits)
         rewritten = lexer.apply(source, edits)
         key = (object_type.type_name, typed.types)
-        checker = self._schema_checkers.get(key)
-        if checker is None:
-            if len(self._schema_checkers) >= _TYPED_CHECKERS:
-                self._schema_checkers.pop(next(iter(self._schema_checkers)))
-            message = cel.Type(object_type.type_name)
-            extra = {typed_variables.PLACEHOLDER.format(index): parse_type(type_name, self._opaque_names,
-                                                                           runtime=False)
-                     for index, type_name in enumerate(typed.types)}
-            checker = self._new_checker({"object": message, "oldObject": message, **extra}, object_type.pool)
-            self._schema_checkers[key] = checker
+        # `check` and the daemon's after-reload warnings may type-check from more than one thread.
+        with self._schema_checkers_lock:
+            checker = self._schema_checkers.get(key)
+            if checker is None:
+                if len(self._schema_checkers) >= _TYPED_CHECKERS:
+                    self._schema_checkers.pop(next(iter(self._schema_checkers)))
+                message = cel.Type(object_type.type_name)
+                extra = {typed_variables.PLACEHOLDER.format(index): parse_type(type_name, self._opaque_names,
+                                                                               runtime=False)
+                         for index, type_name in enumerate(typed.types)}
+                checker = self._new_checker({"object": message, "oldObject": message, **extra}, object_type.pool)
+                self._schema_checkers[key] = checker
         try:
             checked_program = checker.compile(rewritten.text)
         except RuntimeError as error:

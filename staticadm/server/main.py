@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -121,6 +122,8 @@ class _Daemon:
         self.link = link
         self.state: ServerState | None = None
         self._side_tasks: set[asyncio.Future[None]] = set()
+        #: One thread: reloads in quick succession type-check one after the other, not all at once.
+        self._type_check_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-typecheck")
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
@@ -235,8 +238,8 @@ class _Daemon:
 
         async def check() -> None:
             loop = asyncio.get_running_loop()
-            warnings = await loop.run_in_executor(None, changed_policies_type_warnings, served.objects.values(),
-                                                  [*added, *changed])
+            warnings = await loop.run_in_executor(self._type_check_executor, changed_policies_type_warnings,
+                                                  served.objects.values(), [*added, *changed])
             for warning in warnings:
                 self.log.warning("policy type checking", file=warning.path, document=warning.document,
                                  kind=warning.kind, name=warning.name, field=warning.field, warning=warning.message)
@@ -484,6 +487,7 @@ class _Daemon:
                 self.watcher.close()
             if self.shadow_watcher is not None:
                 self.shadow_watcher.close()
+            self._type_check_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
             self.log.info("stopped")
 
@@ -615,5 +619,6 @@ class _Supervisor(_Daemon):
             self.watcher.close()
             if self.shadow_watcher is not None:
                 self.shadow_watcher.close()
+            self._type_check_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
             self.log.info("stopped")
