@@ -153,13 +153,8 @@ class WorkerLink:
         reader, _ = await self._connect()
         while True:
             message = await _receive(reader)
-            if isinstance(message, DiskState):
-                on_disk_problem(message.problem)
-                continue
-            if isinstance(message, ShadowLoad):
-                on_shadow(message)
-                continue
-            return await self._handle(source, message)
+            if not _side_message(message, on_disk_problem, on_shadow):
+                return await self._handle(source, message)
 
     async def run(self, source: ManifestSource, on_result: Callable[[ReloadResult | None], None],
                   on_disk_problem: Callable[[str | None], None], on_shadow: Callable[[ShadowLoad], None]) -> None:
@@ -171,13 +166,8 @@ class WorkerLink:
             except (asyncio.IncompleteReadError, ConnectionError):
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            if isinstance(message, DiskState):
-                on_disk_problem(message.problem)
-                continue
-            if isinstance(message, ShadowLoad):
-                on_shadow(message)
-                continue
-            on_result(await self._handle(source, message))
+            if not _side_message(message, on_disk_problem, on_shadow):
+                on_result(await self._handle(source, message))
 
     async def _handle(self, source: ManifestSource, message: object) -> ReloadResult | None:
         _, writer = await self._connect()
@@ -191,6 +181,18 @@ class WorkerLink:
         served = source.current
         await _send(writer, Serving(served.content_hash if served else "", str(result.status)))
         return result
+
+
+def _side_message(message: object, on_disk_problem: Callable[[str | None], None],
+                  on_shadow: Callable[[ShadowLoad], None]) -> bool:
+    """Handles a message that does not change what the worker serves; False for one that does."""
+    if isinstance(message, DiskState):
+        on_disk_problem(message.problem)
+        return True
+    if isinstance(message, ShadowLoad):
+        on_shadow(message)
+        return True
+    return False
 
 
 def worker_main() -> int:

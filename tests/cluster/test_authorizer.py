@@ -9,21 +9,10 @@ from typing import Any
 
 from staticadm.cli import main
 from tests.cluster.apiserver import FakeApiServer
+from tests.cluster.policies import policy
 from tests.server.harness import DaemonFactory, wait_for
 
-AUTHORIZER_POLICY = """apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: secret-readers.static.k8s.io
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  validations:
+AUTHORIZER_POLICY = policy("secret-readers", "pods", """\
   - expression: >-
       authorizer.group('').resource('secrets').namespace(request.namespace).check('get').allowed()
     messageExpression: "'user ' + request.userInfo.username + ' may not read secrets'"
@@ -34,15 +23,7 @@ spec:
       .check('delete').allowed()
       || authorizer.path('/dangerous').check('post').reason() == 'audited'
     message: the builder may delete deployments only where /dangerous is audited
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: secret-readers.static.k8s.io
-spec:
-  policyName: secret-readers.static.k8s.io
-  validationActions: [Deny]
-"""
+""")
 
 
 def pod_review(user: str, namespace: str = "team-a", uid: str = "u1") -> dict[str, Any]:

@@ -12,64 +12,26 @@ import pytest
 
 from staticadm.cli import main
 from tests.cluster.apiserver import FakeApiServer
+from tests.cluster.policies import policy
 from tests.server.harness import DaemonFactory, wait_for, write_atomically
 
-SELECTOR_POLICY = """apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: test-namespaces.static.k8s.io
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  validations:
+SELECTOR_POLICY = policy("test-namespaces", "pods", """\
   - expression: "false"
     message: no pods in test namespaces
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: test-namespaces.static.k8s.io
-spec:
-  policyName: test-namespaces.static.k8s.io
-  validationActions: [Deny]
+""", """\
   matchResources:
     namespaceSelector:
       matchLabels:
         environment: test
-"""
+""")
 
-NAMESPACE_OBJECT_POLICY = """apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: team-owner.static.k8s.io
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["configmaps"]
-  validations:
+NAMESPACE_OBJECT_POLICY = policy("team-owner", "configmaps", """\
   - expression: >-
       has(namespaceObject.metadata.annotations) && 'owner' in namespaceObject.metadata.annotations
       && namespaceObject.status.phase == 'Active' && namespaceObject.metadata.resourceVersion != ''
       && namespaceObject.spec.finalizers == ['kubernetes']
     messageExpression: "'namespace ' + namespaceObject.metadata.name + ' has no owner'"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: team-owner.static.k8s.io
-spec:
-  policyName: team-owner.static.k8s.io
-  validationActions: [Deny]
-"""
+""")
 
 
 def pod_review(namespace: str, *, resource: str = "pods", kind: str = "Pod") -> dict[str, Any]:
