@@ -78,10 +78,7 @@ class _FileBuilder:
 
     def __init__(self, package: str) -> None:
         self.package = package
-        self.file = descriptor_pb2.FileDescriptorProto(
-            name=f"{package}.proto", package=package, syntax="proto2",
-            dependency=["google/protobuf/timestamp.proto", "google/protobuf/duration.proto",
-                        "google/protobuf/struct.proto"])
+        self.file = _new_file(f"{package}.proto", package)
         self.messages: dict[str, str] = {}
         self.definitions = _catalog()["definitions"]
 
@@ -139,22 +136,38 @@ class _FileBuilder:
         return _FIELD.TYPE_MESSAGE, _WELL_KNOWN["dyn"]
 
     def _field(self, message: descriptor_pb2.DescriptorProto, full: str, name: str, number: int, value: Any) -> None:
-        field = message.field.add(name=name, number=number, json_name=name)
-        if isinstance(value, dict) and ("list" in value or "map" in value):
-            inner = self._resolve(value.get("list", value.get("map")))
-            element = (_FIELD.TYPE_MESSAGE, _WELL_KNOWN["dyn"]) if _is_container(inner) else self._element(inner, name)
-            field.label = _FIELD.LABEL_REPEATED
-            if "list" in value:
-                _set_type(field, element)
-                return
-            entry = message.nested_type.add(name=f"{_camel(name)}Entry")
-            entry.options.map_entry = True
-            entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=_FIELD.LABEL_OPTIONAL)
-            _set_type(entry.field.add(name="value", number=2, label=_FIELD.LABEL_OPTIONAL), element)
-            field.type, field.type_name = _FIELD.TYPE_MESSAGE, f"{full}.{entry.name}"
+        container = _container(value)
+        if container is None:
+            _add_field(message, full, name, number, None, self._element(value, name))
             return
+        inner = self._resolve(value[container])
+        element = (_FIELD.TYPE_MESSAGE, _WELL_KNOWN["dyn"]) if _container(inner) else self._element(inner, name)
+        _add_field(message, full, name, number, container, element)
+
+
+def _new_file(name: str, package: str) -> descriptor_pb2.FileDescriptorProto:
+    return descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto2", dependency=[
+        "google/protobuf/timestamp.proto", "google/protobuf/duration.proto", "google/protobuf/struct.proto"])
+
+
+def _add_field(message: descriptor_pb2.DescriptorProto, full: str, name: str, number: int, container: str | None,
+               element: tuple[int, str]) -> None:
+    """A field of ``element`` type, alone, in a list (repeated) or as a map's values (a map entry nested in
+    the message ``full``, named as protobuf requires: ``<Field>Entry``)."""
+    field = message.field.add(name=name, number=number, json_name=name)
+    if container is None:
         field.label = _FIELD.LABEL_OPTIONAL
-        _set_type(field, self._element(value, name))
+        _set_type(field, element)
+        return
+    field.label = _FIELD.LABEL_REPEATED
+    if container == "list":
+        _set_type(field, element)
+        return
+    entry = message.nested_type.add(name=f"{_camel(name)}Entry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=_FIELD.LABEL_OPTIONAL)
+    _set_type(entry.field.add(name="value", number=2, label=_FIELD.LABEL_OPTIONAL), element)
+    _set_type(field, (_FIELD.TYPE_MESSAGE, f"{full}.{entry.name}"))
 
 
 def _set_type(field: descriptor_pb2.FieldDescriptorProto, element: tuple[int, str]) -> None:
@@ -163,8 +176,11 @@ def _set_type(field: descriptor_pb2.FieldDescriptorProto, element: tuple[int, st
         field.type_name = element[1]
 
 
-def _is_container(value: Any) -> bool:
-    return isinstance(value, dict) and ("list" in value or "map" in value)
+def _container(value: Any) -> str | None:
+    """"list" or "map" for a container type, else None."""
+    if isinstance(value, dict):
+        return "list" if "list" in value else "map" if "map" in value else None
+    return None
 
 
 def _camel(name: str) -> str:
@@ -199,10 +215,7 @@ _ADMISSION_MESSAGES: dict[str, dict[str, Any]] = {
 
 
 def _admission_file() -> descriptor_pb2.FileDescriptorProto:
-    file = descriptor_pb2.FileDescriptorProto(
-        name="staticadm/admission.proto", package="kubernetes", syntax="proto2",
-        dependency=["google/protobuf/timestamp.proto", "google/protobuf/duration.proto",
-                    "google/protobuf/struct.proto"])
+    file = _new_file("staticadm/admission.proto", "kubernetes")
 
     def element(value: str) -> tuple[int, str]:
         if value in _SCALARS:
@@ -214,24 +227,11 @@ def _admission_file() -> descriptor_pb2.FileDescriptorProto:
     for name, fields in _ADMISSION_MESSAGES.items():
         message = file.message_type.add(name=name)
         for number, (field_name, value) in enumerate(fields.items(), start=1):
-            field = message.field.add(name=field_name, number=number, json_name=field_name)
-            if isinstance(value, dict) and "list" in value:
-                field.label = _FIELD.LABEL_REPEATED
-                _set_type(field, element(value["list"]))
-            elif isinstance(value, dict):
-                inner = value["map"]
-                entry = message.nested_type.add(name=f"{_camel(field_name)}Entry")
-                entry.options.map_entry = True
-                entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=_FIELD.LABEL_OPTIONAL)
-                # A map of lists cannot be a protobuf map: its values are ListValue (list(dyn)).
-                value_type = (_FIELD.TYPE_MESSAGE, ".google.protobuf.ListValue") if isinstance(inner, dict) \
-                    else element(inner)
-                _set_type(entry.field.add(name="value", number=2, label=_FIELD.LABEL_OPTIONAL), value_type)
-                field.label = _FIELD.LABEL_REPEATED
-                _set_type(field, (_FIELD.TYPE_MESSAGE, f".kubernetes.{name}.{entry.name}"))
-            else:
-                field.label = _FIELD.LABEL_OPTIONAL
-                _set_type(field, element(value))
+            container = _container(value)
+            inner = value[container] if container else value
+            # A map of lists cannot be a protobuf map: its values are ListValue (list(dyn)).
+            field_type = (_FIELD.TYPE_MESSAGE, ".google.protobuf.ListValue") if _container(inner) else element(inner)
+            _add_field(message, f".kubernetes.{name}", field_name, number, container, field_type)
     return file
 
 
