@@ -396,11 +396,11 @@ def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) 
         # Like kube-apiserver: a bare "ok" for machines, the per-check list with ?verbose for humans.
         if "verbose" in request.query:
             text = _checks_text(name, results)
-            problem = request.app[STATE].disk_problem
-            if name == "readyz" and problem is not None:
-                text += f"note: {problem}\n"
             if name == "readyz":
-                for note_name, note in request.app[STATE].ready_notes.items():
+                state = request.app[STATE]
+                if state.disk_problem is not None:
+                    text += f"note: {state.disk_problem}\n"
+                for note_name, note in state.ready_notes.items():
                     text += f"note: {note_name}: {note()}\n"
         else:
             failed = [check for check, ok in results if not ok]

@@ -184,7 +184,11 @@ class _Daemon:
             if result.status is ReloadStatus.SUCCESS and result.served is not None:
                 self.metrics.record_shadow_reload("success", result.served.content_hash)
 
-        task = asyncio.ensure_future(apply())
+        self._in_background(apply())
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        """Runs ``work`` on the loop, holding a reference until it ends (the loop keeps only weak ones)."""
+        task = asyncio.ensure_future(work)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
 
@@ -244,9 +248,7 @@ class _Daemon:
                 self.log.warning("policy type checking", file=warning.path, document=warning.document,
                                  kind=warning.kind, name=warning.name, field=warning.field, warning=warning.message)
 
-        task = asyncio.ensure_future(check())
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
+        self._in_background(check())
 
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
@@ -507,7 +509,6 @@ class _Supervisor(_Daemon):
         self.pool: WorkerPool | None = None
         #: A successful reload whose READY=1 (or STATUS) waits for every worker to serve its hash.
         self._pending: ReloadResult | None = None
-        self._sends: set[asyncio.Future[None]] = set()
 
     def _workers_serving(self, content_hash: str) -> int:
         pool = self.pool
@@ -522,9 +523,7 @@ class _Supervisor(_Daemon):
 
     def _send(self, message: Load | NothingToServe | DiskState | ShadowLoad) -> None:
         assert self.pool is not None
-        task = asyncio.ensure_future(self.pool.broadcast(message))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
+        self._in_background(self.pool.broadcast(message))
 
     def _on_reload(self, result: ReloadResult) -> None:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
