@@ -28,7 +28,7 @@ import orjson
 from staticadm.admission.request import UserInfo
 from staticadm.cel.libraries.authz import ACTIVE_AUTHORIZER, AuthorizationPending, CheckAttributes, CheckDecision
 from staticadm.cluster.connection import ClusterError, KubeConnection
-from staticadm.cluster.namespaces import ClusterObserver
+from staticadm.cluster.namespaces import ClusterObserver, NoObserver
 
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DEFAULT_AUTHORIZED_TTL = 300.0
@@ -45,21 +45,17 @@ T = TypeVar("T")
 def subject_access_review_spec(attributes: CheckAttributes, user: UserInfo) -> dict[str, Any]:
     """The SubjectAccessReview spec for one check, as kube-apiserver's webhook authorizer builds it from
     ``authorizer.Attributes`` (the request's user, or the service account ``serviceAccount()`` named)."""
-    spec: dict[str, Any] = {}
+    spec: dict[str, Any]
     if attributes.user:
         # serviceaccount.UserInfo: the account's user name and its two groups, no uid or extra.
         namespace = attributes.user[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
-        spec["user"] = attributes.user
-        spec["groups"] = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        spec = {"user": attributes.user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]}
     else:
-        if user.username:
-            spec["user"] = user.username
-        if user.uid:
-            spec["uid"] = user.uid
-        if user.groups:
-            spec["groups"] = list(user.groups)
-        if user.extra:
-            spec["extra"] = {key: list(values) for key, values in user.extra.items()}
+        # The request's UserInfo, omitempty as in the AdmissionReview; the SAR spec names username "user".
+        spec = user.to_json()
+        if "username" in spec:
+            spec["user"] = spec.pop("username")
     if attributes.path is not None:
         spec["nonResourceAttributes"] = {"path": attributes.path, "verb": attributes.verb}
         return spec
@@ -118,25 +114,19 @@ class SubjectAccessReviewer:
                  authorized_ttl: float = DEFAULT_AUTHORIZED_TTL,
                  unauthorized_ttl: float = DEFAULT_UNAUTHORIZED_TTL) -> None:
         self._connection = connection
-        self._observer = observer
+        self._observer = observer or NoObserver()
         self._authorized_ttl = authorized_ttl
         self._unauthorized_ttl = unauthorized_ttl
         self._cache: OrderedDict[bytes, tuple[float, CheckDecision]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def cached(self, key: bytes) -> CheckDecision | None:
         entry = self._cache.get(key)
         if entry is not None and entry[0] > time.monotonic():
-            self.hits += 1
-            if self._observer is not None:
-                self._observer.authorizer_cache(True)
+            self._observer.authorizer_cache(True)
             return entry[1]
         if entry is not None:
             del self._cache[key]
-        self.misses += 1
-        if self._observer is not None:
-            self._observer.authorizer_cache(False)
+        self._observer.authorizer_cache(False)
         return None
 
     async def evaluate(self, user: UserInfo, evaluate: Callable[[], T], remaining: Callable[[], float]) -> T:
@@ -177,10 +167,8 @@ class SubjectAccessReviewer:
                 raise ClusterError("the admission request's deadline passed before the check could be made")
             answer = await self._connection.request("POST", SUBJECT_ACCESS_REVIEWS, timeout=timeout, body=body)
         except ClusterError as error:
-            if self._observer is not None:
-                self._observer.api_call("sar", time.perf_counter() - started, True)
+            self._observer.api_call("sar", time.perf_counter() - started, True)
             return CheckDecision(False, "", f"SubjectAccessReview failed: {error.message}"), False
-        if self._observer is not None:
-            self._observer.api_call("sar", time.perf_counter() - started, False)
+        self._observer.api_call("sar", time.perf_counter() - started, False)
         decision = decision_from_status(answer.get("status") if isinstance(answer, Mapping) else None)
         return decision, not decision.error

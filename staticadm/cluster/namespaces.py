@@ -52,7 +52,9 @@ class ClusterObserver(Protocol):
     def authorizer_cache(self, hit: bool) -> None: ...
 
 
-class _NoObserver:
+class NoObserver:
+    """Reports nowhere: for callers without metrics (``review --kubeconfig``)."""
+
     def api_call(self, operation: str, seconds: float, error: bool) -> None:
         pass
 
@@ -89,7 +91,7 @@ class NamespaceInformer:
     def __init__(self, connection: KubeConnection, *, observer: ClusterObserver | None = None,
                  resync_seconds: float = DEFAULT_RESYNC_SECONDS, logger: Any = None) -> None:
         self._connection = connection
-        self._observer = observer or _NoObserver()
+        self._observer = observer or NoObserver()
         self._resync_seconds = resync_seconds
         self._log = logger
         self._items: dict[str, NamespaceInfo] = {}
