@@ -35,6 +35,7 @@ from staticadm.admission.request_builder import (
 )
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.manifests.files import document_files_under
 from staticadm.snapshot import Snapshot, build_snapshot
 from staticadm.yamltext import describe_yaml_error
 
@@ -143,8 +144,7 @@ def _expand(paths: Sequence[str]) -> list[str]:
     expanded: list[str] = []
     for path in paths:
         if path != "-" and Path(path).is_dir():
-            expanded.extend(sorted(str(file) for file in Path(path).rglob("*")
-                                   if file.is_file() and file.suffix.lower() in (".json", ".yaml", ".yml")))
+            expanded.extend(str(file) for file in document_files_under(Path(path)))
         else:
             expanded.append(path)
     return expanded

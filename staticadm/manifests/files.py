@@ -13,6 +13,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 
 from staticadm.manifests.errors import ManifestError
 
@@ -43,6 +44,14 @@ def go_ext(name: str) -> str:
 
 def is_manifest_name(name: str) -> bool:
     return go_ext(name).lower() in MANIFEST_EXTENSIONS
+
+
+def document_files_under(directory: Path) -> list[Path]:
+    """Every .json, .yaml and .yml file below ``directory``, recursively, in path order: the request and
+    test files the offline commands take by the directory (the manifest loader reads only direct
+    children; see read_directory)."""
+    return sorted(path for path in directory.rglob("*")
+                  if path.is_file() and path.suffix.lower() in MANIFEST_EXTENSIONS)
 
 
 def content_hash(contents: list[bytes]) -> str:

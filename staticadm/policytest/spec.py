@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from staticadm.manifests.files import document_files_under
 from staticadm.yamltext import describe_yaml_error
 
 API_VERSION = "staticadm.io/v1alpha1"
@@ -288,8 +289,7 @@ def discover(paths: list[str]) -> tuple[list[TestFile], list[TestFileError]]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in
-                                (".yaml", ".yml", ".json")))
+            files.extend(document_files_under(path))
         elif path.is_file():
             files.append(path)
         else:
