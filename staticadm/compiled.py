@@ -192,7 +192,7 @@ def _linked(program: Program, variables: Mapping[str, Program], *, mutating: boo
     return admission_environment(mutating).link(program, list(variables.items()))
 
 
-def _uses_namespace_object(sources: Iterable[str]) -> bool:
+def mentions_namespace_object(sources: Iterable[str]) -> bool:
     return any(_NAMESPACE_OBJECT.search(source) for source in sources)
 
 
@@ -247,7 +247,7 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
         variables=MappingProxyType(variables),
         validations=tuple(validations),
         audit_annotations=audit_annotations,
-        uses_namespace_object=_uses_namespace_object(sources),
+        uses_namespace_object=mentions_namespace_object(sources),
         compiled_variables=_compiled_only(variables),
     )
 
@@ -270,6 +270,6 @@ def compile_mutating_policy(policy: MutatingAdmissionPolicy, programs: PolicyPro
         match_conditions=match_conditions,
         variables=MappingProxyType(variables),
         mutations=tuple(mutations),
-        uses_namespace_object=_uses_namespace_object(sources),
+        uses_namespace_object=mentions_namespace_object(sources),
         compiled_variables=_compiled_only(variables),
     )

@@ -3,8 +3,8 @@
 - homogeneous aggregate literals (cel-go ``HomogeneousAggregateLiterals``),
 - literal arguments of duration/timestamp/regex functions (Kubernetes 1.29 AST validators and the regex
   precompilation of its regex library),
-- fields of the typed admission variables (``request``, ``namespaceObject``, ``variables``) that
-  Kubernetes declares as object types but our engine can only declare as ``dyn``.
+- fields of ``variables``, which Kubernetes declares as an object type with a field per variable and the
+  engine's checker sees as a map (``request`` and ``namespaceObject`` are typed in the checker itself).
 """
 
 from __future__ import annotations
@@ -15,42 +15,8 @@ from typing import Any
 
 from staticadm.cel import ast, structs
 
-# The object types Kubernetes declares for admission variables: field name -> nested schema (None = leaf).
+# Declared object fields: name -> nested schema (None = a leaf); ``variables`` has one per policy variable.
 Schema = Mapping[str, "Schema | None"]
-_GROUP_VERSION_KIND: Schema = {"group": None, "version": None, "kind": None}
-_GROUP_VERSION_RESOURCE: Schema = {"group": None, "version": None, "resource": None}
-REQUEST_SCHEMA: Schema = {
-    "kind": _GROUP_VERSION_KIND,
-    "resource": _GROUP_VERSION_RESOURCE,
-    "subResource": None,
-    "requestKind": _GROUP_VERSION_KIND,
-    "requestResource": _GROUP_VERSION_RESOURCE,
-    "requestSubResource": None,
-    "name": None,
-    "namespace": None,
-    "operation": None,
-    "userInfo": {"username": None, "uid": None, "groups": None, "extra": None},
-    "dryRun": None,
-    "options": None,
-}
-NAMESPACE_SCHEMA: Schema = {
-    "metadata": {
-        "name": None,
-        "generateName": None,
-        "namespace": None,
-        "UID": None,
-        "resourceVersion": None,
-        "generation": None,
-        "creationTimestamp": None,
-        "deletionTimestamp": None,
-        "deletionGracePeriodSeconds": None,
-        "labels": None,
-        "annotations": None,
-        "finalizers": None,
-    },
-    "spec": {"finalizers": None},
-    "status": {"phase": None, "conditions": None},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +101,9 @@ def check_literal_arguments(checked: Any, evaluate_literal: Callable[[str, Any],
 
 
 def check_typed_variables(checked: Any, variable_names: frozenset[str] | None) -> list[Issue]:
-    """Rejects fields Kubernetes' declared object types do not have (``request.uid``, ``variables.nope``)."""
+    """Rejects fields the declared ``variables`` object does not have (``variables.nope``)."""
     issues: list[Issue] = []
-    roots: dict[str, Schema] = {"request": REQUEST_SCHEMA, "namespaceObject": NAMESPACE_SCHEMA}
+    roots: dict[str, Schema] = {}
     if variable_names is not None:
         roots["variables"] = dict.fromkeys(variable_names)
     selected_roots: set[int] = set()

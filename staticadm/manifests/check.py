@@ -11,7 +11,7 @@ from typing import TextIO
 
 import yaml
 
-from staticadm.compiled import policy_expression_sources
+from staticadm.compiled import mentions_namespace_object, policy_expression_sources
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
 from staticadm.manifests.typecheck import load_type_warnings
@@ -186,7 +186,6 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         out.write(f"  warning: {warning}\n")
 
 
-_NAMESPACE_OBJECT = re.compile(r"\bnamespaceObject\b")
 _AUTHORIZER = re.compile(r"\bauthorizer\b")
 
 
@@ -200,7 +199,7 @@ def _cluster_data_warnings(result: LoadResult) -> list[ManifestError]:
     for policy in result.policies:
         sources = policy_expression_sources(policy)
         needs = []
-        if any(_NAMESPACE_OBJECT.search(source) for source in sources):
+        if mentions_namespace_object(sources):
             needs.append("namespaceObject (from kube-apiserver with serve --kubeconfig, or a --namespaces file)")
         if any(_AUTHORIZER.search(source) for source in sources):
             needs.append("authorizer checks (SubjectAccessReview, with serve --kubeconfig)")
