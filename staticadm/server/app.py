@@ -23,6 +23,7 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.connections import track_requests
+from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
 from staticadm.server.shadow import ShadowEvaluator
@@ -350,16 +351,7 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
         else:
             state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
                                               check.seconds)
-    fields: dict[str, Any] = {
-        "endpoint": endpoint,
-        "uid": parsed.uid,
-        "kind": f"{parsed.kind.group}/{parsed.kind.version}/{parsed.kind.kind}".lstrip("/"),
-        "object": f"{parsed.namespace}/{parsed.name}" if parsed.namespace else parsed.name,
-        "operation": parsed.operation,
-        "user": parsed.user_info.username,
-        "latency_ms": round(seconds * 1000, 3),
-    }
-    # Only identifying fields: whole objects at info would copy Secrets into logs.
+    fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
     # A mutation is logged like a denial: an operator needs to know which policy changed which object.
     notable = [c for c in review.checks
                if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]

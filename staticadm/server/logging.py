@@ -17,6 +17,8 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
+from staticadm.admission.request import AdmissionRequest
+
 LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -155,3 +157,16 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
 
 def get_logger(name: str = "staticadm") -> Any:
     return structlog.get_logger(name)
+
+
+def request_fields(endpoint: str, request: AdmissionRequest) -> dict[str, Any]:
+    """The fields that identify an admission request in a log line: never the object itself (whole
+    objects at info would copy Secrets into logs)."""
+    return {
+        "endpoint": endpoint,
+        "uid": request.uid,
+        "kind": f"{request.kind.group}/{request.kind.version}/{request.kind.kind}".lstrip("/"),
+        "object": f"{request.namespace}/{request.name}" if request.namespace else request.name,
+        "operation": request.operation,
+        "user": request.user_info.username,
+    }

@@ -17,6 +17,7 @@ from staticadm.admission.endpoints import Evaluator, Review
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
 from staticadm.cluster.authorizer import SubjectAccessReviewer
+from staticadm.server.logging import request_fields
 from staticadm.server.metrics import Metrics
 from staticadm.source import ManifestSource
 
@@ -67,10 +68,7 @@ class ShadowEvaluator:
         self._metrics.shadow_evaluations.labels(endpoint).inc()
         for difference in compare_reviews(live, shadow):
             self._metrics.shadow_differences.labels(endpoint, difference.kind).inc()
-            self._log.info("shadow difference", endpoint=endpoint, difference=difference.kind, uid=request.uid,
-                           kind=f"{request.kind.group}/{request.kind.version}/{request.kind.kind}".lstrip("/"),
-                           object=f"{request.namespace}/{request.name}" if request.namespace else request.name,
-                           operation=request.operation, user=request.user_info.username,
+            self._log.info("shadow difference", **request_fields(endpoint, request), difference=difference.kind,
                            live_policies=list(difference.live_policies),
                            shadow_policies=list(difference.new_policies), detail=difference.detail,
                            shadow_hash=content_hash)
