@@ -17,23 +17,19 @@ from staticadm.admission.comparison import Difference, compare_reviews
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
 from staticadm.admission.request_builder import RequestSettings
-from staticadm.admission.review import EXIT_DENIED, EXIT_INVALID_MANIFESTS, EXIT_OK, EXIT_UNUSABLE_INPUT, read_requests
-from staticadm.manifests.loader import load_manifest_directory
-from staticadm.snapshot import Snapshot, build_snapshot
+from staticadm.admission.review import (
+    EXIT_DENIED,
+    EXIT_INVALID_MANIFESTS,
+    EXIT_OK,
+    EXIT_UNUSABLE_INPUT,
+    load_snapshot,
+    read_requests,
+)
 
 #: Exit code when some request would be answered differently (as review's "denied": a finding).
 EXIT_DIFFERENT = EXIT_DENIED
 #: /mutate first, as kube-apiserver calls the mutating webhooks before the validating ones.
 ENDPOINT_ORDER = ("mutate", "validate")
-
-
-def _load(directory: str, label: str, stderr: TextIO) -> Snapshot | None:
-    loaded = load_manifest_directory(directory)
-    if loaded.errors:
-        for error in loaded.errors:
-            stderr.write(f"staticadm diff: {label} {error}\n")
-        return None
-    return build_snapshot(loaded)
 
 
 def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
@@ -46,7 +42,8 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
              namespaces: NamespaceSource | None = None) -> int:
     """Exit 0 when no request would be answered differently, 3 when some would; 1 when either directory
     is invalid; 2 on unusable input."""
-    live, new = _load(live_dir, "(live)", stderr), _load(new_dir, "(new)", stderr)
+    live = load_snapshot(live_dir, stderr, "staticadm diff: (live)")
+    new = load_snapshot(new_dir, stderr, "staticadm diff: (new)")
     if live is None or new is None:
         return EXIT_INVALID_MANIFESTS
     requests, problems = read_requests(request_paths, settings or RequestSettings(), old_path, stdin)

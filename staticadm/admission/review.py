@@ -246,6 +246,18 @@ def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: Adm
     return mutation, evaluate_validating(snapshot, namespaces, request)
 
 
+def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | None:
+    """The directory's snapshot, or None after writing every manifest error after ``prefix``."""
+    from staticadm.manifests.loader import load_manifest_directory
+
+    loaded = load_manifest_directory(directory)
+    if loaded.errors:
+        for error in loaded.errors:
+            stderr.write(f"{prefix} {error}\n")
+        return None
+    return build_snapshot(loaded)
+
+
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
                settings: RequestSettings | None = None, old_path: str | None = None,
@@ -254,14 +266,9 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
     object or namespaces file."""
     settings = settings or RequestSettings()
-    from staticadm.manifests.loader import load_manifest_directory
-
-    loaded = load_manifest_directory(manifests_dir)
-    if loaded.errors:
-        for error in loaded.errors:
-            stderr.write(f"staticadm review: {error}\n")
+    snapshot = load_snapshot(manifests_dir, stderr, "staticadm review:")
+    if snapshot is None:
         return EXIT_INVALID_MANIFESTS
-    snapshot = build_snapshot(loaded)
 
     namespaces: NamespaceSource = RequestOnlyNamespaces()
     if namespaces_file is not None:
