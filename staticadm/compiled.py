@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from staticadm.admission.match_plan import MatchPlan
 from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, admission_environment, compile_expression
+from staticadm.cel.cost import MAX_EXPRESSION_COST
 from staticadm.model import (
     AuditAnnotation,
     MatchCondition,
@@ -56,6 +58,24 @@ class CompiledValidatingPolicy:
     uses_namespace_object: bool
     #: The variables that compiled, as evaluation contexts take them.
     compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
+    #: matchConstraints and each binding's matchResources (same order) as the request path matches them.
+    match_plan: MatchPlan = field(init=False, repr=False, compare=False)
+    binding_plans: tuple[MatchPlan, ...] = field(init=False, repr=False, compare=False)
+
+    #: The validations' messageExpressions that compiled, and the most they can cost together (with every
+    #: variable they read), or None when that has no bound (one multiplies sizes): see validating._messages.
+    message_programs: tuple[CompiledExpression, ...] = field(init=False, repr=False, compare=False)
+    message_cost_bound: int | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _attach_match_plans(self)
+        programs = tuple(validation.message_expression for validation in self.validations
+                         if isinstance(validation.message_expression, CompiledExpression))
+        object.__setattr__(self, "message_programs", programs)
+        variables = {name for program in programs for name, _ in program.linked_variables}
+        bound = None if any(program.multiplies for program in programs) else (
+            sum(program.static_cost for program in programs) + MAX_EXPRESSION_COST * (len(programs) + len(variables)))
+        object.__setattr__(self, "message_cost_bound", bound)
 
     @property
     def name(self) -> str:
@@ -88,6 +108,12 @@ class CompiledMutatingPolicy:
     mutations: tuple[CompiledMutation, ...]
     uses_namespace_object: bool
     compiled_variables: Mapping[str, CompiledExpression] = field(default_factory=lambda: MappingProxyType({}))
+    #: matchConstraints and each binding's matchResources (same order) as the request path matches them.
+    match_plan: MatchPlan = field(init=False, repr=False, compare=False)
+    binding_plans: tuple[MatchPlan, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _attach_match_plans(self)
 
     @property
     def name(self) -> str:
@@ -100,6 +126,13 @@ class CompiledMutatingPolicy:
     @property
     def reinvocation_policy(self) -> str:
         return self.policy.spec.reinvocation_policy or "Never"
+
+
+def _attach_match_plans(compiled: CompiledValidatingPolicy | CompiledMutatingPolicy) -> None:
+    # Built with the value (every replace() of bindings builds them again), so they always agree with it.
+    object.__setattr__(compiled, "match_plan", MatchPlan(compiled.policy.spec.match_constraints, is_policy=True))
+    object.__setattr__(compiled, "binding_plans", tuple(MatchPlan(binding.spec.match_resources, is_policy=False)
+                                                        for binding in compiled.bindings))
 
 
 @dataclass(frozen=True, slots=True)

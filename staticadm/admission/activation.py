@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
-from staticadm.cel import COST_LIMIT_MESSAGE, CompileError, EvalError
+from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError
+from staticadm.cel.evaluation import CostBudget, EvaluationContext, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
@@ -104,12 +105,13 @@ def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
     return ExpressionFailure(f"expression '{source}' resulted in error: {outcome.message}", ErrorType.INVALID_ERROR)
 
 
-def run_program(program: Program, source: str, context: Any) -> tuple[Any, ExpressionFailure | None]:
+def run_program(program: Program, source: str, context: EvaluationContext) -> tuple[Any, ExpressionFailure | None]:
     """(value, None) or (None, why this expression gave no value)."""
-    if isinstance(program, CompileError):
-        return None, ExpressionFailure(f"compilation error: {program.message}", ErrorType.COMPILE_ERROR)
-    outcome = program.evaluate(context)
-    if isinstance(outcome, EvalError):
+    if program.__class__ is CompileError:
+        return None, ExpressionFailure(f"compilation error: {cast(CompileError, program).message}",
+                                       ErrorType.COMPILE_ERROR)
+    outcome = context.run(cast(CompiledExpression, program))
+    if outcome.__class__ is EvalError:
         return None, expression_failure(source, outcome)
     return outcome, None
 
@@ -166,6 +168,19 @@ class RequestActivations:
         self._cache: dict[tuple[Any, ...], Any] = {}
         #: The last (resource, kind, namespaceObject, activation): nearly every lookup repeats it.
         self._last: tuple[Any, Any, Any, Any] | None = None
+        self._context: EvaluationContext | None = None
+
+    def scope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
+        """The request's one evaluation context, starting a new cost scope over ``activation``.
+
+        Scopes of one request run one after the other, never nested, so they share one context; the
+        context returned is only valid until the next call.
+        """
+        if self._context is None:
+            self._context = self._environment.new_context(activation=activation, request_deadline=self.deadline,
+                                                          budget=budget)
+            return self._context
+        return self._context.rescope(activation, budget)
 
     def _authorizer_data(self) -> dict[str, Any]:
         if self._authorizer is None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
+from staticadm.admission.match_plan import NOT_MATCHED, RequestMatch, matched_as
 from staticadm.admission.matching import matches
-from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
-from staticadm.model import MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
+from staticadm.model import MatchResources, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
 RecordedPolicy = TypeVar("RecordedPolicy", contravariant=True)
@@ -75,21 +75,21 @@ class MatchedPolicy(Generic[CompiledPolicy]):
     compiled: CompiledPolicy
     resource: GroupVersionResource
     kind: GroupVersionKind
-    _request: AdmissionRequest
-    _namespaces: NamespaceSource
+    _view: RequestMatch
     _recorder: MatchRecorder[CompiledPolicy]
     _conversion: ConversionCheck
 
     def invocations(self) -> Iterator[Invocation[CompiledPolicy]]:
-        compiled, request = self.compiled, self._request
+        compiled, view = self.compiled, self._view
+        request = view.request
         bindings: Sequence[Binding] = compiled.bindings
-        for binding in bindings:
-            name = binding.metadata.name
-            outcome = matches(binding.spec.match_resources, request, self._namespaces, is_policy=False)
-            if outcome.error is not None:
-                self._recorder.config_error(compiled, name, outcome.error)
-            elif not outcome.matched:
-                self._recorder.skipped(compiled.name, name, outcome.why)
+        for binding, plan in zip(bindings, compiled.binding_plans, strict=True):
+            outcome = plan.evaluate(view)
+            if outcome.__class__ is str:
+                self._recorder.config_error(compiled, binding.metadata.name, cast(str, outcome))
+            elif outcome == NOT_MATCHED:
+                self._recorder.skipped(compiled.name, binding.metadata.name,
+                                       _why_not(binding.spec.match_resources, view, is_policy=False))
             elif (self._conversion is ConversionCheck.PER_BINDING and self.kind != request.kind
                   and request.object is not None):
                 # Kubernetes reports it as the policy's error, once per binding.
@@ -98,22 +98,29 @@ class MatchedPolicy(Generic[CompiledPolicy]):
                 yield Invocation(compiled, binding, self.resource, self.kind)
 
 
-def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int], request: AdmissionRequest,
-                     namespaces: NamespaceSource, recorder: MatchRecorder[CompiledPolicy],
+def _why_not(match: MatchResources | None, view: RequestMatch, *, is_policy: bool) -> Callable[[], str]:
+    """Why a plan did not match, in the words of the straightforward matcher, built when read."""
+    return lambda: matches(match, view.request, view.namespaces(), is_policy=is_policy).reason
+
+
+def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int], view: RequestMatch,
+                     recorder: MatchRecorder[CompiledPolicy],
                      conversion: ConversionCheck) -> Iterator[MatchedPolicy[CompiledPolicy]]:
-    """The candidate policies (by ``positions``, in name order) whose matchConstraints select ``request``."""
+    """The candidate policies (by ``positions``, in name order) whose matchConstraints select the request."""
+    request = view.request
     for position in positions:
         compiled = policies[position]
-        outcome = matches(compiled.policy.spec.match_constraints, request, namespaces, is_policy=True)
-        if outcome.error is not None:
-            recorder.config_error(compiled, None, outcome.error)
+        outcome = compiled.match_plan.evaluate(view)
+        if outcome.__class__ is str:
+            recorder.config_error(compiled, None, cast(str, outcome))
             continue
-        if not outcome.matched:
-            recorder.skipped(compiled.name, None, outcome.why)
+        if outcome == NOT_MATCHED:
+            recorder.skipped(compiled.name, None, _why_not(compiled.policy.spec.match_constraints, view,
+                                                            is_policy=True))
             continue
-        assert outcome.resource is not None and outcome.kind is not None
-        if (conversion is ConversionCheck.PER_POLICY and outcome.kind != request.kind
+        resource, kind = matched_as(cast(int, outcome), request)
+        if (conversion is ConversionCheck.PER_POLICY and kind != request.kind
                 and (request.object is not None or request.old_object is not None)):
-            recorder.config_error(compiled, None, conversion_error(request, outcome.kind))
+            recorder.config_error(compiled, None, conversion_error(request, kind))
             continue
-        yield MatchedPolicy(compiled, outcome.resource, outcome.kind, request, namespaces, recorder, conversion)
+        yield MatchedPolicy(compiled, resource, kind, view, recorder, conversion)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.admission.namespaces import NAME_LABEL, NamespaceSource
+from staticadm.admission.namespaces import NAME_LABEL, NamespaceInfo, NamespaceSource
 from staticadm.admission.request import (
     NAMESPACES_RESOURCE,
     AdmissionRequest,
@@ -153,7 +153,7 @@ def rules_match(rules: Sequence[NamedRuleWithOperations], match_policy: str | No
 # -- selectors --------------------------------------------------------------------------------------
 
 
-def _object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str] | None:
+def object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str] | None:
     """``meta.Accessor(obj).GetLabels()``; None when there is no object or it has no ObjectMeta."""
     if obj is None:
         return None
@@ -167,49 +167,46 @@ def _object_labels(obj: Mapping[str, Any] | None) -> Mapping[str, str] | None:
     return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def object_selector_matches(selector: LabelSelector, request: AdmissionRequest) -> bool:
+def labels_select_object(selector: LabelSelector,
+                         labels: tuple[Mapping[str, str] | None, Mapping[str, str] | None]) -> bool:
+    """The object predicate: the selector matches the labels of the object or of the old object."""
     if selector.is_empty:
         return True
-    for obj in (request.object, request.old_object):
-        labels = _object_labels(obj)
-        if labels is not None and selector_matches(selector, labels):
-            return True
-    return False
+    return any(found is not None and selector_matches(selector, found) for found in labels)
 
 
-@dataclass(frozen=True, slots=True)
-class SelectorOutcome:
-    matched: bool
-    error: str | None = None
+def object_selector_matches(selector: LabelSelector, request: AdmissionRequest) -> bool:
+    return labels_select_object(selector, (object_labels(request.object), object_labels(request.old_object)))
 
 
-def namespace_selector_matches(selector: LabelSelector, request: AdmissionRequest,
-                               namespaces: NamespaceSource) -> SelectorOutcome:
-    """``namespace.Matcher.MatchNamespaceSelector`` with a NamespaceSource in place of the informer."""
+def namespace_labels_outcome(selector: LabelSelector, request: AdmissionRequest,
+                             lookup: Callable[[str], NamespaceInfo]) -> tuple[bool, str | None]:
+    """``namespace.Matcher.MatchNamespaceSelector`` with ``lookup`` in place of the informer:
+    (matched, None) or (False, the error)."""
     resource = request.original_resource
     if request.namespace == "" and resource.resource != "namespaces":
         # Cluster-scoped resources other than namespaces are never exempted by a namespace selector.
-        return SelectorOutcome(True)
+        return True, None
     if selector.is_empty:
-        return SelectorOutcome(True)
+        return True, None
     if (resource.resource == "namespaces" and request.original_sub_resource == ""
             and request.operation in ("CREATE", "UPDATE")):
         # kube-apiserver takes the labels from the namespace being written, not from its cache.
-        labels = _object_labels(request.object)
+        labels = object_labels(request.object)
         if labels is None:
-            return SelectorOutcome(False, "Internal error occurred: the namespace in the request has no metadata")
-        return SelectorOutcome(selector_matches(selector, labels))
-    info = namespaces.lookup(request.namespace)
+            return False, "Internal error occurred: the namespace in the request has no metadata"
+        return selector_matches(selector, labels), None
+    info = lookup(request.namespace)
     if info.labels is None:
         missing = sorted(selector_keys(selector) - {NAME_LABEL})
         if missing and info.unavailable is not None:
-            return SelectorOutcome(False, f"Internal error occurred: {info.unavailable}")
+            return False, f"Internal error occurred: {info.unavailable}"
         if missing:
-            return SelectorOutcome(False, (
+            return False, (
                 f'Internal error occurred: the labels of namespace "{request.namespace}" are not known to '
                 f"staticadm (no namespace source lists it); the namespace selector needs label "
-                f"{', '.join(repr(k) for k in missing)}"))
-    return SelectorOutcome(selector_matches(selector, info.known_labels()))
+                f"{', '.join(repr(k) for k in missing)}")
+    return selector_matches(selector, info.known_labels()), None
 
 
 # -- MatchResources ---------------------------------------------------------------------------------
@@ -251,8 +248,9 @@ def matches(match: MatchResources | None, request: AdmissionRequest, namespaces:
         return MatchOutcome(False, error=NIL_NAMESPACE_SELECTOR)
     if match.object_selector is None:
         return MatchOutcome(False, error=NIL_OBJECT_SELECTOR)
-    namespace_outcome = namespace_selector_matches(match.namespace_selector, request, namespaces)
-    if not namespace_outcome.matched and namespace_outcome.error is None:
+    namespace_matched, namespace_error = namespace_labels_outcome(match.namespace_selector, request,
+                                                                  namespaces.lookup)
+    if not namespace_matched and namespace_error is None:
         selector = match.namespace_selector
         return MatchOutcome(False, why=lambda: (f'namespace "{request.namespace}" does not match namespaceSelector '
                                                 f"{describe_selector(selector)}"))
@@ -271,6 +269,6 @@ def matches(match: MatchResources | None, request: AdmissionRequest, namespaces:
         return MatchOutcome(False, why=lambda: f"no resourceRule matches {describe_request(request)}"
                                                + (f' named "{request.name}"' if request.name else ""))
     # Selector errors count only once everything else matched, so unrelated policies never fail.
-    if namespace_outcome.error is not None:
-        return MatchOutcome(False, error=namespace_outcome.error)
+    if namespace_error is not None:
+        return MatchOutcome(False, error=namespace_error)
     return MatchOutcome(True, found.resource, found.kind)

@@ -30,6 +30,7 @@ from staticadm.admission.activation import (
     run_program,
 )
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
+from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
@@ -293,12 +294,13 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     final = request.object
     if not excluded and snapshot.mutating:
         positions = policy_candidates(snapshot, request, mutating=True)
+        view = RequestMatch(request, namespaces)
         invocations = [invocation
-                       for policy in matched_policies(snapshot.mutating, positions, request, namespaces, state,
+                       for policy in matched_policies(snapshot.mutating, positions, view, state,
                                                       ConversionCheck.PER_BINDING)
                        for invocation in policy.invocations()]
         if invocations:
-            final = _dispatch(state, invocations, request, namespaces, deadline)
+            final = _dispatch(state, invocations, request, view, deadline)
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]
     status = _denial_status(request, failing) if failing else None
     patch: list[dict[str, Any]] = [] if status is not None or final == request.object else create_patch(

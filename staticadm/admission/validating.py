@@ -26,6 +26,7 @@ from staticadm.admission.activation import (
     run_program,
 )
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
+from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import describe_request, is_excluded
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
@@ -47,7 +48,8 @@ from staticadm.admission.vocabulary import (
     ErrorType,
 )
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
-from staticadm.cel.cost import MAX_EXPRESSION_COST, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.cel.evaluation import CostBudget, SharedActivation
 from staticadm.compiled import CompiledValidatingPolicy
 from staticadm.model import ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import Snapshot
@@ -157,22 +159,20 @@ class _ValidateResult:
     skipped_by: str | None = None
 
 
-def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, resource: GroupVersionResource,
-              kind: GroupVersionKind, namespace_object: Mapping[str, Any] | None,
-              activations: RequestActivations) -> _ValidateResult:
+_NOTHING = _ValidateResult()
+
+
+def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource, kind: GroupVersionKind,
+              namespace_object: Mapping[str, Any] | None, activations: RequestActivations) -> _ValidateResult:
     """``validator.Validate`` for one binding, with Kubernetes' cost scopes: validations share one
     budget, messageExpressions what it left, audit annotations a budget of their own; a scope that runs
     out ends the binding's evaluation with one error decision."""
-    # Positional on purpose: compile_expression calls admission_environment(mutating) and functools.cache
-    # keys ``()`` and ``(False,)`` apart; programs only run in contexts of the environment that built them.
-    environment = admission_environment(False)
     error_action = DecisionAction.ADMIT if compiled.failure_policy == "Ignore" else DecisionAction.DENY
 
     if compiled.match_conditions:
-        # Match conditions see the request's own resource and no namespaceObject, in their own activation.
-        false_condition, failures = evaluate_match_conditions(compiled.match_conditions, environment.new_context(
-            activation=activations.for_match_conditions(namespace_object), request_deadline=activations.deadline,
-            budget=RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
+        # Match conditions see the request's own resource and no namespaceObject, in their own scope.
+        false_condition, failures = evaluate_match_conditions(compiled.match_conditions, activations.scope(
+            activations.for_match_conditions(namespace_object), RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if failures:
@@ -183,47 +183,33 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
                                                    error_type=aggregated.error_type),))
 
     activation = activations.for_evaluation(resource, kind, namespace_object)
-    context = environment.new_context(activation=activation, request_deadline=activations.deadline)
+    context = activations.scope(activation, RUNTIME_CEL_COST_BUDGET)
     outcomes: list[tuple[Any, ExpressionFailure | None]] = []
+    all_passed = True
     for validation in compiled.validations:
         outcome = run_program(validation.expression, validation.validation.expression, context)
-        if outcome[1] is not None and outcome[1].ends_scope:
-            return _ValidateResult((_out_of_budget(error_action),))
+        if outcome[0] is not True:
+            all_passed = False
+            if outcome[1] is not None and outcome[1].ends_scope:
+                return _ValidateResult((_out_of_budget(error_action),))
         outcomes.append(outcome)
-
-    messages, message_error = _messages(compiled, outcomes, environment, activation, activations.deadline,
-                                        context.budget)
-    decisions = []
-    for index, (validation, (value, failure)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
-        if failure is not None:
-            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR, failure.message,
-                                            expression_index=index, error_type=failure.error_type))
-            continue
-        if message_error is not None:
-            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR,
-                                            f"failed messageExpression: {message_error}", expression_index=index,
-                                            error_type=ErrorType.INVALID_ERROR))
-            continue
-        if value is True:
-            # A passing validation is no decision anyone reads (kube-apiserver's metrics skip it too).
-            continue
-        spec = validation.validation
-        message = ""
-        result = messages[index]
-        if isinstance(result, str):
-            candidate = result.strip()
-            if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
-                message = candidate
-        if not message and spec.message:
-            message = spec.message.strip()
-        if not message:
-            message = f"failed expression: {spec.expression.strip()}"
-        decisions.append(PolicyDecision(DecisionAction.DENY, DecisionEvaluation.DENY, message, spec.reason or "Invalid",
-                                        index))
+    budget = context.budget
+    assert budget is not None
+    if (all_passed or all(value is True or failure is not None for value, failure in outcomes)) and (
+            compiled.message_cost_bound is not None and compiled.message_cost_bound <= budget.remaining):
+        # Nothing denied, and the messageExpressions cannot run out of what the budget has left: their
+        # values are never read and they cannot fail, so they are not evaluated (see _messages).
+        messages, message_error = None, None
+    else:
+        messages, message_error = _messages(compiled, activations, activation, budget)
+    if all_passed and message_error is None:
+        decisions: list[PolicyDecision] = []
+    else:
+        decisions = _decisions(compiled, outcomes, messages, message_error, error_action)
 
     audit: list[_AuditResult] = []
     if compiled.audit_annotations:
-        audit_context = environment.new_context(activation=activation, request_deadline=activations.deadline)
+        audit_context = activations.scope(activation, RUNTIME_CEL_COST_BUDGET)
         for annotation, program in compiled.audit_annotations:
             value, failure = run_program(program, annotation.value_expression, audit_context)
             if failure is not None and failure.ends_scope:
@@ -242,7 +228,43 @@ def _validate(compiled: CompiledValidatingPolicy, request: AdmissionRequest, res
                 audit.append(_AuditResult(annotation.key, AuditAnnotationAction.ERROR, error=(
                     f"valueExpression '{annotation.value_expression}' resulted in unsupported return type: "
                     f"{_cel_type_name(value)}. Return type must be either string or null.")))
+    if not decisions and not audit:
+        return _NOTHING
     return _ValidateResult(tuple(decisions), tuple(audit))
+
+
+def _decisions(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, ExpressionFailure | None]],
+               messages: list[Any] | None, message_error: str | None,
+               error_action: DecisionAction) -> list[PolicyDecision]:
+    """The decisions of validations that did not pass (a passing one is no decision anyone reads, and
+    kube-apiserver's metrics skip it too)."""
+    decisions = []
+    for index, (validation, (value, failure)) in enumerate(zip(compiled.validations, outcomes, strict=True)):
+        if failure is not None:
+            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR, failure.message,
+                                            expression_index=index, error_type=failure.error_type))
+            continue
+        if message_error is not None:
+            decisions.append(PolicyDecision(error_action, DecisionEvaluation.ERROR,
+                                            f"failed messageExpression: {message_error}", expression_index=index,
+                                            error_type=ErrorType.INVALID_ERROR))
+            continue
+        if value is True:
+            continue
+        spec = validation.validation
+        message = ""
+        result = messages[index] if messages is not None else None
+        if isinstance(result, str):
+            candidate = result.strip()
+            if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
+                message = candidate
+        if not message and spec.message:
+            message = spec.message.strip()
+        if not message:
+            message = f"failed expression: {spec.expression.strip()}"
+        decisions.append(PolicyDecision(DecisionAction.DENY, DecisionEvaluation.DENY, message, spec.reason or "Invalid",
+                                        index))
+    return decisions
 
 
 def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
@@ -251,32 +273,26 @@ def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
                           error_type=ErrorType.OUT_OF_BUDGET)
 
 
-def _messages(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, ExpressionFailure | None]],
-              environment: Any, activation: Any, deadline: float | None, budget: Any) -> tuple[list[Any], str | None]:
+def _messages(compiled: CompiledValidatingPolicy, activations: RequestActivations, activation: SharedActivation,
+              budget: CostBudget) -> tuple[list[Any] | None, str | None]:
     """The messageExpression results, by validation, and the error that ended their scope if any.
 
     Kubernetes evaluates every messageExpression (of passing validations too) with what the validations
     left of the budget, and when that runs out every validation without an error of its own becomes an
-    error. Their values only matter for a denial, so they are evaluated when a validation failed, or
-    when they could cost more than the budget has left: each expression and variable costs at most
-    ``MAX_EXPRESSION_COST`` unless it multiplies sizes (contains, matches, find).
+    error. Their values only matter for a denial, so the caller skips them when nothing was denied and
+    they cannot cost more than the budget has left: each expression and variable costs at most
+    ``MAX_EXPRESSION_COST`` unless it multiplies sizes (contains, matches, find); that bound is
+    ``compiled.message_cost_bound``.
     """
-    programs = [validation.message_expression for validation in compiled.validations]
-    results: list[Any] = [None] * len(programs)
-    compiled_programs = [p for p in programs if isinstance(p, CompiledExpression)]
-    if not compiled_programs:
-        return results, None
-    if all(error is not None or value is True for value, error in outcomes) and budget is not None:
-        variables = {name for program in compiled_programs for name, _ in program.linked_variables}
-        bound = sum(p.static_cost for p in compiled_programs) + MAX_EXPRESSION_COST * (
-            len(compiled_programs) + len(variables))
-        if bound <= budget.remaining and not any(p.multiplies for p in compiled_programs):
-            return results, None
-    # messageExpressions get their own activation and no authorizer.
-    message_context = environment.new_context(activation=activation, request_deadline=deadline, budget=budget)
-    for index, program in enumerate(programs):
+    if not compiled.message_programs:
+        return None, None
+    results: list[Any] = [None] * len(compiled.validations)
+    # messageExpressions get their own scope over what the validations left, and no authorizer.
+    message_context = activations.scope(activation, budget)
+    for index, validation in enumerate(compiled.validations):
+        program = validation.message_expression
         if isinstance(program, CompiledExpression):
-            result = program.evaluate(message_context)
+            result = message_context.run(program)
             if isinstance(result, EvalError) and result.budget_exhausted:
                 return results, result.message
             results[index] = result
@@ -293,7 +309,7 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
         state.config_error(compiled, binding_name, namespace_error)
         return
     started = time.perf_counter()
-    result = _validate(compiled, request, invocation.resource, invocation.kind, namespace_object, state.activations)
+    result = _validate(compiled, invocation.resource, invocation.kind, namespace_object, state.activations)
     seconds = time.perf_counter() - started
     if result.skipped_by is not None:
         reason = (f'matchCondition "{result.skipped_by}" evaluated to false' if result.skipped_by
@@ -351,11 +367,11 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     excluded = is_excluded(request)
     if not excluded:
         positions = policy_candidates(snapshot, request, mutating=False)
-        for policy in matched_policies(snapshot.validating, positions, request, namespaces, state,
-                                       ConversionCheck.PER_POLICY):
+        view = RequestMatch(request, namespaces)
+        for policy in matched_policies(snapshot.validating, positions, view, state, ConversionCheck.PER_POLICY):
             collector: dict[str, list[str]] = {}
             for invocation in policy.invocations():
-                _evaluate_binding(state, invocation, request, namespaces, collector)
+                _evaluate_binding(state, invocation, request, view, collector)
             for key, values in collector.items():
                 state.published[f"{policy.compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
 

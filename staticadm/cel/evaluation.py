@@ -142,6 +142,8 @@ class SharedActivation:
 
 
 _NONE_EXCEEDED: set[int] = set()
+#: The class of what the engine's ``eval`` returns (anything else is an exception it raised).
+_ENGINE_VALUE = cel.Value
 
 
 class _RunCost:
@@ -172,6 +174,7 @@ class EvaluationContext:
     ) -> None:
         self._engine_env = engine_env
         self._state = state
+        self._local = state._local
         # The engine converts a variable's Python value on its first use in an activation (~100 µs for a
         # 5 KB Pod, then ~0.1 µs), so contexts of one request share one activation when they can.
         if isinstance(activation, SharedActivation):
@@ -190,6 +193,18 @@ class EvaluationContext:
         self._deadline_exceeded = False
         #: Variable name -> Kubernetes' error text for it, once a failed evaluation had to find out.
         self._variable_failures: dict[str, str | None] | None = None
+
+    def rescope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
+        """This context starts another cost scope of the same request (a binding's match conditions,
+        validations, messages, audit annotations) over ``activation``: what one scope charged, and what it
+        learnt about its policy's variables, never leaks into the next. Cheaper than a new context, and
+        the request's deadline and its backstop state carry over."""
+        self._data = activation.data
+        self.activation = activation.engine
+        self.budget = CostBudget(budget) if isinstance(budget, int) else budget
+        self._stepped_variables = None
+        self._variable_failures = None
+        return self
 
     # -- the engine's callbacks -------------------------------------------------------------------
 
@@ -220,11 +235,12 @@ class EvaluationContext:
         budget = self.budget
         if budget is not None and budget.remaining < 0:
             return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
-        # The common case inline (one engine call, no error, nothing special): it runs for every
-        # expression of every request.
+        # The common case inline (one engine call, a bool, nothing special): it runs for every
+        # expression of every request, so each step here is paid ~35 times per request.
         run = _RunCost()
-        saved, self._run = self._run, run
-        local = self._state._local
+        saved = self._run
+        self._run = run
+        local = self._local
         previous = getattr(local, "context", None)
         local.context = self
         try:
@@ -234,10 +250,26 @@ class EvaluationContext:
         finally:
             local.context = previous
             self._run = saved
-        if isinstance(result, Exception) or run.exceeded or run.needs_steps or self._deadline_exceeded:
+        if result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or self._deadline_exceeded:
             outcome, run = self._evaluate(compiled.program, compiled, first=(result, run))
-        else:
-            outcome = to_python(result, compiled.result_type)
+            return self._settle(compiled, budget, outcome, run)
+        if compiled.result_type != "bool":
+            return self._settle(compiled, budget, to_python(result, compiled.result_type), run)
+        # Validations and match conditions: a bool is the value; anything else (an error's text) goes the
+        # general way. One native call instead of three (each costs ~0.3 µs).
+        outcome = result.plain_value()
+        if outcome.__class__ is not bool or run.variables:
+            return self._settle(compiled, budget, to_python(result, compiled.result_type), run)
+        if budget is not None:
+            spent = compiled.static_cost + run.body
+            if spent > budget.remaining:
+                budget.remaining = -1
+                return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
+            budget.remaining -= spent
+        return outcome
+
+    def _settle(self, compiled: CompiledExpression, budget: CostBudget | None, outcome: Any, run: _RunCost) -> Any:
+        """The outcome of an evaluation with its errors worded and its cost charged to the scope."""
         if self._deadline_exceeded:
             return EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
         if outcome.__class__ is EvalError and not outcome.cost_exceeded and compiled.linked_variables:

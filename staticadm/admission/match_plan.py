@@ -1,0 +1,158 @@
+"""Matching compiled for the request path: one plan per MatchResources, one view per request.
+
+:func:`staticadm.admission.matching.matches` is the transcription of kube-apiserver's matcher; it is what
+``review`` explains with and what this module must agree with (``tests/admission/test_match_plan.py``
+compares the two on generated policies and requests). On the request path the same decision is reached
+with less work:
+
+- A MatchResources' rules (resourceRules, excludeResourceRules, matchPolicy) depend only on the request's
+  operation, resources, subresource, whether it is namespaced and, when a rule lists resourceNames, its
+  name. Their outcome is computed once per such *shape* by the same ``rules_match`` and remembered in the
+  plan (bounded), so a request repeats a dictionary look-up per policy and binding instead of the rule walk.
+- What every selector reads of the request (the object's and old object's labels, the namespace's labels)
+  is read once per request by :class:`RequestMatch`, not once per selector: it also means every policy
+  of one request sees the same namespace, even when the cluster view changes while it is evaluated.
+- Rules are looked at first: they need no I/O, and a request they do not select never looks its
+  namespace up. Kubernetes checks the selectors first, but every part must match and a selector's error
+  only counts once everything else matched, so the order does not change any outcome.
+
+A plan answers with a small int (:data:`NOT_MATCHED`, :data:`MATCHED_ORIGINAL`, :data:`MATCHED_EQUIVALENT`)
+or the configuration error's text; why something did not match is left to ``matches`` and built only
+when someone reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from staticadm.admission.matching import (
+    NIL_CONSTRAINTS,
+    NIL_NAMESPACE_SELECTOR,
+    NIL_OBJECT_SELECTOR,
+    labels_select_object,
+    namespace_labels_outcome,
+    object_labels,
+    rules_match,
+)
+from staticadm.admission.namespaces import NamespaceInfo, NamespaceSource
+from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.model import LabelSelector, MatchResources
+
+NOT_MATCHED = 0
+#: Matched as the request's original resource and kind.
+MATCHED_ORIGINAL = 1
+#: Matched as the resource and kind the webhook received (matchPolicy Equivalent).
+MATCHED_EQUIVALENT = 2
+#: A plan's outcome: one of the three above, or the text of the configuration error.
+PlanOutcome = int | str
+
+#: Shapes remembered per plan; a cluster sends a few hundred (operation x resource x subresource), and a
+#: full memo is dropped rather than evicted piecemeal (it refills from the same deterministic function).
+MAX_REMEMBERED_SHAPES = 2048
+
+
+class RequestMatch:
+    """What matching reads of one request, each part read at most once."""
+
+    __slots__ = ("_namespace_info", "_namespaces", "_object_labels", "named_shape", "request", "shape")
+
+    def __init__(self, request: AdmissionRequest, namespaces: NamespaceSource) -> None:
+        self.request = request
+        self._namespaces = namespaces
+        original, received = request.original_resource, request.resource
+        #: Everything rules read of the request, but its name.
+        self.shape: tuple[str, ...] = (
+            request.operation, original.group, original.version, original.resource, received.group,
+            received.version, received.resource, request.original_sub_resource, "ns" if request.namespace else "")
+        #: The same with the name, for rules that list resourceNames.
+        self.named_shape: tuple[str, ...] = (*self.shape, request.name)
+        self._object_labels: tuple[Mapping[str, str] | None, Mapping[str, str] | None] | None = None
+        self._namespace_info: NamespaceInfo | None = None
+
+    def object_labels(self) -> tuple[Mapping[str, str] | None, Mapping[str, str] | None]:
+        if self._object_labels is None:
+            request = self.request
+            self._object_labels = (object_labels(request.object), object_labels(request.old_object))
+        return self._object_labels
+
+    def namespaces(self) -> NamespaceSource:
+        return self._namespaces
+
+    def lookup(self, name: str) -> NamespaceInfo:
+        """The request's NamespaceSource, asked once per request (so every policy sees one namespace)."""
+        info = self._namespace_info
+        if info is None or info.name != name:
+            info = self._namespace_info = self._namespaces.lookup(name)
+        return info
+
+
+class MatchPlan:
+    """One MatchResources (a policy's matchConstraints or a binding's matchResources), ready to match."""
+
+    __slots__ = ("_by_shape", "_match", "_named", "_namespace_selector", "_object_selector", "_static")
+
+    def __init__(self, match: MatchResources | None, *, is_policy: bool) -> None:
+        self._match = match
+        self._by_shape: dict[tuple[str, ...], int] = {}
+        #: The outcome that does not depend on the request, if there is one.
+        self._static: PlanOutcome | None = None
+        self._namespace_selector: LabelSelector | None = None
+        self._object_selector: LabelSelector | None = None
+        self._named = False
+        if match is None:
+            # A binding without matchResources matches everything; a policy must have matchConstraints.
+            self._static = NIL_CONSTRAINTS if is_policy else MATCHED_ORIGINAL
+        elif match.namespace_selector is None:
+            self._static = NIL_NAMESPACE_SELECTOR
+        elif match.object_selector is None:
+            self._static = NIL_OBJECT_SELECTOR
+        else:
+            if not match.namespace_selector.is_empty:
+                self._namespace_selector = match.namespace_selector
+            if not match.object_selector.is_empty:
+                self._object_selector = match.object_selector
+            self._named = any(rule.resource_names for rule in (*match.resource_rules, *match.exclude_resource_rules))
+
+    def evaluate(self, view: RequestMatch) -> PlanOutcome:
+        """What ``matches(match, view.request, ...)`` decides, without why it did not match."""
+        if self._static is not None:
+            return self._static
+        shape = view.named_shape if self._named else view.shape
+        rules = self._by_shape.get(shape)
+        if rules is None:
+            rules = self._rules(view.request)
+            if len(self._by_shape) >= MAX_REMEMBERED_SHAPES:
+                self._by_shape.clear()
+            self._by_shape[shape] = rules
+        if rules == NOT_MATCHED:
+            return NOT_MATCHED
+        if self._object_selector is not None and not labels_select_object(self._object_selector,
+                                                                          view.object_labels()):
+            return NOT_MATCHED
+        if self._namespace_selector is not None:
+            matched, error = namespace_labels_outcome(self._namespace_selector, view.request, view.lookup)
+            if error is not None:
+                return error
+            if not matched:
+                return NOT_MATCHED
+        return rules
+
+    def _rules(self, request: AdmissionRequest) -> int:
+        match = self._match
+        assert match is not None
+        if match.exclude_resource_rules and rules_match(match.exclude_resource_rules, match.match_policy,
+                                                        request).matched:
+            return NOT_MATCHED
+        if not match.resource_rules:
+            return MATCHED_ORIGINAL
+        found = rules_match(match.resource_rules, match.match_policy, request)
+        if not found.matched:
+            return NOT_MATCHED
+        return MATCHED_ORIGINAL if found.resource is request.original_resource else MATCHED_EQUIVALENT
+
+
+def matched_as(outcome: int, request: AdmissionRequest) -> tuple[GroupVersionResource, GroupVersionKind]:
+    """The (resource, kind) a matched outcome stands for."""
+    if outcome == MATCHED_EQUIVALENT:
+        return request.resource, request.kind
+    return request.original_resource, request.original_kind
