@@ -151,6 +151,10 @@ def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program
     return None, failures
 
 
+#: ``current`` of :meth:`RequestActivations.for_evaluation` when it is the request's own object.
+REQUEST_OBJECT = object()
+
+
 class RequestActivations:
     """The engine activations of one request, built once and shared by every policy and binding.
 
@@ -165,9 +169,9 @@ class RequestActivations:
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
         self.deadline = deadline
         self._authorizer: dict[str, Any] | None = None
-        self._cache: dict[tuple[Any, ...], Any] = {}
-        #: The last (resource, kind, namespaceObject, activation): nearly every lookup repeats it.
-        self._last: tuple[Any, Any, Any, Any] | None = None
+        self._cache: dict[tuple[Any, ...], SharedActivation] = {}
+        #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.
+        self._last: tuple[Any, Any, Any, Any, Any] | None = None
         self._context: EvaluationContext | None = None
 
     def scope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
@@ -187,26 +191,34 @@ class RequestActivations:
             self._authorizer = authorizer_data(self._request)
         return self._authorizer
 
-    def for_match_conditions(self, namespace_object: Mapping[str, Any] | None) -> Any:
+    def for_match_conditions(self, namespace_object: Mapping[str, Any] | None,
+                             current: Mapping[str, Any] | object | None = REQUEST_OBJECT) -> SharedActivation:
         """Match conditions see the request's own resource; they never read namespaceObject (compiled as null),
         so they share the evaluation activation of that resource."""
         request = self._request
-        return self.for_evaluation(request.original_resource, request.original_kind, namespace_object)
+        return self.for_evaluation(request.original_resource, request.original_kind, namespace_object, current)
 
     def for_evaluation(self, resource: GroupVersionResource, kind: GroupVersionKind,
-                       namespace_object: Mapping[str, Any] | None) -> Any:
+                       namespace_object: Mapping[str, Any] | None,
+                       current: Mapping[str, Any] | object | None = REQUEST_OBJECT) -> SharedActivation:
+        """The activation for a policy matched as ``resource``/``kind``; ``current`` is the object as the
+        mutations so far left it (the request's own object unless given)."""
         last = self._last
-        if last is not None and last[0] is resource and last[1] is kind and last[2] is namespace_object:
-            return last[3]
-        key = ("evaluation", resource, kind, id(namespace_object))
-        if key not in self._cache:
-            request = self._request
-            self._cache[key] = self._environment.new_activation({
-                "object": request.object, "oldObject": request.old_object,
+        if (last is not None and last[0] is resource and last[1] is kind and last[2] is namespace_object
+                and last[3] is current):
+            return cast(SharedActivation, last[4])
+        request = self._request
+        obj = request.object if current is REQUEST_OBJECT else current
+        # The cached activation holds ``obj`` and ``namespace_object``, so their ids stay theirs meanwhile.
+        key = (resource, kind, id(namespace_object), id(obj))
+        activation = self._cache.get(key)
+        if activation is None:
+            activation = self._cache[key] = self._environment.new_activation({
+                "object": obj, "oldObject": request.old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
                 "request": request_data(request, resource, kind), **self._authorizer_data()})
-        self._last = (resource, kind, namespace_object, self._cache[key])
-        return self._cache[key]
+        self._last = (resource, kind, namespace_object, current, activation)
+        return activation
 
 
 def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,

@@ -119,7 +119,7 @@ def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int
                                                             is_policy=True))
             continue
         resource, kind = matched_as(cast(int, outcome), request)
-        if (conversion is ConversionCheck.PER_POLICY and kind != request.kind
+        if (conversion is ConversionCheck.PER_POLICY and kind is not request.kind and kind != request.kind
                 and (request.object is not None or request.old_object is not None)):
             recorder.config_error(compiled, None, conversion_error(request, kind))
             continue

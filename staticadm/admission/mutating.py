@@ -21,12 +21,11 @@ from staticadm.admission.activation import (
     DecisionRecord,
     ExpressionFailure,
     NotMatched,
+    RequestActivations,
     aggregate_failures,
-    authorizer_data,
     evaluate_match_conditions,
     namespace_object_for,
     policy_candidates,
-    request_data,
     run_program,
 )
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
@@ -37,7 +36,7 @@ from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.response import review_response
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import admission_environment
-from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
 from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
@@ -178,15 +177,12 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any) -> tup
         return None, f"error applying patch: {error}"
 
 
-def _run_invocation(state: _Dispatch, invocation: _Invocation, request: AdmissionRequest, current: Any,
-                    namespace_object: Mapping[str, Any] | None, authorizer: Mapping[str, Any],
-                    deadline: float | None) -> tuple[Any, bool]:
+def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
+                    namespace_object: Mapping[str, Any] | None,
+                    activations: RequestActivations) -> tuple[Any, bool]:
     """Runs one invocation's mutations in order; (object afterwards, whether any mutation succeeded)."""
     compiled = invocation.compiled
     binding = invocation.binding.metadata.name
-    environment = admission_environment(True)
-    variables = compiled.compiled_variables
-    request_fields = request_data(request, invocation.resource, invocation.kind)
     succeeded = False
     for mutation in compiled.mutations:
         if current is None:
@@ -194,9 +190,8 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, request: Admissio
             continue
         started = time.perf_counter()
         # Each mutation sees the object as the previous one left it, with its own budget.
-        context = environment.new_context({"object": current, "oldObject": request.old_object,
-                                           "request": request_fields, "namespaceObject": namespace_object,
-                                           **authorizer}, variables=variables, request_deadline=deadline)
+        context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
+                                                               namespace_object, current), RUNTIME_CEL_COST_BUDGET)
         value, failure = run_program(mutation.expression, mutation.source, context)
         problem = ""
         if failure is None:
@@ -219,10 +214,10 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
     current = request.object
     context = PolicyReinvokeContext()
-    base_environment = admission_environment(False)
-    # The same for every invocation and pass; only the object changes between mutations.
-    authorizer = authorizer_data(request)
-    original_request = request_data(request, request.original_resource, request.original_kind)
+    # Match conditions and mutations are compiled in different environments, so each has its own
+    # activations; both keep one per version of the object (only an applied mutation makes a new one).
+    condition_activations = RequestActivations(admission_environment(False), request, deadline)
+    mutation_activations = RequestActivations(admission_environment(True), request, deadline)
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
                              or any(e.failure_policy != "Ignore" for e in state.errors)):
@@ -232,12 +227,10 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
         for invocation in invocations:
             compiled = invocation.compiled
             if compiled.match_conditions:
-                data = {"object": current, "oldObject": request.old_object, "namespaceObject": None,
-                        "request": original_request, **authorizer}
-                false_condition, failures = evaluate_match_conditions(compiled.match_conditions,
-                                                                      base_environment.new_context(
-                                                                          data, request_deadline=deadline,
-                                                                          budget=RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
+                false_condition, failures = evaluate_match_conditions(
+                    compiled.match_conditions, condition_activations.scope(
+                        condition_activations.for_match_conditions(None, current),
+                        RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(
@@ -257,8 +250,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                 continue
             (state.reinvoked if reinvocation else state.invoked).append(invocation.key)
             before = current
-            current, succeeded = _run_invocation(state, invocation, request, current, namespace_object, authorizer,
-                                                 deadline)
+            current, succeeded = _run_invocation(state, invocation, current, namespace_object, mutation_activations)
             dirty = dirty or succeeded
             if current != before:
                 context.require_reinvoking_previously_invoked()

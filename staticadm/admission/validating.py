@@ -317,6 +317,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
         state.not_matched.append(NotMatched(policy_name, binding_name, reason))
         return
     state.matched.append((policy_name, binding_name))
+    if result is _NOTHING:
+        return
     actions = binding.spec.validation_actions
     for decision in result.decisions:
         # The decision's place in kube-apiserver's list (one per validation, or a single one for the

@@ -352,7 +352,7 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
             state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
                                               check.seconds)
     fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
-    # A mutation is logged like a denial: an operator needs to know which policy changed which object.
+    # A mutation is logged like a denial: an operator needs to know which policies changed which object.
     notable = [c for c in review.checks
                if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
     if not notable and decision is not RequestDecision.DENY:
@@ -362,7 +362,16 @@ def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest,
         status = (review.review.get("response") or {}).get("status") or {}
         state.logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
         return
+    # Successful mutations are one line for the request (a Pod can pass through many mutating policies);
+    # every other decision (denials, warnings, audits, errors) is a line of its own with its message.
+    mutations = [{"policy": check.policy, "binding": check.binding} for check in notable
+                 if check.action is EnforcementAction.MUTATE and check.error_type is ErrorType.NO_ERROR]
+    if mutations:
+        state.logger.info("admission mutated", allowed=decision is not RequestDecision.DENY,
+                          action=EnforcementAction.MUTATE, mutations=mutations, **fields)
     for check in notable:
+        if check.action is EnforcementAction.MUTATE and check.error_type is ErrorType.NO_ERROR:
+            continue
         state.logger.info("admission decision", allowed=decision is not RequestDecision.DENY, policy=check.policy,
                           binding=check.binding, action=check.action, error_type=check.error_type,
                           message=check.message, **fields)
