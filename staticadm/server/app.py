@@ -137,6 +137,21 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
     length = request.content_length
     if length is not None and length > limit:
         raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+    content = request.content
+    if content.is_eof():
+        # Received in full already (a body that came with its headers, as kube-apiserver's do): nothing to
+        # wait for, so no timer to arm and cancel.
+        try:
+            body = content.read_nowait(-1)
+        except Exception:  # a body aiohttp found truncated or mis-encoded
+            raise BadRequest(400, "BadRequest", "request body ended before its declared length or was malformed") \
+                from None
+        if len(body) > limit:
+            raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+        if length is not None and len(body) != length:
+            raise BadRequest(400, "BadRequest", "request body ended before its declared length")
+        buffered.add(len(body))
+        return body
     chunks: list[bytes] = []
     size = 0
     try:
@@ -239,12 +254,16 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
             # Read first so that the log line (and the answer) carry the request's uid.
             raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request", _body_uid(body))
         slots = state.review_slots()
-        try:
-            async with asyncio.timeout_at(deadline):
-                await slots.acquire()
-        except TimeoutError:
-            raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
-                                             f"{timeout:g} seconds", _body_uid(body)) from None
+        if slots.locked():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await slots.acquire()
+            except TimeoutError:
+                raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
+                                                 f"{timeout:g} seconds", _body_uid(body)) from None
+        else:
+            # A free slot is taken at once: no timer needed.
+            await slots.acquire()
         try:
             parsed = _parse(body)
             if state.fetch_namespace is not None and parsed.namespace and served.snapshot.needs_namespaces:
