@@ -107,6 +107,9 @@ class _Dispatch:
     records: list[DecisionRecord] = field(default_factory=list)
     matched: list[tuple[str, str]] = field(default_factory=list)
     not_matched: list[NotMatched] = field(default_factory=list)
+    #: What the validator decided for a policy on this request, by (policy, resource, kind, namespaceObject):
+    #: the same for each of its bindings (see evaluate_validating), or None to validate for each binding.
+    validated: dict[tuple[Any, ...], tuple[_ValidateResult, float]] | None = None
 
     def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None:
         self.not_matched.append(NotMatched(policy, binding, why))
@@ -308,9 +311,17 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
     if namespace_error is not None:
         state.config_error(compiled, binding_name, namespace_error)
         return
-    started = time.perf_counter()
-    result = _validate(compiled, invocation.resource, invocation.kind, namespace_object, state.activations)
-    seconds = time.perf_counter() - started
+    shared = state.validated
+    key = (id(compiled), invocation.resource, invocation.kind, id(namespace_object))
+    remembered = shared.get(key) if shared is not None else None
+    if remembered is None:
+        started = time.perf_counter()
+        result = _validate(compiled, invocation.resource, invocation.kind, namespace_object, state.activations)
+        seconds = time.perf_counter() - started
+        if shared is not None:
+            shared[key] = (result, seconds)
+    else:
+        result, seconds = remembered
     if result.skipped_by is not None:
         reason = (f'matchCondition "{result.skipped_by}" evaluated to false' if result.skipped_by
                   else "matchConditions failed to evaluate and failurePolicy is Ignore")
@@ -362,10 +373,19 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
-                        deadline: float | None = None) -> ValidationOutcome:
+                        deadline: float | None = None, share_across_bindings: bool = True) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
-    ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget."""
-    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline))
+    ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget.
+
+    kube-apiserver runs a policy's validator once per binding that matched. What the validator decides
+    depends on the policy, the activation (request, resource and kind matched, namespaceObject) and a
+    fresh cost budget, never on the binding (its validationActions apply afterwards), and authorizer
+    answers are fixed for the request: so with ``share_across_bindings`` the second binding of a policy
+    reuses the first one's decisions instead of evaluating every expression again. False evaluates per
+    binding, as the straightforward reading of Kubernetes' loop (the tests compare the two).
+    """
+    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline),
+                      validated={} if share_across_bindings else None)
     excluded = is_excluded(request)
     if not excluded:
         positions = policy_candidates(snapshot, request, mutating=False)

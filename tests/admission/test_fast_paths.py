@@ -1,0 +1,165 @@
+"""The request path's shortcuts decide exactly what the straightforward evaluation decides.
+
+- A policy's validator decided once per request and shared by its bindings
+  (``evaluate_validating(share_across_bindings=True)``) against one validator run per binding, as
+  kube-apiserver's loop reads: generated policies (validations that pass, deny, fail; messageExpressions,
+  variables, audit annotations, match conditions; both failure policies) with several bindings each
+  (validationActions, objectSelectors), and generated requests.
+- One evaluation context rescoped for each cost scope of a request against a new context per scope, and
+  the bool fast path of ``EvaluationContext.run`` against its general path: values, errors and what each
+  scope's budget has left.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from staticadm.admission.activation import RequestActivations
+from staticadm.admission.namespaces import RequestOnlyNamespaces
+from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
+from staticadm.cel.evaluation import EvalError
+from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
+
+VALIDATIONS = (
+    {"expression": "object.spec.replicas <= 5"},
+    {"expression": "object.spec.replicas < 100", "messageExpression": "'replicas: ' + string(object.spec.replicas)"},
+    {"expression": "object.spec.missing == 1", "message": "reads a field the object does not have"},
+    {"expression": "1 / (object.spec.replicas - object.spec.replicas) == 0"},
+    {"expression": "object.metadata.labels.all(k, k != 'deny')", "reason": "Forbidden"},
+    {"expression": "variables.many == false", "messageExpression": "'variable: ' + string(variables.many)"},
+    {"expression": "true", "messageExpression": "string(object.spec.nope)"},
+)
+MATCH_CONDITIONS = (
+    {"name": "not-seven", "expression": "object.spec.replicas != 7"},
+    {"name": "broken", "expression": "object.spec.nope == 1"},
+    {"name": "always", "expression": "true"},
+)
+AUDIT_ANNOTATIONS = (
+    {"key": "replicas", "valueExpression": "string(object.spec.replicas)"},
+    {"key": "broken", "valueExpression": "string(object.spec.nope)"},
+    {"key": "absent", "valueExpression": "null"},
+)
+
+
+@st.composite
+def policy_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 2))):
+        name = f"p{index}.static.k8s.io"
+        spec: dict[str, Any] = {
+            "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+            "variables": [{"name": "many", "expression": "object.spec.replicas > 50"}],
+            "validations": draw(st.lists(st.sampled_from(VALIDATIONS), min_size=1, max_size=4)),
+        }
+        conditions = draw(st.lists(st.sampled_from(MATCH_CONDITIONS), max_size=2, unique_by=lambda c: c["name"]))
+        if conditions:
+            spec["matchConditions"] = conditions
+        annotations = draw(st.lists(st.sampled_from(AUDIT_ANNOTATIONS), max_size=2, unique_by=lambda a: a["key"]))
+        if annotations:
+            spec["auditAnnotations"] = annotations
+        objects.append(policy(name, **spec))
+        for number in range(draw(st.integers(1, 3))):
+            actions = draw(st.sampled_from((("Deny",), ("Warn",), ("Audit",), ("Warn", "Audit"), ("Deny", "Audit"))))
+            extra: dict[str, Any] = {}
+            label = draw(st.sampled_from((None, "web", "db")))
+            if label is not None:
+                extra["matchResources"] = {"objectSelector": {"matchLabels": {"app": label}}}
+            objects.append(binding(f"p{index}-b{number}.static.k8s.io", name, actions, **extra))
+    return objects
+
+
+def _request(replicas: int, labels: dict[str, str]) -> Any:
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["spec"]["replicas"] = replicas
+    obj["metadata"]["labels"] = labels
+    return parsed(review(obj=obj))
+
+
+def _comparable(outcome: ValidationOutcome) -> Any:
+    return (outcome.response, [(r.policy, r.binding, r.action, r.error_type, r.message, r.reason, r.expression_index)
+                               for r in outcome.decisions],
+            outcome.matched, [(n.policy, n.binding, n.reason) for n in outcome.not_matched], outcome.warnings,
+            dict(outcome.annotations))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=policy_sets(), replicas=st.sampled_from((1, 6, 7, 60, 200)),
+       labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {})))
+def test_validator_shared_by_bindings_decides_as_one_run_per_binding(objects: list[dict[str, Any]], replicas: int,
+                                                                     labels: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    request = _request(replicas, labels)
+    namespaces = RequestOnlyNamespaces()
+    shared = evaluate_validating(snap, namespaces, request)
+    per_binding = evaluate_validating(snap, namespaces, request, share_across_bindings=False)
+    event("denied" if not shared.allowed else "warned" if shared.warnings else "allowed")
+    event(f"{len(shared.matched)} bindings evaluated")
+    assert _comparable(shared) == _comparable(per_binding)
+
+
+EXPRESSIONS = (
+    "object.spec.replicas <= 5",
+    "object.spec.missing == 1",
+    "1 / (object.spec.replicas - object.spec.replicas) == 0",
+    "object.metadata.labels.all(k, k != 'deny')",
+    "[1, 2, 3].map(x, x * object.spec.replicas).exists(y, y > 10)",
+    "string(object.spec.replicas)",
+    "object.metadata.labels[?'app']",
+    "object.spec",
+    "size(object.metadata.labels) > 1",
+)
+#: Expressions of any result type (the rest are validations: bool).
+ANY_TYPE = frozenset({"string(object.spec.replicas)", "object.metadata.labels[?'app']", "object.spec"})
+
+
+def _compiled(source: str) -> CompiledExpression:
+    kind = ExpressionKind.STANDALONE if source in ANY_TYPE else ExpressionKind.VALIDATION
+    compiled = admission_environment(False).compile(source, kind)
+    assert isinstance(compiled, CompiledExpression), (source, compiled)
+    return compiled
+
+
+@settings(max_examples=60, deadline=None)
+@given(scopes=st.lists(st.lists(st.sampled_from(EXPRESSIONS), min_size=1, max_size=4), min_size=1, max_size=4),
+       budgets=st.sampled_from((10, 200, 10_000_000)), replicas=st.sampled_from((1, 7, 200)),
+       labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"})))
+def test_rescoped_context_and_bool_fast_path_evaluate_as_fresh_contexts(scopes: list[list[str]], budgets: int,
+                                                                        replicas: int,
+                                                                        labels: dict[str, str]) -> None:
+    environment = admission_environment(False)
+    request = _request(replicas, labels)
+    shared = RequestActivations(environment, request)
+    fresh = RequestActivations(environment, request)
+    for sources in scopes:
+        programs = [_compiled(source) for source in sources]
+        rescoped = shared.scope(shared.for_evaluation(request.original_resource, request.original_kind, None),
+                                budgets)
+        separate = environment.new_context(
+            activation=fresh.for_evaluation(request.original_resource, request.original_kind, None), budget=budgets)
+        for program in programs:
+            fast = rescoped.run(program)
+            general = separate.run(program)
+            event("budget ran out" if isinstance(fast, EvalError) and fast.budget_exhausted
+                  else "error" if isinstance(fast, EvalError) else "value")
+            assert _value(fast) == _value(general), program.source
+            assert rescoped.budget is not None and separate.budget is not None
+            assert rescoped.budget.remaining == separate.budget.remaining, program.source
+        # The general path of one evaluation (what errors, steps and variables take) agrees with the fast one
+        # when the budget does not end the scope.
+        reference = environment.new_context(
+            activation=fresh.for_evaluation(request.original_resource, request.original_kind, None), budget=None)
+        for program in programs:
+            outcome, _ = reference._evaluate(program.program, program)
+            assert _value(reference.run(program)) == _value(outcome), program.source
+
+
+def _value(outcome: Any) -> Any:
+    return ("error", outcome.message) if isinstance(outcome, EvalError) else ("value", outcome)
