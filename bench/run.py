@@ -43,6 +43,8 @@ from bench.load import LoadResult, run_load, wrk_available
 
 DEFAULT_SETS = (10, 100, 1000)
 QUICK_SETS = (10, 100)
+#: Load before each measured row, not counted.
+WARM_UP_SECONDS = 1.0
 #: The set the throughput/p99 targets and the profile are about.
 TARGET_SET = 100
 RENAME_TIMEOUT = 60.0
@@ -143,6 +145,11 @@ def _load(url: str, body: bytes, options: Options) -> LoadResult:
 
 def _measured_row(server: Server, workload: str, server_label: str, policies_count: int | None, url: str,
                   body: bytes, options: Options, matched: int | None = None) -> Row:
+    # Every row (the null server's too) is measured after the same warm-up under the same load: the first
+    # requests after a start pay one-time costs (connections, TLS sessions, lazily built caches, a daemon's
+    # background type check) that are not what a request costs in steady state.
+    run_load(url, body, duration=WARM_UP_SECONDS, connections=options.connections, threads=options.threads,
+             force_fallback=options.force_fallback)
     before = server.cpu_seconds()
     result = _load(url, body, options)
     spent = server.cpu_seconds() - before
@@ -578,7 +585,7 @@ def format_report(results: Results) -> str:
         "staticadm benchmark (issues 8 and 16)",
         f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
         f"load: {tool}, {options.connections} connections, {options.threads} thread(s), "
-        f"{options.duration:g} s per row, HTTPS (TLS 1.2+, keep-alive)",
+        f"{options.duration:g} s per row after {WARM_UP_SECONDS:g} s of warm-up, HTTPS (TLS 1.2+, keep-alive)",
         f"staticadm from: {_source_description(options.source)}",
         "",
         "== throughput and latency ==",
