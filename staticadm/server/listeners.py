@@ -134,6 +134,15 @@ def bind_tcp_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class SharedListeningSocket(socket.socket):
+    """A listening socket inherited from the process that owns it (the worker supervisor), shared with the
+    other workers. Its backlog is the owner's: asyncio calls ``listen()`` again when it starts serving,
+    and that must not change the queue every worker accepts from."""
+
+    def listen(self, backlog: int = 0, /) -> None:
+        del backlog
+
+
 def split_activated(sockets: Sequence[socket.socket]) -> tuple[list[socket.socket], list[socket.socket]]:
     """Activated sockets as (unix, tcp): unix ones serve plain HTTP, TCP ones HTTPS."""
     unix: list[socket.socket] = []

@@ -389,8 +389,13 @@ class _Daemon:
                                   keepalive_timeout=self.config.idle_timeout, auto_decompress=False)
         await runner.setup()
         for listener, tls in listeners:
+            # asyncio accepts up to ``backlog`` connections each time a listener is ready. A worker sharing
+            # the listener takes one and goes back to its loop, so that connections opened together (a
+            # client's keep-alive pool, which then stays where it landed) spread over the workers instead
+            # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
             guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
-                                   ssl_context=self.tls.context if tls and self.tls else None)
+                                           ssl_context=self.tls.context if tls and self.tls else None,
+                                           backlog=1 if self.link is not None else 128)
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,

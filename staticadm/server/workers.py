@@ -32,7 +32,7 @@ from typing import Any
 
 from staticadm.manifests.files import DirectoryContents
 from staticadm.server.config import ServeConfig
-from staticadm.server.listeners import Listener
+from staticadm.server.listeners import Listener, SharedListeningSocket
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 
 #: Where a worker finds its configuration, listeners and control channel.
@@ -135,7 +135,7 @@ class WorkerLink:
     def listeners(self) -> list[tuple[Listener, bool]]:
         found = []
         for fd, kind, description in self.spec.listeners:
-            sock = socket.socket(fileno=fd)
+            sock = SharedListeningSocket(fileno=fd)
             os.set_inheritable(fd, False)
             found.append((Listener("unix" if kind == "unix" else "https", sock, description), kind == "https"))
         return found

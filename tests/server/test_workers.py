@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -169,3 +170,32 @@ def _alive(pid: int) -> bool:
     # A zombie is gone for our purposes; only the supervisor could reap it.
     status = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False)
     return bool(status.stdout.strip()) and not status.stdout.strip().startswith("Z")
+
+
+def _open_sockets(pid: int) -> int:
+    count = 0
+    for entry in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{entry}").startswith("socket:"):
+                count += 1
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts each worker's sockets in /proc")
+def test_connections_opened_together_spread_over_the_workers(make_daemon: DaemonFactory) -> None:
+    # kube-apiserver (like wrk) opens its keep-alive connections in a burst and keeps them: if one worker
+    # accepted them all, the others would never serve a request.
+    daemon, serving = _start_workers(make_daemon)
+    before = {pid: _open_sockets(pid) for pid in serving}
+    clients = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(16)]
+    try:
+        for client in clients:
+            client.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                client.connect(("127.0.0.1", daemon.port))
+        assert wait_for(lambda: sum(_open_sockets(pid) - before[pid] for pid in serving) >= 16, timeout=10)
+        gained = {pid: _open_sockets(pid) - before[pid] for pid in serving}
+        assert min(gained.values()) >= 4, gained
+    finally:
+        for client in clients:
+            client.close()
