@@ -52,6 +52,10 @@ from staticadm.cel.values import holds_time_values, opaque_type_name, to_engine
 
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
+#: Overloads of Kubernetes value constructors whose call on a string literal is folded at compile time
+#: (``rewrite._folded``): pure functions of their argument, whose value is a tagged map of strings.
+FOLDABLE_CONSTRUCTORS = frozenset({"string_to_quantity", "string_to_ip", "string_to_cidr", "string_to_url",
+                                   "string_to_semver"})
 _PARSER_DEPTH = "Exceeded max recursion depth of 32 when parsing"
 _EXPRESSION_DEPTH = "Expression recursion limit exceeded"
 #: cel-cpp's parser stops at 32 levels of nesting (not configurable through cel-expr-python); cel-go's at 250.
@@ -228,7 +232,10 @@ class CompiledExpression:
 class CelEnvironment:
     """An immutable pair of engine environments plus the compile pipeline around them."""
 
-    def __init__(self, libraries: Sequence[ModuleType], extra_variables: Iterable[str] = ()) -> None:
+    def __init__(self, libraries: Sequence[ModuleType], extra_variables: Iterable[str] = (), *,
+                 fold_literals: bool = True) -> None:
+        """``fold_literals`` False leaves every constructor call to run time (the straightforward
+        evaluation the tests compare folding with)."""
         # Libraries may add overloads to one function name (ip() global in the IP library, member in CIDR).
         merged: dict[str, list[Overload]] = {}
         for library in libraries:
@@ -251,6 +258,10 @@ class CelEnvironment:
             if any(overload.overload_id not in _STANDARD_OVERLOAD_IDS for overload in function.overloads)
         ) | {"cel.@mapInsert", stepping.LOOP_FUNCTION}
         self.state = EvaluationState()
+        #: Constructors of Kubernetes values made at compile time when called on a literal.
+        self._foldable = {overload.overload_id: overload.impl for function in functions
+                          for overload in function.overloads
+                          if fold_literals and overload.overload_id in FOLDABLE_CONSTRUCTORS}
 
         authorizer_type = next(
             (getattr(lib, "AUTHORIZER_TYPE_NAME", None) for lib in libraries if hasattr(lib, "AUTHORIZER_TYPE_NAME")),
@@ -577,7 +588,7 @@ class CelEnvironment:
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)
         prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
-                                   owner=declaration_index, typed_calls=self._typed_calls)
+                                   owner=declaration_index, typed_calls=self._typed_calls, foldable=self._foldable)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:

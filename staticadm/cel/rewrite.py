@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +206,8 @@ def _make_type_constant(node: Any, type_name: str) -> None:
 
 def prepare(checked: Any, *, opaque_types: frozenset[str],
             null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER,
-            typed_calls: Mapping[str, str] | None = None) -> Prepared:
+            typed_calls: Mapping[str, str] | None = None,
+            foldable: Mapping[str, Callable[[str], Any]] | None = None) -> Prepared:
     """The runtime form of a checked expression.
 
     ``null_variables`` are always null for this kind of expression (match conditions never see
@@ -214,6 +215,9 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     who pays for the cost charged inside: the expression itself, or the variable of that index.
     ``typed_calls`` maps overload ids to the runtime function registered with that overload's concrete
     result type (a Python function with a dyn result cannot return a duration or timestamp).
+    ``foldable`` maps overload ids of Kubernetes value constructors (``quantity('1Gi')``, ``ip(...)``,
+    ``cidr``, ``url``, ``semver``) to their Python implementation: a call of one on a string literal is
+    made now and replaced by its value (see ``_folded``).
     """
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
@@ -276,6 +280,11 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
         elif kind == "call_expr":
             call_node = node.call_expr
             resolved = overloads.get(node.id, ())
+            if foldable and len(resolved) == 1 and resolved[0] in foldable:
+                folded = _folded(call_node, foldable[resolved[0]], ids)
+                if folded is not None:
+                    node.CopyFrom(folded)
+                    continue
             if typed_calls and len(resolved) == 1 and resolved[0] in typed_calls:
                 # The checker resolved one overload whose result the engine needs declared concretely.
                 call_node.function = typed_calls[resolved[0]]
@@ -336,6 +345,34 @@ def _bool_keys_spelt(arguments: Any, ids: Ids) -> Any:
     original.CopyFrom(arguments)
     return _comprehension(ids, "@fa", original, "@fl", list_of(ids()),
                           call(ids(), "_+_", ident(ids(), "@fl"), list_of(ids(), element)))
+
+
+def _folded(call_node: Any, construct: Callable[[str], Any], ids: Ids) -> Any:
+    """The value of a constructor called on a string literal, as the literal map the engine would have had
+    back from the call (a Kubernetes value is a tagged map: ``values.py``); None to leave the call as it
+    is: an argument that is not a literal, or one the constructor refuses (the call then fails at run time
+    with the constructor's own error, as before). Cost is unchanged: it was computed on the call."""
+    if call_node.HasField("target") or len(call_node.args) != 1:
+        return None
+    argument = call_node.args[0]
+    if argument.WhichOneof("expr_kind") != "const_expr" or argument.const_expr.WhichOneof("constant_kind") != \
+            "string_value":
+        return None
+    try:
+        value = construct(argument.const_expr.string_value)
+    except Exception:  # refused: the runtime call reports it
+        return None
+    if not isinstance(value, dict) or not all(isinstance(key, str) and isinstance(item, str)
+                                              for key, item in value.items()):
+        return None
+    node = ast.Expr(id=ids())
+    node.struct_expr.SetInParent()
+    for key, item in value.items():
+        entry = node.struct_expr.entries.add()
+        entry.id = ids()
+        entry.map_key.CopyFrom(_string(ids(), key))
+        entry.value.CopyFrom(_string(ids(), item))
+    return node
 
 
 def _string(node_id: int, value: str) -> Any:
