@@ -36,7 +36,7 @@ class DecisionRecord:
     seconds: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per candidate that does not apply, on every request (see Invocation)
 class NotMatched:
     policy: str
     binding: str | None

@@ -44,7 +44,9 @@ class MatchRecorder(Protocol[RecordedPolicy]):
     def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: these two are made for every matching policy and binding of every request, and a frozen
+# dataclass pays an object.__setattr__ per field to build; nothing changes them once made.
+@dataclass(slots=True, eq=False)
 class Invocation(Generic[CompiledPolicy]):
     """One (policy, binding) pair to evaluate, with the resource and kind the policy matched."""
 
@@ -68,7 +70,7 @@ def conversion_error(request: AdmissionRequest, matched: GroupVersionKind) -> st
             f"it to {gvk_text(matched)}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class MatchedPolicy(Generic[CompiledPolicy]):
     """A policy whose matchConstraints selected the request; its bindings are matched as they are read."""
 

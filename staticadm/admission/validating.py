@@ -154,7 +154,7 @@ class _AuditResult:
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every binding a match condition skips (see Invocation)
 class _ValidateResult:
     decisions: tuple[PolicyDecision, ...] = ()
     audit: tuple[_AuditResult, ...] = ()
