@@ -105,12 +105,18 @@ def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
     return ExpressionFailure(f"expression '{source}' resulted in error: {outcome.message}", ErrorType.INVALID_ERROR)
 
 
-def run_program(program: Program, source: str, context: EvaluationContext) -> tuple[Any, ExpressionFailure | None]:
-    """(value, None) or (None, why this expression gave no value)."""
+def run_program(program: Program, source: str, context: EvaluationContext,
+                remembered: dict[tuple[int, int], tuple[Any, int]] | None = None,
+                ) -> tuple[Any, ExpressionFailure | None]:
+    """(value, None) or (None, why this expression gave no value); with ``remembered``, an outcome the
+    request already had for this program over the same activation is reused (``run_remembered``)."""
     if program.__class__ is CompileError:
         return None, ExpressionFailure(f"compilation error: {cast(CompileError, program).message}",
                                        ErrorType.COMPILE_ERROR)
-    outcome = context.run(cast(CompiledExpression, program))
+    if remembered is None:
+        outcome = context.run(cast(CompiledExpression, program))
+    else:
+        outcome = context.run_remembered(cast(CompiledExpression, program), remembered)
     if outcome.__class__ is EvalError:
         return None, expression_failure(source, outcome)
     return outcome, None
@@ -132,15 +138,19 @@ def namespace_name(request: AdmissionRequest) -> str:
     return request.namespace
 
 
-def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]],
-                              context: Any) -> tuple[str | None, list[ExpressionFailure]]:
+def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,
+                              remembered: dict[tuple[int, int], tuple[Any, int]] | None = None,
+                              ) -> tuple[str | None, list[ExpressionFailure]]:
     """(name of the first condition that is false, or None; the failures of those that failed).
 
-    A false condition wins over errors: the policy simply does not apply.
+    A false condition wins over errors: the policy simply does not apply. Policies often share their
+    conditions (``request.namespace != 'kube-system'``): with ``remembered`` (the request's
+    ``RequestActivations.remembered``) a condition another policy of the request already evaluated over
+    the same activation is not evaluated again.
     """
     failures: list[ExpressionFailure] = []
     for condition, program in conditions:
-        value, failure = run_program(program, condition.expression, context)
+        value, failure = run_program(program, condition.expression, context, remembered)
         if failure is not None and failure.ends_scope:
             # The matcher's filter itself failed: no condition after it is looked at.
             return None, [failure]
@@ -163,7 +173,8 @@ class RequestActivations:
     than the request's get their own.
     """
 
-    def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None) -> None:
+    def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
+                 share: bool = True) -> None:
         self._environment = environment
         self._request = request
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
@@ -173,6 +184,9 @@ class RequestActivations:
         #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.
         self._last: tuple[Any, Any, Any, Any, Any] | None = None
         self._context: EvaluationContext | None = None
+        #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
+        #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
+        self.remembered: dict[tuple[int, int], tuple[Any, int]] | None = {} if share else None
 
     def scope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
         """The request's one evaluation context, starting a new cost scope over ``activation``.

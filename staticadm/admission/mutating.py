@@ -230,7 +230,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                 false_condition, failures = evaluate_match_conditions(
                     compiled.match_conditions, condition_activations.scope(
                         condition_activations.for_match_conditions(None, current),
-                        RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
+                        RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), condition_activations.remembered)
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(

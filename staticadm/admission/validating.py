@@ -175,7 +175,8 @@ def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource
     if compiled.match_conditions:
         # Match conditions see the request's own resource and no namespaceObject, in their own scope.
         false_condition, failures = evaluate_match_conditions(compiled.match_conditions, activations.scope(
-            activations.for_match_conditions(namespace_object), RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS))
+            activations.for_match_conditions(namespace_object), RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS),
+            activations.remembered)
         if false_condition is not None:
             return _ValidateResult(skipped_by=false_condition)
         if failures:
@@ -312,7 +313,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
         state.config_error(compiled, binding_name, namespace_error)
         return
     shared = state.validated
-    key = (id(compiled), invocation.resource, invocation.kind, id(namespace_object))
+    # By identity: the resource and kind are the request's own objects, and hashing them costs more.
+    key = (id(compiled), id(invocation.resource), id(invocation.kind), id(namespace_object))
     remembered = shared.get(key) if shared is not None else None
     if remembered is None:
         started = time.perf_counter()
@@ -373,19 +375,22 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
-                        deadline: float | None = None, share_across_bindings: bool = True) -> ValidationOutcome:
+                        deadline: float | None = None, share_evaluations: bool = True) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
     ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget.
 
     kube-apiserver runs a policy's validator once per binding that matched. What the validator decides
     depends on the policy, the activation (request, resource and kind matched, namespaceObject) and a
     fresh cost budget, never on the binding (its validationActions apply afterwards), and authorizer
-    answers are fixed for the request: so with ``share_across_bindings`` the second binding of a policy
-    reuses the first one's decisions instead of evaluating every expression again. False evaluates per
-    binding, as the straightforward reading of Kubernetes' loop (the tests compare the two).
+    answers are fixed for the request: so with ``share_evaluations`` the second binding of a policy
+    reuses the first one's decisions instead of evaluating every expression again, and a match condition
+    several policies share is evaluated once (charged to each policy's budget as it would have been).
+    False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
+    compare the two).
     """
-    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline),
-                      validated={} if share_across_bindings else None)
+    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
+                                                     share=share_evaluations),
+                      validated={} if share_evaluations else None)
     excluded = is_excluded(request)
     if not excluded:
         positions = policy_candidates(snapshot, request, mutating=False)

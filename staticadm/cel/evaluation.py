@@ -268,6 +268,32 @@ class EvaluationContext:
             budget.remaining -= spent
         return outcome
 
+    def run_remembered(self, compiled: CompiledExpression, remembered: dict[tuple[int, int], tuple[Any, int]]) -> Any:
+        """``run(compiled)``, or the outcome an earlier run of the same program over the same activation had
+        (in another scope of the request), charged to this scope's budget as that run charged its own.
+
+        An evaluation is a function of the program and the activation (authorizer answers are fixed per
+        request), and so is its cost; what depends on the scope (running out of its budget, the deadline,
+        variables charged once per scope) is never remembered.
+        """
+        budget = self.budget
+        key = (id(compiled), id(self.activation))
+        earlier = remembered.get(key)
+        if earlier is None or budget is None:
+            before = budget.remaining if budget is not None else -1
+            outcome = self.run(compiled)
+            scoped = outcome.__class__ is EvalError and (outcome.budget_exhausted or outcome.deadline_exceeded)
+            if budget is not None and before >= 0 and budget.remaining >= 0 and not compiled.linked_variables \
+                    and not scoped:
+                remembered[key] = (outcome, before - budget.remaining)
+            return outcome
+        outcome, spent = earlier
+        if budget.remaining < 0 or spent > budget.remaining:
+            budget.remaining = -1
+            return EvalError(BUDGET_EXHAUSTED_MESSAGE, budget_exhausted=True)
+        budget.remaining -= spent
+        return outcome
+
     def _settle(self, compiled: CompiledExpression, budget: CostBudget | None, outcome: Any, run: _RunCost) -> Any:
         """The outcome of an evaluation with its errors worded and its cost charged to the scope."""
         if self._deadline_exceeded:

@@ -1,10 +1,11 @@
 """The request path's shortcuts decide exactly what the straightforward evaluation decides.
 
-- A policy's validator decided once per request and shared by its bindings
-  (``evaluate_validating(share_across_bindings=True)``) against one validator run per binding, as
-  kube-apiserver's loop reads: generated policies (validations that pass, deny, fail; messageExpressions,
-  variables, audit annotations, match conditions; both failure policies) with several bindings each
-  (validationActions, objectSelectors), and generated requests.
+- A policy's validator decided once per request and shared by its bindings, and match conditions
+  evaluated once for the policies that share them (``evaluate_validating(share_evaluations=True)``),
+  against everything evaluated for each binding, as kube-apiserver's loop reads: generated policies
+  (validations that pass, deny, fail; messageExpressions, variables, audit annotations, match conditions;
+  both failure policies) with several bindings each (validationActions, objectSelectors), and generated
+  requests.
 - One evaluation context rescoped for each cost scope of a request against a new context per scope, and
   the bool fast path of ``EvaluationContext.run`` against its general path: values, errors and what each
   scope's budget has left.
@@ -99,7 +100,7 @@ def test_validator_shared_by_bindings_decides_as_one_run_per_binding(objects: li
     request = _request(replicas, labels)
     namespaces = RequestOnlyNamespaces()
     shared = evaluate_validating(snap, namespaces, request)
-    per_binding = evaluate_validating(snap, namespaces, request, share_across_bindings=False)
+    per_binding = evaluate_validating(snap, namespaces, request, share_evaluations=False)
     event("denied" if not shared.allowed else "warned" if shared.warnings else "allowed")
     event(f"{len(shared.matched)} bindings evaluated")
     assert _comparable(shared) == _comparable(per_binding)
