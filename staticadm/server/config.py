@@ -26,6 +26,9 @@ DEFAULT_BODY_TIMEOUT = 10.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 90.0
 DEFAULT_MAX_CONNECTIONS = 4096
+#: cel-expr-python 0.1.3 keeps the argument tuple of every call it makes into Python (~50-100 bytes; README
+#: "Known gaps"): with --workers, a worker is replaced once it has grown this much.
+DEFAULT_WORKER_MEMORY_GROWTH_MIB = 64
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -98,6 +101,8 @@ class ServeConfig:
     allow_world_writable_manifests: bool = False
     #: Processes answering requests; 1 serves from the main process itself (no supervisor).
     workers: int = 1
+    #: With workers: MiB a worker may grow beyond its size after loading its snapshot before it is replaced.
+    worker_memory_growth: int = DEFAULT_WORKER_MEMORY_GROWTH_MIB
     #: A second manifest directory evaluated beside the live one on every request, never affecting answers.
     shadow_manifests: Path | None = None
 
@@ -164,6 +169,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="processes answering requests on the same sockets, under one supervisor that owns reloads and "
              "systemd notifications; 'auto' is the node's cores, at most 4; 1 is a single process "
              "(default: auto)")
+    add("--worker-memory-growth", metavar="MIB", default=None,
+        help=f"with --workers: a worker that has grown this many MiB beyond its size after loading its "
+             f"snapshot is replaced by a new one (which starts first; the old one then drains), bounding the "
+             f"memory the CEL engine does not give back (default: {DEFAULT_WORKER_MEMORY_GROWTH_MIB})")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
@@ -174,7 +183,7 @@ _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tl
                  "kubeconfig", "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
-                 "workers", "shadow-manifests")
+                 "workers", "worker-memory-growth", "shadow-manifests")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -234,6 +243,8 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     updates["workers"] = default_workers() if str(workers) == "auto" else _parse_count("workers", workers)
     if "max-connections" in values:
         updates["max_connections"] = _parse_count("max-connections", values["max-connections"])
+    if "worker-memory-growth" in values:
+        updates["worker_memory_growth"] = _parse_count("worker-memory-growth", values["worker-memory-growth"])
     if "log-format" in values:
         updates["log_format"] = _choice("log-format", values["log-format"], LOG_FORMATS)
     if "log-level" in values:

@@ -451,6 +451,8 @@ class _Daemon:
                                              lambda: link.run(self.source, self._on_worker_load,
                                                               self._on_disk_problem, self._apply_shadow)))
                 background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
+                background.append(supervised("memory-allowance", lambda: link.watch_memory(
+                    self.config.worker_memory_growth << 20, self.log)))
             state.first_load_done.set()
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
@@ -578,7 +580,7 @@ class _Supervisor(_Daemon):
             # Generated (or checked) once here, so workers do not race to create the same files.
             config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
         pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
-                                      self.metrics.worker_restarts.inc)
+                                      self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc)
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)

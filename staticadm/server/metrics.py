@@ -115,6 +115,10 @@ class Metrics:
             f"{PREFIX}_worker_restarts_total",
             "With --workers: workers that died (a native crash included) and were replaced.",
             registry=self.registry)
+        self.worker_recycles = Counter(
+            f"{PREFIX}_worker_recycles_total",
+            "With --workers: workers replaced because they grew past --worker-memory-growth.",
+            registry=self.registry)
         self._config_hash: str | None = None
         self.cluster_api_requests = Counter(
             f"{PREFIX}_cluster_api_requests_total",

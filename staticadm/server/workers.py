@@ -43,6 +43,10 @@ MAX_RESTART_DELAY = 30.0
 HEALTHY_AFTER = 60.0
 #: What a worker gets to finish its requests after SIGTERM beyond the shutdown grace.
 STOP_MARGIN = 5.0
+#: How often a worker compares its memory with its allowance (reading /proc/self/statm: microseconds).
+MEMORY_CHECK_SECONDS = 5.0
+#: How long a worker replaced for its memory keeps serving while its replacement starts, at most.
+RETIRE_WAIT = 60.0
 _HEADER = struct.Struct("!I")
 
 
@@ -85,6 +89,23 @@ class Serving:
     status: str
 
 
+@dataclass(frozen=True, slots=True)
+class Recycling:
+    """Worker -> supervisor: the worker grew past its memory allowance; start its replacement, then stop it."""
+
+    resident_bytes: int
+    growth_bytes: int
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``), or 0 where there is none to read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 async def _send(writer: asyncio.StreamWriter, message: object) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     writer.write(_HEADER.pack(len(data)) + data)
@@ -125,6 +146,8 @@ class WorkerLink:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
+        #: Resident bytes after the latest snapshot was loaded: what memory growth is measured from.
+        self.loaded_size = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -169,6 +192,22 @@ class WorkerLink:
             if not _side_message(message, on_disk_problem, on_shadow):
                 on_result(await self._handle(source, message))
 
+    async def watch_memory(self, allowance_bytes: int, log: Any, interval: float = MEMORY_CHECK_SECONDS) -> None:
+        """Asks the supervisor for a replacement once this worker has grown ``allowance_bytes`` beyond its
+        size after its latest snapshot load (measured when the load was served), then keeps serving until
+        the supervisor stops it."""
+        while True:
+            await asyncio.sleep(interval)
+            baseline = self.loaded_size
+            resident = resident_bytes()
+            if baseline and resident - baseline > allowance_bytes:
+                log.warning("worker memory grew past its allowance; asking for a replacement",
+                            resident_mib=resident >> 20, after_load_mib=baseline >> 20,
+                            allowance_mib=allowance_bytes >> 20)
+                _, writer = await self._connect()
+                await _send(writer, Recycling(resident, resident - baseline))
+                return
+
     async def _handle(self, source: ManifestSource, message: object) -> ReloadResult | None:
         _, writer = await self._connect()
         if isinstance(message, NothingToServe):
@@ -179,6 +218,7 @@ class WorkerLink:
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(None, source.apply, message.reason, message.contents)
         served = source.current
+        self.loaded_size = resident_bytes()
         await _send(writer, Serving(served.content_hash if served else "", str(result.status)))
         return result
 
@@ -206,7 +246,7 @@ def worker_main() -> int:
 # -- the supervisor's side ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Worker:
     index: int
     process: asyncio.subprocess.Process
@@ -227,7 +267,11 @@ class WorkerPool:
     log: Any
     on_serving: Callable[[], None]
     on_restart: Callable[[], None]
+    on_recycle: Callable[[], None] = lambda: None
     workers: dict[int, _Worker] = field(default_factory=dict)
+    #: Workers being replaced for their memory: they serve until their replacement does, then drain.
+    retiring: set[_Worker] = field(default_factory=set)
+    _retirements: set[asyncio.Task[None]] = field(default_factory=set)
     stopping: bool = False
     #: What every worker must serve: the last Load (or NothingToServe) sent.
     latest: object | None = None
@@ -290,7 +334,8 @@ class WorkerPool:
         """Reads one worker's reports, and replaces it when it dies (until the pool stops)."""
         while True:
             worker = self.workers[index]
-            while True:
+            recycling: Recycling | None = None
+            while recycling is None:
                 try:
                     message = await _receive(worker.reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -298,6 +343,21 @@ class WorkerPool:
                 if isinstance(message, Serving):
                     worker.served_hash = message.content_hash
                     self.on_serving()
+                elif isinstance(message, Recycling):
+                    recycling = message
+            if recycling is not None:
+                if self.stopping:
+                    return
+                self.log.info("replacing a worker that grew past its memory allowance", worker=index,
+                              pid=worker.process.pid, resident_mib=recycling.resident_bytes >> 20,
+                              growth_mib=recycling.growth_bytes >> 20)
+                self.on_recycle()
+                self.retiring.add(worker)
+                await self._spawn(index, restarts=0)
+                retirement = asyncio.create_task(self._retire(worker, self.workers[index]))
+                self._retirements.add(retirement)
+                retirement.add_done_callback(self._retirements.discard)
+                continue
             code = await worker.process.wait()
             worker.writer.close()
             if self.stopping:
@@ -315,6 +375,20 @@ class WorkerPool:
                 return
             await self._spawn(index, restarts)
 
+    async def _retire(self, old: _Worker, replacement: _Worker) -> None:
+        """Stops ``old`` (SIGTERM: it drains its requests) once ``replacement`` serves, or after
+        ``RETIRE_WAIT`` seconds if it never does (the old one must not grow without bound meanwhile)."""
+        deadline = time.monotonic() + RETIRE_WAIT
+        while replacement.served_hash is None and time.monotonic() < deadline and not self.stopping:
+            await asyncio.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            old.process.send_signal(signal.SIGTERM)
+        code = await old.process.wait()
+        old.writer.close()
+        self.retiring.discard(old)
+        self._mark_dead(old.process.pid)
+        self.log.info("replaced worker stopped", pid=old.process.pid, exit_code=code)
+
     @staticmethod
     def _mark_dead(pid: int) -> None:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -325,20 +399,21 @@ class WorkerPool:
     async def stop(self, grace: float) -> None:
         """SIGTERM to every worker (each drains its requests), SIGKILL to any still running after ``grace``."""
         self.stopping = True
-        for worker in self.workers.values():
+        everyone = [*self.workers.values(), *self.retiring]
+        for worker in everyone:
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(signal.SIGTERM)
-        waits = [asyncio.ensure_future(worker.process.wait()) for worker in self.workers.values()]
+        waits = [asyncio.ensure_future(worker.process.wait()) for worker in everyone]
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=grace + STOP_MARGIN)
         if pending:
             self.log.warning("workers did not stop in time; killing them", workers=len(pending))
-            for worker in self.workers.values():
+            for worker in everyone:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.kill()
             await asyncio.wait(pending, timeout=STOP_MARGIN)
-        for worker in self.workers.values():
+        for worker in everyone:
             self._mark_dead(worker.process.pid)
 
 

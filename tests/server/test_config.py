@@ -45,6 +45,7 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "max-connections": (500, "max_connections", 500),
     "allow-world-writable-manifests": (True, "allow_world_writable_manifests", True),
     "workers": (3, "workers", 3),
+    "worker-memory-growth": ("96", "worker_memory_growth", 96),
     "shadow-manifests": ("/etc/staticadm/next", "shadow_manifests", Path("/etc/staticadm/next")),
     "authorization-cache-authorized-ttl": ("60", "authorization_cache_authorized_ttl", 60.0),
     "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
@@ -74,6 +75,7 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "idle-timeout": ("45", 45.0),
     "max-connections": ("800", 800),
     "workers": ("1", 1),
+    "worker-memory-growth": ("32", 32),
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import orjson
 import pytest
 
 from tests.server.harness import DaemonFactory, review, wait_for, write_atomically
@@ -72,8 +73,12 @@ def test_mutate_answers_with_a_patch_on_both_listeners_and_follows_reloads(make_
     assert daemon.metric("staticadm_mutating_admission_policy_check_total",
                          {"policy": "team-label.static.k8s.io", "error_type": "no_error"}) == 2
     assert daemon.metric("staticadm_validating_admission_policy_check_total") == 0
-    mutations = [line for line in daemon.log().splitlines() if '"action":"mutate"' in line.replace(" ", "")]
-    assert len(mutations) == 2 and all("team-label.static.k8s.io" in line for line in mutations)
+    lines = [orjson.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    mutations = [line for line in lines if line.get("action") == "mutate"]
+    # One line per mutated request, naming every (policy, binding) that changed the object.
+    assert [line["uid"] for line in mutations] == ["m1", "m1"]
+    assert all(line["msg"] == "admission mutated" and line["mutations"] == [
+        {"policy": "team-label.static.k8s.io", "binding": "team-label.static.k8s.io"}] for line in mutations)
 
     write_atomically(manifests / "team.static.k8s.io.yaml", label_policy("storage"))
 

@@ -199,3 +199,55 @@ def test_connections_opened_together_spread_over_the_workers(make_daemon: Daemon
     finally:
         for client in clients:
             client.close()
+
+
+LOOPING_POLICY = """apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: loops.static.k8s.io
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["pods"]}
+  validations:
+  - expression: "lists.range(2000).all(i, i >= 0)"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: loops.static.k8s.io
+spec:
+  policyName: loops.static.k8s.io
+  validationActions: [Deny]
+"""
+
+
+def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_failed_request(
+        make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    # Every loop iteration calls into Python, and cel-expr-python keeps each call's argument tuple: a 1 MiB
+    # allowance is used up after a few dozen of these requests.
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "loops.yaml").write_text(LOOPING_POLICY)
+    daemon = make_daemon(policy=None, manifests=manifests, args=["--workers", "2", "--worker-memory-growth", "1"])
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    serving = _all_serving(daemon, 2)
+    assert serving is not None
+    content_hash = next(iter(serving.values()))
+    failures = []
+
+    def replaced() -> bool:
+        for index in range(20):
+            answer = daemon.validate(review({"app": "web"}, uid=f"r{index}"), via="https" if index % 2 else "unix")
+            if answer.status != 200 or answer.json()["response"]["allowed"] is not True:
+                failures.append(answer.body)
+        now = _all_serving(daemon, 2)
+        return now is not None and not set(now) & set(serving) and daemon.metric("staticadm_worker_recycles_total") >= 2
+
+    assert wait_for(replaced, timeout=90), daemon.log()
+    assert failures == []
+    now = _all_serving(daemon, 2)
+    assert now is not None and set(now.values()) == {content_hash}
+    log = daemon.log()
+    assert "replacing a worker that grew past its memory allowance" in log and "replaced worker stopped" in log
+    assert "worker died" not in log and daemon.metric("staticadm_worker_restarts_total") == 0
