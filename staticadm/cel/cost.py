@@ -47,6 +47,14 @@ MAX_EXPRESSION_COST = 3 * PER_CALL_LIMIT
 RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS = 2_500_000
 
 TICK_FUNCTION = "@staticadm.tick"
+#: Iterations of the expression's own loops (not a variable's) with a weight up to this charge through a
+#: function without arguments, ``@staticadm.tick<weight>``: cel-expr-python keeps the argument tuple of
+#: every call into Python (README, Known gaps), and a call without arguments passes the shared empty one.
+MAX_FIXED_TICK_WEIGHT = 64
+
+
+def fixed_tick_function(weight: int) -> str:
+    return f"{TICK_FUNCTION}{weight}"
 CHARGE_FUNCTION = "@staticadm.charge"
 #: The same inside a variable: the first argument is the variable's declaration index.
 CHARGE_OWNER_FUNCTION = "@staticadm.chargeFor"

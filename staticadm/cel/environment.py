@@ -9,6 +9,7 @@ into the *runtime* environment, whose declarations use the representations the e
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -456,6 +457,9 @@ class CelEnvironment:
                 cel.Overload("staticadm_tick", T.BOOL, [T.INT], impl=state.tick),
                 cel.Overload("staticadm_tick_owner", T.BOOL, [T.INT, T.INT], impl=state.tick),
             ]),
+            *(cel.FunctionDecl(cost.fixed_tick_function(weight), [
+                cel.Overload(f"staticadm_tick{weight}", T.BOOL, [], impl=functools.partial(state.tick, weight))])
+              for weight in range(cost.MAX_FIXED_TICK_WEIGHT + 1)),
             cel.FunctionDecl(cost.CHARGE_FUNCTION,
                              [cel.Overload("staticadm_charge", T.BOOL, [T.INT], impl=state.charge)]),
             cel.FunctionDecl(cost.CHARGE_OWNER_FUNCTION,

@@ -272,8 +272,12 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             comprehension = node.comprehension_expr
             condition = ast.Expr()
             condition.CopyFrom(comprehension.loop_condition)
-            tick = call(ids(), cost.TICK_FUNCTION,
-                        *(int_constant(ids(), value) for value in (weights[node.id], *owner_args)))
+            weight = weights[node.id]
+            if not owner_args and 0 <= weight <= cost.MAX_FIXED_TICK_WEIGHT:
+                tick = call(ids(), cost.fixed_tick_function(weight))
+            else:
+                tick = call(ids(), cost.TICK_FUNCTION,
+                            *(int_constant(ids(), value) for value in (weight, *owner_args)))
             comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", tick, condition))
             if builds_collection(comprehension):
                 _guard_collection_loop(node, ids)
