@@ -1,6 +1,6 @@
 """The end-to-end benchmark (issues 8 and 16): staticadm serve against a null AdmissionReview server.
 
-Run: python -m bench.run            (10/100/1000 policies, 10 s per load row, ~4 minutes)
+Run: python -m bench.run            (10/100/1000 policies, 10 s per load row, ~8 minutes)
      python -m bench.run --quick    (seconds-long smoke: 2 s rows, 10/100 policies)
 
 One run, on one machine: the null server and ``staticadm serve`` (real subprocesses, HTTPS on a free
