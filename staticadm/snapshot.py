@@ -9,13 +9,15 @@ policies as with 10.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from staticadm.admission.matching import selector_keys
 from staticadm.admission.namespaces import NAME_LABEL
+from staticadm.cel import CompiledExpression
+from staticadm.cel.reads import Reads
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MutatingAdmissionPolicyBinding, NamedRuleWithOperations, ValidatingAdmissionPolicyBinding
 
@@ -46,6 +48,8 @@ class Snapshot:
     #: Whether any policy or binding reads more of a namespace than its name (a namespaceSelector on
     #: another label, or namespaceObject): only then does a request wait for a namespace's live GET.
     needs_namespaces: bool = False
+    #: What the validating policies' expressions can read of ``object`` and ``oldObject`` (cel/reads.py).
+    validating_reads: Reads = field(default_factory=Reads.everything)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -129,7 +133,21 @@ def build_snapshot(load_result: LoadResult) -> Snapshot:
         mutating_match_index=_index(mutating),
         directory=load_result.directory,
         needs_namespaces=_needs_namespaces((*validating, *mutating)),
+        validating_reads=Reads.of(_programs(validating)),
     )
+
+
+def _programs(policies: Iterable[CompiledValidatingPolicy]) -> Iterator[Any]:
+    """The checked form of every expression the validating policies can evaluate, variables included."""
+    for compiled in policies:
+        programs: list[Any] = [program for _, program in compiled.match_conditions]
+        for validation in compiled.validations:
+            programs += [validation.expression, validation.message_expression]
+        programs += [program for _, program in compiled.audit_annotations]
+        programs += compiled.compiled_variables.values()
+        for program in programs:
+            if isinstance(program, CompiledExpression):
+                yield program.prepared
 
 
 def _needs_namespaces(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> bool:

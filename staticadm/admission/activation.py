@@ -16,6 +16,7 @@ from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import CostBudget, EvaluationContext, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
+from staticadm.cel.reads import Reads
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
 from staticadm.snapshot import Snapshot
@@ -174,9 +175,13 @@ class RequestActivations:
     """
 
     def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
-                 share: bool = True) -> None:
+                 share: bool = True, reads: Reads | None = None) -> None:
         self._environment = environment
         self._request = request
+        #: The request's object and old object as the engine is given them: only what ``reads`` says the
+        #: expressions can read (cel/reads.py), or whole.
+        self._objects = ((reads.prune("object", request.object), reads.prune("oldObject", request.old_object))
+                         if reads is not None else (request.object, request.old_object))
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
         self.deadline = deadline
         self._authorizer: dict[str, Any] | None = None
@@ -222,13 +227,13 @@ class RequestActivations:
                 and last[3] is current):
             return cast(SharedActivation, last[4])
         request = self._request
-        obj = request.object if current is REQUEST_OBJECT else current
+        obj = self._objects[0] if current is REQUEST_OBJECT else current
         # The cached activation holds ``obj`` and ``namespace_object``, so their ids stay theirs meanwhile.
         key = (resource, kind, id(namespace_object), id(obj))
         activation = self._cache.get(key)
         if activation is None:
             activation = self._cache[key] = self._environment.new_activation({
-                "object": obj, "oldObject": request.old_object,
+                "object": obj, "oldObject": self._objects[1],
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
                 "request": request_data(request, resource, kind), **self._authorizer_data()})
         self._last = (resource, kind, namespace_object, current, activation)

@@ -375,7 +375,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
-                        deadline: float | None = None, share_evaluations: bool = True) -> ValidationOutcome:
+                        deadline: float | None = None, share_evaluations: bool = True,
+                        prune_objects: bool = True) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
     ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget.
 
@@ -386,10 +387,12 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     reuses the first one's decisions instead of evaluating every expression again, and a match condition
     several policies share is evaluated once (charged to each policy's budget as it would have been).
     False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
-    compare the two).
+    compare the two). With ``prune_objects`` the engine is given only the parts of the object and old
+    object the snapshot's expressions can read (``cel/reads.py``); False gives them whole.
     """
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
-                                                     share=share_evaluations),
+                                                     share=share_evaluations,
+                                                     reads=snapshot.validating_reads if prune_objects else None),
                       validated={} if share_evaluations else None)
     excluded = is_excluded(request)
     if not excluded:

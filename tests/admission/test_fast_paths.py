@@ -164,3 +164,66 @@ def test_rescoped_context_and_bool_fast_path_evaluate_as_fresh_contexts(scopes: 
 
 def _value(outcome: Any) -> Any:
     return ("error", outcome.message) if isinstance(outcome, EvalError) else ("value", outcome)
+
+
+PRUNING_VALIDATIONS = (
+    {"expression": "object.spec.replicas <= 5", "messageExpression": "'name: ' + object.metadata.name"},
+    {"expression": "!has(object.spec.extra) || object.spec.extra == 'ok'"},
+    {"expression": "size(object.metadata.labels) > 1"},
+    {"expression": "object.metadata.labels.all(k, k != 'deny')"},
+    {"expression": "object.?status.?phase.orValue('none') != 'Failed'"},
+    {"expression": "object.metadata.annotations['a'] == 'b'"},
+    {"expression": "string(object.spec).size() < 200"},
+    {"expression": "size(object) < 5"},
+    {"expression": "oldObject == null || oldObject.spec.replicas == object.spec.replicas"},
+    {"expression": "object.spec.containers.exists(c, c.name == 'web')"},
+    {"expression": "variables.spec.replicas > 1"},
+    {"expression": "object['metadata'][?'labels'].hasValue()"},
+)
+
+
+@st.composite
+def pruning_policies(draw: st.DrawFn) -> list[dict[str, Any]]:
+    spec: dict[str, Any] = {
+        "variables": [{"name": "spec", "expression": "object.spec"}],
+        "validations": draw(st.lists(st.sampled_from(PRUNING_VALIDATIONS), min_size=1, max_size=3)),
+    }
+    if draw(st.booleans()):
+        spec["auditAnnotations"] = [{"key": "meta", "valueExpression": "string(size(object.metadata))"}]
+    return [policy("p.static.k8s.io", **spec), binding("b.static.k8s.io", "p.static.k8s.io", ("Deny", "Audit"))]
+
+
+pruned_objects = st.fixed_dictionaries({
+    "replicas": st.sampled_from((1, 7)),
+    "labels": st.sampled_from(({"app": "web"}, {"app": "web", "deny": "x"}, {})),
+    "annotations": st.sampled_from(({}, {"a": "b"}, {"a": "c"})),
+    "managed": st.booleans(),
+    "status": st.sampled_from((None, {"phase": "Failed"}, {"phase": "Running"})),
+    "extra": st.sampled_from((None, "ok", "no")),
+    "old": st.booleans(),
+})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=pruning_policies(), shape=pruned_objects)
+def test_pruned_objects_decide_as_whole_objects(objects: list[dict[str, Any]], shape: dict[str, Any]) -> None:
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["spec"]["replicas"] = shape["replicas"]
+    obj["spec"]["containers"] = [{"name": "web", "image": "nginx"}]
+    obj["metadata"]["labels"] = shape["labels"]
+    obj["metadata"]["annotations"] = shape["annotations"]
+    if shape["managed"]:
+        obj["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    if shape["status"] is not None:
+        obj["status"] = shape["status"]
+    if shape["extra"] is not None:
+        obj["spec"]["extra"] = shape["extra"]
+    old = copy.deepcopy(obj) if shape["old"] else None
+    request = parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE"))
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    namespaces = RequestOnlyNamespaces()
+    pruned = evaluate_validating(snap, namespaces, request)
+    whole = evaluate_validating(snap, namespaces, request, prune_objects=False)
+    event("denied" if not pruned.allowed else "allowed")
+    assert _comparable(pruned) == _comparable(whole)
