@@ -73,6 +73,8 @@ from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 from staticadm.watch import DirectoryWatcher
 
 EXIT_OK = 0
+#: Supervisor -> worker: stop accepting, answer what is open, close connections, exit (see WorkerPool._retire).
+RETIRE_SIGNAL = signal.SIGUSR1
 EXIT_FAILED = 1
 
 
@@ -404,11 +406,20 @@ class _Daemon:
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
+        retiring = False
         if self.link is None:
             loop.add_signal_handler(signal.SIGHUP, self._reload_all)
         else:
             # Reloads are the supervisor's: a SIGHUP sent to the whole process group changes nothing here.
             loop.add_signal_handler(signal.SIGHUP, lambda: None)
+
+            def retire() -> None:
+                # The supervisor replaces this worker (its memory): its replacement already serves.
+                nonlocal retiring
+                retiring = True
+                stop.set()
+
+            loop.add_signal_handler(RETIRE_SIGNAL, retire)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
             return asyncio.create_task(supervise(
@@ -460,10 +471,18 @@ class _Daemon:
             self.log.info("shutting down; finishing in-flight requests", grace_seconds=self.config.shutdown_grace)
             return EXIT_OK
         finally:
+            if retiring:
+                # Unlike a shutdown, nothing is refused: no new connections, every request that arrives on an
+                # open one answered, idle connections closed (their clients reconnect to the other workers).
+                for site in list(runner.sites):
+                    await site.stop()
+                assert runner.server is not None
+                await runner.server.shutdown(self.config.shutdown_grace)
+                self.log.info("worker retired: its connections are closed")
             state.shutting_down = True
             state.first_load_done.set()
             self.notifier.stopping()
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, RETIRE_SIGNAL):
                 loop.remove_signal_handler(signum)
             for task in background:
                 task.cancel()

@@ -376,13 +376,14 @@ class WorkerPool:
             await self._spawn(index, restarts)
 
     async def _retire(self, old: _Worker, replacement: _Worker) -> None:
-        """Stops ``old`` (SIGTERM: it drains its requests) once ``replacement`` serves, or after
-        ``RETIRE_WAIT`` seconds if it never does (the old one must not grow without bound meanwhile)."""
+        """Retires ``old`` once ``replacement`` serves, or after ``RETIRE_WAIT`` seconds if it never does (the
+        old one must not grow without bound meanwhile): SIGUSR1 makes it stop accepting, answer every request
+        on its open connections, close them and exit, refusing nothing (SIGTERM would answer 503 meanwhile)."""
         deadline = time.monotonic() + RETIRE_WAIT
         while replacement.served_hash is None and time.monotonic() < deadline and not self.stopping:
             await asyncio.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
-            old.process.send_signal(signal.SIGTERM)
+            old.process.send_signal(signal.SIGTERM if self.stopping else signal.SIGUSR1)
         code = await old.process.wait()
         old.writer.close()
         self.retiring.discard(old)
