@@ -7,9 +7,11 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -172,30 +174,55 @@ def _alive(pid: int) -> bool:
     return bool(status.stdout.strip()) and not status.stdout.strip().startswith("Z")
 
 
-def _open_sockets(pid: int) -> int:
-    count = 0
+def _accepted_from(pid: int, port: int, client_ports: set[int]) -> int:
+    """How many of our clients' connections to ``port`` process ``pid`` holds (its socket inodes, matched
+    against the kernel's TCP table), so that other sockets opening or closing meanwhile do not count."""
+    inodes = set()
     for entry in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{entry}").startswith("socket:"):
-                count += 1
+            link = os.readlink(f"/proc/{pid}/fd/{entry}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if local_port == port and remote_port in client_ports and fields[9] in inodes:
+                    count += 1
     return count
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts each worker's sockets in /proc")
+@pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
 def test_connections_opened_together_spread_over_the_workers(make_daemon: DaemonFactory) -> None:
     # kube-apiserver (like wrk) opens its keep-alive connections in a burst and keeps them: if one worker
     # accepted them all, the others would never serve a request.
     daemon, serving = _start_workers(make_daemon)
-    before = {pid: _open_sockets(pid) for pid in serving}
+    assert daemon.port is not None
     clients = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(16)]
+    context = daemon.ssl_context()
     try:
         for client in clients:
-            client.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                client.connect(("127.0.0.1", daemon.port))
-        assert wait_for(lambda: sum(_open_sockets(pid) - before[pid] for pid in serving) >= 16, timeout=10)
-        gained = {pid: _open_sockets(pid) - before[pid] for pid in serving}
-        assert min(gained.values()) >= 4, gained
+            client.bind(("127.0.0.1", 0))
+        ports = {client.getsockname()[1] for client in clients}
+
+        def handshake(client: socket.socket) -> ssl.SSLSocket:
+            # As a TLS client pool does: connect, then the handshake the worker that accepted must answer.
+            client.connect(("127.0.0.1", daemon.port or 0))
+            return context.wrap_socket(client, server_hostname="localhost")
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            secured = list(pool.map(handshake, clients))
+
+        def accepted() -> dict[int, int]:
+            return {pid: _accepted_from(pid, daemon.port or 0, ports) for pid in serving}
+
+        assert wait_for(lambda: sum(accepted().values()) == 16, timeout=10), accepted()
+        assert min(accepted().values()) >= 3, accepted()
+        for connection in secured:
+            connection.close()
     finally:
         for client in clients:
             client.close()
