@@ -14,7 +14,7 @@ from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError
-from staticadm.cel.evaluation import CostBudget, EvaluationContext, SharedActivation
+from staticadm.cel.evaluation import CostBudget, EvaluationContext, RememberedOutcomes, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.cel.reads import Reads
 from staticadm.compiled import Program
@@ -107,7 +107,7 @@ def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
 
 
 def run_program(program: Program, source: str, context: EvaluationContext,
-                remembered: dict[tuple[int, int], tuple[Any, int]] | None = None,
+                remembered: RememberedOutcomes | None = None,
                 ) -> tuple[Any, ExpressionFailure | None]:
     """(value, None) or (None, why this expression gave no value); with ``remembered``, an outcome the
     request already had for this program over the same activation is reused (``run_remembered``)."""
@@ -140,7 +140,7 @@ def namespace_name(request: AdmissionRequest) -> str:
 
 
 def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,
-                              remembered: dict[tuple[int, int], tuple[Any, int]] | None = None,
+                              remembered: RememberedOutcomes | None = None,
                               ) -> tuple[str | None, list[ExpressionFailure]]:
     """(name of the first condition that is false, or None; the failures of those that failed).
 
@@ -191,7 +191,7 @@ class RequestActivations:
         self._context: EvaluationContext | None = None
         #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
         #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
-        self.remembered: dict[tuple[int, int], tuple[Any, int]] | None = {} if share else None
+        self.remembered: RememberedOutcomes | None = {} if share else None
 
     def scope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
         """The request's one evaluation context, starting a new cost scope over ``activation``.

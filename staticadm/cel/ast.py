@@ -249,30 +249,35 @@ def encode(message: Any) -> bytes:
     return any_pb2.Any(type_url=url, value=message.SerializeToString()).SerializeToString()
 
 
+def children(node: Any) -> Iterator[Any]:
+    """The direct operands of one node."""
+    kind = node.WhichOneof("expr_kind")
+    if kind == "select_expr":
+        yield node.select_expr.operand
+    elif kind == "call_expr":
+        call = node.call_expr
+        if call.HasField("target"):
+            yield call.target
+        yield from call.args
+    elif kind == "list_expr":
+        yield from node.list_expr.elements
+    elif kind == "struct_expr":
+        for entry in node.struct_expr.entries:
+            if entry.HasField("map_key"):
+                yield entry.map_key
+            yield entry.value
+    elif kind == "comprehension_expr":
+        comp = node.comprehension_expr
+        yield from (comp.iter_range, comp.accu_init, comp.loop_condition, comp.loop_step, comp.result)
+
+
 def walk(expr: Any) -> Iterator[Any]:
     """Every node of the expression tree, parents before children."""
     stack = [expr]
     while stack:
         node = stack.pop()
         yield node
-        kind = node.WhichOneof("expr_kind")
-        if kind == "select_expr":
-            stack.append(node.select_expr.operand)
-        elif kind == "call_expr":
-            call = node.call_expr
-            if call.HasField("target"):
-                stack.append(call.target)
-            stack.extend(call.args)
-        elif kind == "list_expr":
-            stack.extend(node.list_expr.elements)
-        elif kind == "struct_expr":
-            for entry in node.struct_expr.entries:
-                if entry.HasField("map_key"):
-                    stack.append(entry.map_key)
-                stack.append(entry.value)
-        elif kind == "comprehension_expr":
-            comp = node.comprehension_expr
-            stack.extend((comp.iter_range, comp.accu_init, comp.loop_condition, comp.loop_step, comp.result))
+        stack.extend(children(node))
 
 
 def max_id(checked: Any) -> int:

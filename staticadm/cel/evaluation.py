@@ -142,6 +142,8 @@ class SharedActivation:
 
 
 _NONE_EXCEEDED: set[int] = set()
+#: Outcomes of earlier runs of a request, by (program, engine activation) identity: (outcome, cost charged).
+RememberedOutcomes = dict[tuple[int, int], tuple[Any, int]]
 #: The class of what the engine's ``eval`` returns (anything else is an exception it raised).
 _ENGINE_VALUE = cel.Value
 
@@ -268,7 +270,7 @@ class EvaluationContext:
             budget.remaining -= spent
         return outcome
 
-    def run_remembered(self, compiled: CompiledExpression, remembered: dict[tuple[int, int], tuple[Any, int]]) -> Any:
+    def run_remembered(self, compiled: CompiledExpression, remembered: RememberedOutcomes) -> Any:
         """``run(compiled)``, or the outcome an earlier run of the same program over the same activation had
         (in another scope of the request), charged to this scope's budget as that run charged its own.
 

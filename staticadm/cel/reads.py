@@ -11,8 +11,10 @@ expression: the pruned object gives every expression the same value, error and c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from staticadm.cel import ast
 
 #: Calls that continue a chain when their second argument is a constant string: index, optional select, optional
 #: index.
@@ -20,27 +22,6 @@ _CHAIN_CALLS = frozenset({"_[_]", "_?._", "_[?_]"})
 
 #: A trie of keys; ``None`` for a subtree kept whole.
 Trie = dict[str, Any] | None
-
-
-def _children(node: Any) -> Iterator[Any]:
-    kind = node.WhichOneof("expr_kind")
-    if kind == "select_expr":
-        yield node.select_expr.operand
-    elif kind == "call_expr":
-        call = node.call_expr
-        if call.HasField("target"):
-            yield call.target
-        yield from call.args
-    elif kind == "list_expr":
-        yield from node.list_expr.elements
-    elif kind == "struct_expr":
-        for entry in node.struct_expr.entries:
-            if entry.HasField("map_key"):
-                yield entry.map_key
-            yield entry.value
-    elif kind == "comprehension_expr":
-        comp = node.comprehension_expr
-        yield from (comp.iter_range, comp.accu_init, comp.loop_condition, comp.loop_step, comp.result)
 
 
 def _chain(node: Any) -> tuple[str, tuple[str, ...]] | None:
@@ -78,7 +59,7 @@ def read_paths(expr: Any, roots: frozenset[str]) -> dict[str, set[tuple[str, ...
             if root in found:
                 found[root].add(keys)
             continue
-        stack.extend(_children(node))
+        stack.extend(ast.children(node))
     return found
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.policies import policy
 from tests.server.harness import (
     REQUESTS,
     Daemon,
@@ -228,25 +229,9 @@ def test_connections_opened_together_spread_over_the_workers(make_daemon: Daemon
             client.close()
 
 
-LOOPING_POLICY = """apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: loops.static.k8s.io
-spec:
-  matchConstraints:
-    resourceRules:
-    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["pods"]}
-  validations:
-  - expression: "lists.range(1000).all(i, quantity(string(i)).isInteger())"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: loops.static.k8s.io
-spec:
-  policyName: loops.static.k8s.io
-  validationActions: [Deny]
-"""
+#: Every request runs 1000 iterations, each calling the Quantity library (Python) with a new string.
+LOOPING_POLICY = policy("loops", "pods",
+                        '  - expression: "lists.range(1000).all(i, quantity(string(i)).isInteger())"\n')
 
 
 def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_failed_request(
