@@ -20,7 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
@@ -36,8 +48,17 @@ OBSERVER_STOP_TIMEOUT = 2.0
 FIRST_RETRY = 0.5
 MAX_RETRY = 10.0
 
-# Reading the directory opens every file; reacting to our own reads would reload forever.
-_IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
+#: The events asked of the kernel (watchdog turns them into the inotify mask), so nothing else costs a wakeup.
+#: In the manifest directory: every change of content or name. Opens and reads are left out: reading the
+#: directory opens every file, and reacting to our own reads would reload forever.
+_DIRECTORY_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent, FileClosedEvent,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, DirModifiedEvent]
+#: In its parent: only entries appearing, disappearing or being renamed (the directory or a symlink to it).
+#: Writes to other files there (a log file beside the manifests, say) must not wake three watchdog threads
+#: per write on the admission path's interpreter.
+_PARENT_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
 class DirectoryWatcher:
@@ -145,14 +166,14 @@ class DirectoryWatcher:
             except TimeoutError:
                 return
 
-    def _wanted_watches(self) -> dict[str, Callable[[FileSystemEvent], bool]]:
-        """Directories to watch, each with a filter on its events.
+    def _wanted_watches(self) -> dict[str, tuple[Callable[[FileSystemEvent], bool], list[type[FileSystemEvent]]]]:
+        """Directories to watch, each with the events asked of the kernel and a filter on them.
 
         The directory itself (through its symlink, if it is one) sees file changes and ConfigMap
         ``..data`` swaps; its parent sees the directory, or a symlink to it, being removed, recreated
         or replaced, which no watch on the directory itself can report.
         """
-        wanted: dict[str, Callable[[FileSystemEvent], bool]] = {}
+        wanted: dict[str, tuple[Callable[[FileSystemEvent], bool], list[type[FileSystemEvent]]]] = {}
         path = Path(os.path.abspath(self.directory))
         name = path.name
 
@@ -161,10 +182,10 @@ class DirectoryWatcher:
             return any(p and os.path.basename(os.fsdecode(p)) == name for p in paths)
 
         if path.parent.is_dir():
-            wanted[str(path.parent)] = names_directory
+            wanted[str(path.parent)] = (names_directory, _PARENT_EVENTS)
         target = os.path.realpath(path)
         if os.path.isdir(target):
-            wanted[target] = lambda _event: True
+            wanted[target] = (lambda _event: True, _DIRECTORY_EVENTS)
         return wanted
 
     def _sync_watches(self) -> None:
@@ -179,14 +200,15 @@ class DirectoryWatcher:
                 # inotify watch is dead and must be replaced.
                 self._unschedule(watch)
                 del self._watches[path]
-        for path, accept in wanted.items():
+        for path, (accept, events) in wanted.items():
             if path in self._watches:
                 continue
             identity = _identity(path)
             if identity is None:
                 continue
             try:
-                watch = observer.schedule(_Handler(accept, self._poke_threadsafe), path, recursive=False)
+                watch = observer.schedule(_Handler(accept, self._poke_threadsafe), path, recursive=False,
+                                          event_filter=events)
             except OSError as error:
                 # Polling still covers the directory; the watch is retried on the next tick.
                 self._log.warning("cannot watch directory; relying on polling", path=path, err=str(error))
@@ -230,7 +252,7 @@ class _Handler(FileSystemEventHandler):
         self._poke = poke
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in _IGNORED_EVENTS or not self._accept(event):
+        if not self._accept(event):
             return
         self._poke("watch")
 
