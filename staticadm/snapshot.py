@@ -50,6 +50,8 @@ class Snapshot:
     needs_namespaces: bool = False
     #: What the validating policies' expressions can read of ``object`` and ``oldObject`` (cel/reads.py).
     validating_reads: Reads = field(default_factory=Reads.everything)
+    #: The same for the mutating policies' expressions (match conditions and mutations).
+    mutating_reads: Reads = field(default_factory=Reads.everything)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -134,16 +136,20 @@ def build_snapshot(load_result: LoadResult) -> Snapshot:
         directory=load_result.directory,
         needs_namespaces=_needs_namespaces((*validating, *mutating)),
         validating_reads=Reads.of(_programs(validating)),
+        mutating_reads=Reads.of(_programs(mutating)),
     )
 
 
-def _programs(policies: Iterable[CompiledValidatingPolicy]) -> Iterator[Any]:
-    """The checked form of every expression the validating policies can evaluate, variables included."""
+def _programs(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> Iterator[Any]:
+    """The checked form of every expression the policies can evaluate, variables included."""
     for compiled in policies:
         programs: list[Any] = [program for _, program in compiled.match_conditions]
-        for validation in compiled.validations:
-            programs += [validation.expression, validation.message_expression]
-        programs += [program for _, program in compiled.audit_annotations]
+        if isinstance(compiled, CompiledMutatingPolicy):
+            programs += [mutation.expression for mutation in compiled.mutations]
+        else:
+            for validation in compiled.validations:
+                programs += [validation.expression, validation.message_expression]
+            programs += [program for _, program in compiled.audit_annotations]
         programs += compiled.compiled_variables.values()
         for program in programs:
             if isinstance(program, CompiledExpression):

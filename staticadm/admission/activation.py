@@ -6,6 +6,7 @@ namespace object); the records here are what the explain view, logs and metrics 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -178,17 +179,22 @@ class RequestActivations:
                  share: bool = True, reads: Reads | None = None) -> None:
         self._environment = environment
         self._request = request
-        #: The request's object and old object as the engine is given them: only what ``reads`` says the
-        #: expressions can read (cel/reads.py), or whole.
-        self._objects = ((reads.prune("object", request.object), reads.prune("oldObject", request.old_object))
-                         if reads is not None else (request.object, request.old_object))
+        #: Only what ``reads`` says the expressions can read of an object (cel/reads.py) is given to the engine.
+        self._reads = reads
+        self._old_object = reads.prune("oldObject", request.old_object) if reads is not None else request.old_object
+        #: The versions of ``object`` seen so far (the request's, then each mutation's): (the whole object, what
+        #: the engine is given of it, its version number). With ``share``, a mutation that changes nothing the
+        #: expressions can read gives no new version, so no new activation and no new conversion.
+        self._versions: list[tuple[Any, Any, int]] = []
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
         self.deadline = deadline
         self._authorizer: dict[str, Any] | None = None
+        self._request_data: dict[tuple[GroupVersionResource, GroupVersionKind], dict[str, Any]] = {}
         self._cache: dict[tuple[Any, ...], SharedActivation] = {}
         #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.
         self._last: tuple[Any, Any, Any, Any, Any] | None = None
         self._context: EvaluationContext | None = None
+        self._share = share
         #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
         #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
         self.remembered: RememberedOutcomes | None = {} if share else None
@@ -227,17 +233,61 @@ class RequestActivations:
                 and last[3] is current):
             return cast(SharedActivation, last[4])
         request = self._request
-        obj = self._objects[0] if current is REQUEST_OBJECT else current
-        # The cached activation holds ``obj`` and ``namespace_object``, so their ids stay theirs meanwhile.
-        key = (resource, kind, id(namespace_object), id(obj))
+        version, obj = self._version(request.object if current is REQUEST_OBJECT else current)
+        # The cached activation holds ``namespace_object``, so its id stays its own meanwhile.
+        key = (resource, kind, id(namespace_object), version)
         activation = self._cache.get(key)
         if activation is None:
+            data = self._request_data.get((resource, kind))
+            if data is None:
+                data = self._request_data[resource, kind] = request_data(request, resource, kind)
             activation = self._cache[key] = self._environment.new_activation({
-                "object": obj, "oldObject": self._objects[1],
+                "object": obj, "oldObject": self._old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
-                "request": request_data(request, resource, kind), **self._authorizer_data()})
+                "request": data, **self._authorizer_data()})
         self._last = (resource, kind, namespace_object, current, activation)
         return activation
+
+    def _version(self, whole: Any) -> tuple[int, Any]:
+        """(version number, what the engine is given) of one version of the object."""
+        versions = self._versions
+        for seen, given, version in versions:
+            if seen is whole:
+                return version, given
+        given = self._reads.prune("object", whole) if self._reads is not None else whole
+        if self._share:
+            # Mutations share what they leave unchanged, so comparing with recent versions walks only what changed.
+            for _, earlier, version in versions[-_COMPARED_VERSIONS:]:
+                if same_json(earlier, given):
+                    versions.append((whole, earlier, version))
+                    return version, earlier
+        version = len(versions)
+        versions.append((whole, given, version))
+        return version, given
+
+
+#: How many recent versions of the object a new one is compared with (a mutation that changed nothing the
+#: expressions read gives the same as the version before it).
+_COMPARED_VERSIONS = 4
+
+
+def same_json(left: Any, right: Any) -> bool:
+    """Whether two JSON values are the same to CEL in every respect: types (1, 1.0 and True differ), map key
+    order (iteration order is visible), and the sign of zero. NaN is never the same as anything."""
+    if left is right:
+        return not (left.__class__ is float and left != left)
+    cls = left.__class__
+    if cls is not right.__class__:
+        return False
+    if cls is dict:
+        if len(left) != len(right) or list(left) != list(right):
+            return False
+        return all(same_json(value, right[key]) for key, value in left.items())
+    if cls is list:
+        return len(left) == len(right) and all(map(same_json, left, right))
+    if cls is float:
+        return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
+    return bool(left == right)
 
 
 def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
