@@ -54,9 +54,9 @@ from staticadm.cel.values import holds_time_values, opaque_type_name, to_engine
 #: lists.range(n) beyond this would allocate more than any admission request needs.
 MAX_RANGE = 1_000_000
 #: Overloads of Kubernetes value constructors whose call on a string literal is folded at compile time
-#: (``rewrite._folded``): pure functions of their argument, whose value is a tagged map of strings.
+#: (``rewrite._folded``): pure functions of their argument, whose value is a tagged map of strings or a string.
 FOLDABLE_CONSTRUCTORS = frozenset({"string_to_quantity", "string_to_ip", "string_to_cidr", "string_to_url",
-                                   "string_to_semver"})
+                                   "string_to_semver", "string_jsonpatch_escapeKey_string"})
 _PARSER_DEPTH = "Exceeded max recursion depth of 32 when parsing"
 _EXPRESSION_DEPTH = "Expression recursion limit exceeded"
 #: cel-cpp's parser stops at 32 levels of nesting (not configurable through cel-expr-python); cel-go's at 250.
@@ -235,8 +235,8 @@ class CelEnvironment:
 
     def __init__(self, libraries: Sequence[ModuleType], extra_variables: Iterable[str] = (), *,
                  fold_literals: bool = True) -> None:
-        """``fold_literals`` False leaves every constructor call to run time (the straightforward
-        evaluation the tests compare folding with)."""
+        """``fold_literals`` False leaves every constructor call, ``Object{...}`` and ``JSONPatch{...}``
+        creations included, to run time (the straightforward evaluation the tests compare folding with)."""
         # Libraries may add overloads to one function name (ip() global in the IP library, member in CIDR).
         merged: dict[str, list[Overload]] = {}
         for library in libraries:
@@ -259,6 +259,7 @@ class CelEnvironment:
             if any(overload.overload_id not in _STANDARD_OVERLOAD_IDS for overload in function.overloads)
         ) | {"cel.@mapInsert", stepping.LOOP_FUNCTION}
         self.state = EvaluationState()
+        self._fold_literals = fold_literals
         #: Constructors of Kubernetes values made at compile time when called on a literal.
         self._foldable = {overload.overload_id: overload.impl for function in functions
                           for overload in function.overloads
@@ -592,7 +593,8 @@ class CelEnvironment:
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)
         prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
-                                   owner=declaration_index, typed_calls=self._typed_calls, foldable=self._foldable)
+                                   owner=declaration_index, typed_calls=self._typed_calls, foldable=self._foldable,
+                                   struct_literals=self._fold_literals)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
@@ -766,7 +768,9 @@ def _dispatching_impl(name: str, overloads: Sequence[Overload],
 
 def _runtime_impl(overload: Overload) -> Callable[..., Any]:
     impl = overload.impl
-    if overload.result.startswith(("list(", "map(", "dyn")):
+    # Values that can hold a duration or timestamp: collections, dyn, and Object/JSONPatch (their fields).
+    if overload.result.startswith(("list(", "map(", "dyn")) or overload.result in (structs.OBJECT_TYPE,
+                                                                                  structs.JSONPATCH_TYPE):
         impl = _time_values_for_engine(impl)
     if not overload.result.startswith("optional_type("):
         return impl

@@ -4,7 +4,9 @@
   (``@staticadm.tick``), and calls whose cost depends on sizes charge it after they return
   (``@staticadm.charge``): see ``cost.py``;
 - ``lists.range(n)`` gets its argument bounded, since it allocates natively before any loop runs;
-- identifiers of Kubernetes value types and ``type()`` of such values become constants.
+- identifiers of Kubernetes value types and ``type()`` of such values become constants;
+- ``Object{...}`` and ``JSONPatch{...}`` creations (calls after ``structs.py``) become the tagged map
+  literals their functions return, evaluated natively.
 
 ``variables.<name>`` stays as it is here; ``linking.py`` binds it to the variable's own expression.
 """
@@ -15,8 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cel import ast, cost
+from staticadm.cel import ast, cost, structs
 from staticadm.cel.string_format import BOOL_KEY_PREFIX, DURATION_PREFIX
+from staticadm.cel.values import TYPE_TAG
 
 RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
 #: ``@staticadm.direct(size)``: whether a loop that builds a list runs natively (see ``stepping.py``).
@@ -156,8 +159,11 @@ def _native_charge(how: cost.SizedCall, measured: list[Any], ids: Ids, owner_arg
     return expression
 
 
-def _literal_size(expr: Any) -> int | None:
-    """The size of a string or list literal, as cel-go measures it (code points, elements)."""
+def _literal_size(expr: Any, folded_strings: Mapping[int, str]) -> int | None:
+    """The size of a string or list literal, or of the string a folded call will be, as cel-go measures it
+    (code points, elements)."""
+    if expr.id in folded_strings:
+        return len(folded_strings[expr.id])
     kind = expr.WhichOneof("expr_kind")
     if kind == "const_expr":
         constant = expr.const_expr.WhichOneof("constant_kind")
@@ -207,7 +213,7 @@ def _make_type_constant(node: Any, type_name: str) -> None:
 def prepare(checked: Any, *, opaque_types: frozenset[str],
             null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER,
             typed_calls: Mapping[str, str] | None = None,
-            foldable: Mapping[str, Callable[[str], Any]] | None = None) -> Prepared:
+            foldable: Mapping[str, Callable[[str], Any]] | None = None, struct_literals: bool = True) -> Prepared:
     """The runtime form of a checked expression.
 
     ``null_variables`` are always null for this kind of expression (match conditions never see
@@ -217,7 +223,8 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     result type (a Python function with a dyn result cannot return a duration or timestamp).
     ``foldable`` maps overload ids of Kubernetes value constructors (``quantity('1Gi')``, ``ip(...)``,
     ``cidr``, ``url``, ``semver``) to their Python implementation: a call of one on a string literal is
-    made now and replaced by its value (see ``_folded``).
+    made now and replaced by its value (see ``_folded``). ``struct_literals`` turns ``Object``/``JSONPatch``
+    creations into map literals (see ``_struct_literal``).
     """
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
@@ -226,7 +233,10 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     function_of = cost.function_names(result)
     overloads = {node_id: tuple(reference.overload_id) for node_id, reference in result.reference_map.items()}
 
-    # Costs are computed on the expression as written, before any node is replaced.
+    # Costs are computed on the expression as written, before any node is replaced; a string a folded call
+    # will be is measured as the runtime would measure the call's result.
+    folded_strings = {node.id: value for node in ast.walk(result.expr)
+                      if foldable and isinstance(value := _fold_value(node, overloads, foldable), str)}
     sized: dict[int, cost.SizedCall] = {}
     fixed: dict[int, int] = {}
     for node in ast.walk(result.expr):
@@ -238,7 +248,8 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                               [types.get(operand.id, "dyn") for operand in operands])
         if how is None:
             continue
-        literal_sizes = [_literal_size(operands[position]) if position >= 0 else None for position in how.measured]
+        literal_sizes = [_literal_size(operands[position], folded_strings) if position >= 0 else None
+                         for position in how.measured]
         if not how.when_types and all(size is not None for size in literal_sizes):
             # Every measured operand is a literal: the charge is known now (``'a' in ['a', 'b']``).
             fixed[node.id] = cost.charge_amount(how.charge, tuple(size or 0 for size in literal_sizes)) + how.extra
@@ -284,8 +295,12 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
         elif kind == "call_expr":
             call_node = node.call_expr
             resolved = overloads.get(node.id, ())
+            literal = _struct_literal(call_node, types, ids) if struct_literals else None
+            if literal is not None:
+                node.CopyFrom(literal)
+                continue
             if foldable and len(resolved) == 1 and resolved[0] in foldable:
-                folded = _folded(call_node, foldable[resolved[0]], ids)
+                folded = _folded(node, overloads, foldable, ids)
                 if folded is not None:
                     node.CopyFrom(folded)
                     continue
@@ -351,31 +366,83 @@ def _bool_keys_spelt(arguments: Any, ids: Ids) -> Any:
                           call(ids(), "_+_", ident(ids(), "@fl"), list_of(ids(), element)))
 
 
-def _folded(call_node: Any, construct: Callable[[str], Any], ids: Ids) -> Any:
-    """The value of a constructor called on a string literal, as the literal map the engine would have had
-    back from the call (a Kubernetes value is a tagged map: ``values.py``); None to leave the call as it
-    is: an argument that is not a literal, or one the constructor refuses (the call then fails at run time
-    with the constructor's own error, as before). Cost is unchanged: it was computed on the call."""
-    if call_node.HasField("target") or len(call_node.args) != 1:
+def _fold_value(node: Any, overloads: Mapping[int, tuple[str, ...]],
+                foldable: Mapping[str, Callable[[str], Any]]) -> Any:
+    """The value of a foldable call on a string literal (see ``_folded``), or None."""
+    if node.WhichOneof("expr_kind") != "call_expr":
+        return None
+    call_node = node.call_expr
+    resolved = overloads.get(node.id, ())
+    if len(resolved) != 1 or resolved[0] not in foldable or call_node.HasField("target") or len(call_node.args) != 1:
         return None
     argument = call_node.args[0]
     if argument.WhichOneof("expr_kind") != "const_expr" or argument.const_expr.WhichOneof("constant_kind") != \
             "string_value":
         return None
     try:
-        value = construct(argument.const_expr.string_value)
+        value = foldable[resolved[0]](argument.const_expr.string_value)
     except Exception:  # refused: the runtime call reports it
         return None
-    if not isinstance(value, dict) or not all(isinstance(key, str) and isinstance(item, str)
-                                              for key, item in value.items()):
+    if isinstance(value, str) or (isinstance(value, dict) and all(
+            isinstance(key, str) and isinstance(item, str) for key, item in value.items())):
+        return value
+    return None
+
+
+def _folded(node: Any, overloads: Mapping[int, tuple[str, ...]], foldable: Mapping[str, Callable[[str], Any]],
+            ids: Ids) -> Any:
+    """A constructor called on a string literal (``quantity('1Gi')``, ``jsonpatch.escapeKey('a/b')``) as the
+    literal the engine would have had back from the call (a Kubernetes value is a tagged map: ``values.py``);
+    None to leave the call as it is: an argument that is not a literal, or one the constructor refuses (the
+    call then fails at run time with the constructor's own error, as before). Cost is unchanged: it was
+    computed on the call."""
+    value = _fold_value(node, overloads, foldable)
+    if value is None:
         return None
-    node = ast.Expr(id=ids())
-    node.struct_expr.SetInParent()
+    if isinstance(value, str):
+        return _string(ids(), value)
+    folded = ast.Expr(id=ids())
+    folded.struct_expr.SetInParent()
     for key, item in value.items():
-        entry = node.struct_expr.entries.add()
+        entry = folded.struct_expr.entries.add()
         entry.id = ids()
         entry.map_key.CopyFrom(_string(ids(), key))
         entry.value.CopyFrom(_string(ids(), item))
+    return folded
+
+
+def _struct_literal(call_node: Any, types: Mapping[int, str], ids: Ids) -> Any:
+    """``Object.<path>{...}`` / ``JSONPatch{...}`` (the calls ``structs.py`` made of them) as the map literal
+    their functions return (``objects.make_object``, ``make_jsonpatch``): the engine builds it without calling
+    into Python, which costs a round trip per creation and, with cel-expr-python 0.1.3, leaks the call's
+    arguments. None leaves the call: a JSONPatch whose op, path or from the checker cannot prove a string,
+    since only the function raises Kubernetes' error for those. Cost was computed on the call."""
+    function = call_node.function
+    if function not in structs.RESERVED_NAMES or call_node.HasField("target"):
+        return None
+    *names, fields = call_node.args
+    if fields.WhichOneof("expr_kind") != "struct_expr" or fields.struct_expr.message_name:
+        return None
+    if function == structs.JSONPATCH_FUNCTION:
+        for entry in fields.struct_expr.entries:
+            key = entry.map_key
+            if (key.WhichOneof("expr_kind") == "const_expr" and key.const_expr.string_value in ("op", "path", "from")
+                    and (entry.optional_entry or types.get(entry.value.id) != "string")):
+                return None
+        payload: list[tuple[str, Any]] = []
+        tag = structs.JSONPATCH_TYPE
+    else:
+        if len(names) != 1 or names[0].WhichOneof("expr_kind") != "const_expr":
+            return None
+        payload = [("name", names[0])]
+        tag = structs.OBJECT_TYPE
+    node = ast.Expr(id=ids())
+    node.struct_expr.SetInParent()
+    for key, value in ((TYPE_TAG, _string(ids(), tag)), *payload, ("fields", fields)):
+        entry = node.struct_expr.entries.add()
+        entry.id = ids()
+        entry.map_key.CopyFrom(_string(ids(), key))
+        entry.value.CopyFrom(value)
     return node
 
 
