@@ -195,6 +195,8 @@ class RequestActivations:
         self._last: tuple[Any, Any, Any, Any, Any] | None = None
         self._context: EvaluationContext | None = None
         self._share = share
+        #: Whether a policy's validations are first run together as one program (``CelEnvironment.conjunction``).
+        self.fuse = share
         #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
         #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
         self.remembered: RememberedOutcomes | None = {} if share else None

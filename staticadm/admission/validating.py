@@ -163,6 +163,7 @@ class _ValidateResult:
 
 
 _NOTHING = _ValidateResult()
+_PASSED: tuple[Any, ExpressionFailure | None] = (True, None)
 
 
 def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource, kind: GroupVersionKind,
@@ -190,7 +191,17 @@ def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource
     context = activations.scope(activation, RUNTIME_CEL_COST_BUDGET)
     outcomes: list[tuple[Any, ExpressionFailure | None]] = []
     all_passed = True
-    for validation in compiled.validations:
+    passed: tuple[int, ...] = ()
+    if (compiled.all_validations is not None and activations.fuse
+            and context.run_conjunction(compiled.all_validations, compiled.validations_static_cost)):
+        # Those validations were all true, at what each would have cost; the others run one by one after them.
+        # Order within a scope changes nothing: costs only add up, and a budget running out ends the scope as
+        # one decision wherever it happens.
+        passed = compiled.fused_validations
+    for index, validation in enumerate(compiled.validations):
+        if index in passed:
+            outcomes.append(_PASSED)
+            continue
         outcome = run_program(validation.expression, validation.validation.expression, context)
         if outcome[0] is not True:
             all_passed = False

@@ -182,6 +182,7 @@ _MAP_ENTRIES = {
 }
 #: Type.primitive enum values, and the names cel-go prints for them.
 PRIMITIVE_NAMES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
+BOOL_PRIMITIVE = 1
 WELL_KNOWN_NAMES = {1: "any", 2: "google.protobuf.Timestamp", 3: "google.protobuf.Duration"}
 
 

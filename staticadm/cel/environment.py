@@ -631,6 +631,46 @@ class CelEnvironment:
         except RuntimeError:
             return CompileError(AST_DEPTH_MESSAGE)
 
+    def conjunction(self, expressions: Sequence[CompiledExpression]) -> Any | None:
+        """One engine program that is true exactly when every one of ``expressions`` (bool expressions, in this
+        environment) is: their runtime forms joined with ``&&`` in a balanced tree, each node renumbered. It
+        charges what they charge together, so a true result stands for every one of them having been true at
+        the sum of their costs; anything else says nothing, and the expressions are run one by one (see
+        ``EvaluationContext.run_conjunction``). None when it cannot be built: an expression reads variables
+        (they are charged per scope), or the engine refuses the program."""
+        if len(expressions) < 2 or any(expression.linked_variables or expression.result_type != "bool"
+                                       for expression in expressions):
+            return None
+        fused = ast.CheckedExpr()
+        ids = rewrite.Ids(0)
+        parts: list[Any] = []
+        for expression in expressions:
+            checked = expression.prepared
+            part = ast.Expr()
+            part.CopyFrom(checked.expr)
+            for node in ast.walk(part):
+                old_id, node.id = node.id, ids()
+                if old_id in checked.reference_map:
+                    fused.reference_map[node.id].CopyFrom(checked.reference_map[old_id])
+                if old_id in checked.type_map:
+                    fused.type_map[node.id].CopyFrom(checked.type_map[old_id])
+            parts.append(part)
+        while len(parts) > 1:
+            joined = []
+            for left, right in zip(parts[0::2], parts[1::2], strict=False):
+                node = rewrite.call(ids(), "_&&_", left, right)
+                fused.reference_map[node.id].overload_id.append("logical_and")
+                fused.type_map[node.id].primitive = ast.BOOL_PRIMITIVE
+                joined.append(node)
+            if len(parts) % 2:
+                joined.append(parts[-1])
+            parts = joined
+        fused.expr.CopyFrom(parts[0])
+        try:
+            return self._runtime.deserialize(ast.encode(fused))
+        except RuntimeError:
+            return None
+
     def deserialize_runtime(self, serialized: bytes) -> Any:
         return self._runtime.deserialize(serialized)
 

@@ -270,6 +270,38 @@ class EvaluationContext:
             budget.remaining -= spent
         return outcome
 
+    def run_conjunction(self, program: Any, static_cost: int) -> bool:
+        """True when ``program`` (``CelEnvironment.conjunction`` of expressions whose static costs add up to
+        ``static_cost``) was true within this scope's budget, which is then charged what running each of them
+        would have charged. False says nothing about any one of them and charges nothing: they are run one by
+        one, which reports each value, error and cost exactly (an error, a false, a per-expression or budget
+        limit, a loop evaluated in steps, the deadline)."""
+        budget = self.budget
+        if budget is not None and budget.remaining < 0:
+            return False
+        run = _RunCost()
+        saved = self._run
+        self._run = run
+        local = self._local
+        previous = getattr(local, "context", None)
+        local.context = self
+        try:
+            result: Any = program.eval(self.activation)
+        except Exception:  # the engine raises for some internal failures: the expressions one by one say which
+            return False
+        finally:
+            local.context = previous
+            self._run = saved
+        if (result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or run.variables
+                or self._deadline_exceeded or result.plain_value() is not True):
+            return False
+        if budget is not None:
+            spent = static_cost + run.body
+            if spent > budget.remaining:
+                return False
+            budget.remaining -= spent
+        return True
+
     def run_remembered(self, compiled: CompiledExpression, remembered: RememberedOutcomes) -> Any:
         """``run(compiled)``, or the outcome an earlier run of the same program over the same activation had
         (in another scope of the request), charged to this scope's budget as that run charged its own.

@@ -6,6 +6,8 @@
   (validations that pass, deny, fail; messageExpressions, variables, audit annotations, match conditions;
   both failure policies) with several bindings each (validationActions, objectSelectors), and generated
   requests.
+- A policy's validations run first as one program (``CelEnvironment.conjunction``), one by one only when
+  that is not simply true, against each one by one (``share_evaluations=False``), at the cost limits too.
 - Mutating policies with each object version's activation shared while what the expressions read is
   unchanged, and the objects pruned to what they read, against a new activation per version of the
   whole object (``evaluate_mutating(share_evaluations=False, prune_objects=False)``).
@@ -21,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -317,3 +320,23 @@ def test_a_version_is_shared_only_when_it_is_the_same_json_to_cel() -> None:
     nan = float("nan")
     assert not same_json(nan, nan)
     assert not same_json([nan], [nan])
+
+
+@pytest.mark.parametrize("count", [2, 12])
+def test_validations_run_together_decide_as_one_by_one_at_cost_limits(count: int) -> None:
+    # Each validation costs ~902,000 alone, under the 1,000,000 per expression: run together they pass that
+    # limit, and twelve of them pass the scope's 10,000,000. Either way the one-by-one run must decide.
+    loop = {"expression": "object.spec.items.all(i, object.spec.items.all(j, i + j >= 0))"}
+    objects = [policy("p.static.k8s.io", validations=[loop] * count + [{"expression": "object.spec.replicas > 0"}]),
+               binding("b.static.k8s.io", "p.static.k8s.io", ("Deny",))]
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    assert snap.validating[0].all_validations is not None, "the validations are run together first"
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["spec"]["items"] = list(range(300))
+    request = parsed(review(obj=obj))
+    namespaces = RequestOnlyNamespaces()
+    together = evaluate_validating(snap, namespaces, request)
+    one_by_one = evaluate_validating(snap, namespaces, request, share_evaluations=False)
+    assert _comparable(together) == _comparable(one_by_one)
+    assert together.allowed is (count == 2)
