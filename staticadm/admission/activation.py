@@ -260,7 +260,7 @@ class RequestActivations:
         if self._share:
             # Mutations share what they leave unchanged, so comparing with recent versions walks only what changed.
             for _, earlier, version in versions[-_COMPARED_VERSIONS:]:
-                if same_json(earlier, given):
+                if _same_or_too_deep(earlier, given):
                     versions.append((whole, earlier, version))
                     return version, earlier
         version = len(versions)
@@ -273,11 +273,19 @@ class RequestActivations:
 _COMPARED_VERSIONS = 4
 
 
+def _same_or_too_deep(left: Any, right: Any) -> bool:
+    try:
+        return same_json(left, right)
+    except RecursionError:
+        # Nested deeper than Python recurses: not known to be the same, so a version of its own.
+        return False
+
+
 def same_json(left: Any, right: Any) -> bool:
     """Whether two JSON values are the same to CEL in every respect: types (1, 1.0 and True differ), map key
-    order (iteration order is visible), and the sign of zero. NaN is never the same as anything."""
+    order (iteration order is visible), and the sign of zero; a NaN only as itself."""
     if left is right:
-        return not (left.__class__ is float and left != left)
+        return True
     cls = left.__class__
     if cls is not right.__class__:
         return False

@@ -317,9 +317,8 @@ def test_a_version_is_shared_only_when_it_is_the_same_json_to_cel() -> None:
     assert not same_json({"a": 1}, {"a": True})
     assert not same_json({"a": 1, "b": 2}, {"b": 2, "a": 1})
     assert not same_json(0.0, -0.0)
-    nan = float("nan")
-    assert not same_json(nan, nan)
-    assert not same_json([nan], [nan])
+    assert not same_json(float("nan"), float("nan"))
+    assert not same_json([float("nan")], [float("nan")])
 
 
 @pytest.mark.parametrize("count", [2, 12])
