@@ -66,25 +66,12 @@ class CompiledValidatingPolicy:
     #: variable they read), or None when that has no bound (one multiplies sizes): see validating._messages.
     message_programs: tuple[CompiledExpression, ...] = field(init=False, repr=False, compare=False)
     message_cost_bound: int | None = field(init=False, repr=False, compare=False)
-    #: One engine program true exactly when every validation of ``fused_validations`` (their indexes) is
-    #: (``CelEnvironment.conjunction``), and their static costs together; None when every validation is
-    #: evaluated one by one only. Validations reading variables (charged once per scope) or the authorizer
-    #: (answered in rounds) are left out.
-    all_validations: Any = field(init=False, repr=False, compare=False)
-    fused_validations: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    validations_static_cost: int = field(init=False, repr=False, compare=False)
+    #: The validations run together (see ``validations_together``): built on the first request that needs it,
+    #: and shared by the copies a reload makes of this policy with other bindings.
+    together: ValidationsTogether = field(default_factory=lambda: ValidationsTogether(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _attach_match_plans(self)
-        fusable = [(index, expression) for index, validation in enumerate(self.validations)
-                   if isinstance(expression := validation.expression, CompiledExpression)
-                   and not expression.linked_variables and "authorizer" not in validation.validation.expression]
-        expressions = [expression for _, expression in fusable]
-        environment = expressions[0].environment if expressions else None
-        fused = environment.conjunction(expressions) if environment is not None else None
-        object.__setattr__(self, "fused_validations", tuple(index for index, _ in fusable) if fused is not None else ())
-        object.__setattr__(self, "validations_static_cost", sum(expression.static_cost for expression in expressions))
-        object.__setattr__(self, "all_validations", fused)
         programs = tuple(validation.message_expression for validation in self.validations
                          if isinstance(validation.message_expression, CompiledExpression))
         object.__setattr__(self, "message_programs", programs)
@@ -100,6 +87,33 @@ class CompiledValidatingPolicy:
     @property
     def failure_policy(self) -> str:
         return self.policy.spec.failure_policy or "Fail"
+
+    def validations_together(self) -> ValidationsTogether:
+        """The validations that read no variables (charged once per scope) and no authorizer (answered in rounds)
+        as one engine program (``CelEnvironment.conjunction``), built once."""
+        together = self.together
+        if not together.built:
+            fusable = [(index, expression) for index, validation in enumerate(self.validations)
+                       if isinstance(expression := validation.expression, CompiledExpression)
+                       and not expression.linked_variables and "authorizer" not in validation.validation.expression]
+            expressions = [expression for _, expression in fusable]
+            environment = expressions[0].environment if expressions else None
+            together.program = environment.conjunction(expressions) if environment is not None else None
+            together.indexes = tuple(index for index, _ in fusable) if together.program is not None else ()
+            together.static_cost = sum(expression.static_cost for expression in expressions)
+            together.built = True
+        return together
+
+
+@dataclass(slots=True)
+class ValidationsTogether:
+    """One engine program true exactly when every validation at ``indexes`` is, and their static costs together;
+    ``program`` None when the validations only run one by one."""
+
+    built: bool = False
+    program: Any = None
+    indexes: tuple[int, ...] = ()
+    static_cost: int = 0
 
 
 @dataclass(frozen=True, slots=True)

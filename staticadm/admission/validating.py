@@ -192,12 +192,13 @@ def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource
     outcomes: list[tuple[Any, ExpressionFailure | None]] = []
     all_passed = True
     passed: tuple[int, ...] = ()
-    if (compiled.all_validations is not None and activations.fuse
-            and context.run_conjunction(compiled.all_validations, compiled.validations_static_cost)):
+    together = compiled.validations_together() if activations.fuse else None
+    if together is not None and together.program is not None and context.run_conjunction(together.program,
+                                                                                         together.static_cost):
         # Those validations were all true, at what each would have cost; the others run one by one after them.
         # Order within a scope changes nothing: costs only add up, and a budget running out ends the scope as
         # one decision wherever it happens.
-        passed = compiled.fused_validations
+        passed = together.indexes
     for index, validation in enumerate(compiled.validations):
         if index in passed:
             outcomes.append(_PASSED)

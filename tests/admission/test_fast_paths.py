@@ -330,7 +330,7 @@ def test_validations_run_together_decide_as_one_by_one_at_cost_limits(count: int
                binding("b.static.k8s.io", "p.static.k8s.io", ("Deny",))]
     with tempfile.TemporaryDirectory() as directory:
         snap = snapshot(Path(directory), *objects)
-    assert snap.validating[0].all_validations is not None, "the validations are run together first"
+    assert snap.validating[0].validations_together().program is not None, "the validations are run together first"
     obj = copy.deepcopy(DEPLOYMENT)
     obj["spec"]["items"] = list(range(300))
     request = parsed(review(obj=obj))
