@@ -135,13 +135,13 @@ def build_snapshot(load_result: LoadResult) -> Snapshot:
         mutating_match_index=_index(mutating),
         directory=load_result.directory,
         needs_namespaces=_needs_namespaces((*validating, *mutating)),
-        validating_reads=Reads.of(_programs(validating)),
-        mutating_reads=Reads.of(_programs(mutating)),
+        validating_reads=Reads.of(program.object_reads() for program in _programs(validating)),
+        mutating_reads=Reads.of(program.object_reads() for program in _programs(mutating)),
     )
 
 
-def _programs(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> Iterator[Any]:
-    """The checked form of every expression the policies can evaluate, variables included."""
+def _programs(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> Iterator[CompiledExpression]:
+    """Every expression the policies can evaluate that compiled, variables included."""
     for compiled in policies:
         programs: list[Any] = [program for _, program in compiled.match_conditions]
         if isinstance(compiled, CompiledMutatingPolicy):
@@ -153,7 +153,7 @@ def _programs(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPoli
         programs += compiled.compiled_variables.values()
         for program in programs:
             if isinstance(program, CompiledExpression):
-                yield program.prepared
+                yield program
 
 
 def _needs_namespaces(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> bool:

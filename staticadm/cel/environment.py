@@ -28,6 +28,7 @@ from staticadm.cel import (
     linking,
     messages,
     optional_results,
+    reads,
     rewrite,
     stepping,
     string_format,
@@ -178,6 +179,7 @@ class TypeCheck:
 
 
 _STEPPED = frozenset({("@stepped", "")})
+_OBJECT_READS = frozenset({("@object-reads", "")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,14 @@ class CompiledExpression:
             cached = stepping.build(self.prepared, environment.deserialize_runtime)
             self._relinked[_STEPPED] = cached
         return cast(stepping.SteppedProgram, cached)
+
+    def object_reads(self) -> dict[str, set[tuple[str, ...]]]:
+        """The paths of ``object`` and ``oldObject`` this expression reads (``reads.read_paths``), found once: a
+        snapshot build asks for every expression's, and most come unchanged from the previous load."""
+        cached = self._relinked.get(_OBJECT_READS)
+        if cached is None:
+            cached = self._relinked[_OBJECT_READS] = reads.read_paths(self.prepared.expr, reads.OBJECT_ROOTS)
+        return cast(dict[str, set[tuple[str, ...]]], cached)
 
     def with_failed_variables(self, failures: Mapping[str, str]) -> Any:
         """This expression's program with the given variables linked as errors with those messages."""

@@ -20,6 +20,9 @@ from staticadm.cel import ast
 #: index.
 _CHAIN_CALLS = frozenset({"_[_]", "_?._", "_[?_]"})
 
+#: The variables pruned.
+OBJECT_ROOTS = frozenset({"object", "oldObject"})
+
 #: A trie of keys; ``None`` for a subtree kept whole.
 Trie = dict[str, Any] | None
 
@@ -72,11 +75,12 @@ class Reads:
         self._tries = dict(tries)
 
     @classmethod
-    def of(cls, expressions: Iterable[Any], roots: frozenset[str] = frozenset({"object", "oldObject"})) -> Reads:
-        """From checked expressions (``CompiledExpression.prepared``)."""
-        tries: dict[str, Trie] = {root: {} for root in roots}
-        for expr in expressions:
-            for root, paths in read_paths(expr.expr, roots).items():
+    def of(cls, read: Iterable[Mapping[str, Iterable[tuple[str, ...]]]]) -> Reads:
+        """From what each expression reads (``read_paths`` of ``object`` and ``oldObject``; a compiled expression
+        keeps its own: ``CompiledExpression.object_reads``)."""
+        tries: dict[str, Trie] = {root: {} for root in OBJECT_ROOTS}
+        for paths_by_root in read:
+            for root, paths in paths_by_root.items():
                 for path in paths:
                     tries[root] = _insert(tries[root], path)
         return cls(tries)
