@@ -427,7 +427,7 @@ def _struct_literal(call_node: Any, types: Mapping[int, str], ids: Ids) -> Any:
         for entry in fields.struct_expr.entries:
             key = entry.map_key
             if (key.WhichOneof("expr_kind") == "const_expr" and key.const_expr.string_value in ("op", "path", "from")
-                    and (entry.optional_entry or types.get(entry.value.id) != "string")):
+                    and (entry.optional_entry or not _is_string(entry.value, types))):
                 return None
         payload: list[tuple[str, Any]] = []
         tag = structs.JSONPATCH_TYPE
@@ -444,6 +444,13 @@ def _struct_literal(call_node: Any, types: Mapping[int, str], ids: Ids) -> Any:
         entry.map_key.CopyFrom(_string(ids(), key))
         entry.value.CopyFrom(value)
     return node
+
+
+def _is_string(node: Any, types: Mapping[int, str]) -> bool:
+    """Whether a node is a string: so checked, or a string literal (a folded call has no checked type)."""
+    if node.WhichOneof("expr_kind") == "const_expr":
+        return node.const_expr.WhichOneof("constant_kind") == "string_value"
+    return types.get(node.id) == "string"
 
 
 def _string(node_id: int, value: str) -> Any:

@@ -76,6 +76,8 @@ def test_folded_constructors_evaluate_as_the_calls(source: str, folded: bool) ->
 MUTATION_CASES = [
     ("[JSONPatch{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey('a.io/b~c'), value: 'x'}]", []),
     ("'/a/' + jsonpatch.escapeKey('k/' + 'v') + jsonpatch.escapeKey('')", ["jsonpatch.escapeKey"]),
+    ("[JSONPatch{op: 'remove', path: jsonpatch.escapeKey('a/b')}]", []),
+    ("[JSONPatch{op: 'remove', path: jsonpatch.escapeKey(string(1))}]", ["jsonpatch.escapeKey"]),
     ("Object{metadata: Object.metadata{labels: {'a': 'b'}, ?annotations: optional.none()}}", []),
     ("Object{spec: Object.spec{containers: [Object.spec.containers{name: 'c', args: ['x']}]}}", []),
     ("Object{metadata: Object.metadata{creationTimestamp: timestamp('2024-01-01T00:00:00Z')}}", []),
