@@ -4,36 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.policy_text import validating_policy_yaml, validation_yaml
+
 GROUP = "hostile.example.com"
 
 
 def policy_yaml(name: str, resource: str, expression: str, failure_policy: str = "Fail") -> str:
     """A policy matching ``resource`` in the hostile group, with its Deny binding."""
-    full = f"{name}.static.k8s.io"
-    return f"""apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: {full}
-spec:
-  failurePolicy: {failure_policy}
-  matchConstraints:
-    resourceRules:
-    - apiGroups: ["{GROUP}"]
-      apiVersions: ["v1"]
-      operations: ["CREATE", "UPDATE"]
-      resources: ["{resource}"]
-  validations:
-  - expression: {expression!r}
-    message: "{name} rejected the object"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {full}
-spec:
-  policyName: {full}
-  validationActions: [Deny]
-"""
+    return validating_policy_yaml(name, group=GROUP, resource=resource, operations='["CREATE", "UPDATE"]',
+                                  failure_policy=failure_policy,
+                                  validations=validation_yaml(expression, f"{name} rejected the object"))
 
 
 def hostile_review(resource: str, spec: dict[str, Any], *, uid: str = "hostile") -> dict[str, Any]:

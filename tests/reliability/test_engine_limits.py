@@ -11,35 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.policy_text import validating_policy_yaml, validation_yaml
 from tests.server.harness import REQUESTS, DaemonFactory
 
 
 def _policy(name: str, failure_policy: str, validation: str, variables: str = "") -> str:
-    full = f"{name}.static.k8s.io"
-    return f"""apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: {full}
-spec:
-  failurePolicy: {failure_policy}
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-{variables}  validations:
-  - expression: {validation!r}
-    message: "{name} denied it"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {full}
-spec:
-  policyName: {full}
-  validationActions: [Deny]
-"""
+    return validating_policy_yaml(name, failure_policy=failure_policy, variables=variables,
+                                  validations=validation_yaml(validation, f"{name} denied it"))
 
 
 def _pod_review(spec: dict[str, Any], labels: dict[str, str] | None = None, uid: str = "u") -> dict[str, Any]:

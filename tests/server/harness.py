@@ -19,6 +19,8 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.policy_text import validating_policy_yaml
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
 RELOADS = "staticadm_manifest_admission_config_controller_automatic_reloads_total"
@@ -29,32 +31,12 @@ EVENT_WAIT = 5.0
 
 def policy_yaml(message: str, *, name: str = "deny-label", label: str = "deny") -> str:
     """A policy denying pods labelled ``<label>=true``, with its binding, in one file (atomic together)."""
-    full = f"{name}.static.k8s.io"
-    return f"""apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: {full}
-spec:
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE", "UPDATE"]
-      resources: ["pods"]
-  validations:
+    return validating_policy_yaml(name, operations='["CREATE", "UPDATE"]', failure_policy=None, validations=f"""\
   - expression: >-
       !has(object.metadata.labels) || !('{label}' in object.metadata.labels)
       || object.metadata.labels['{label}'] != 'true'
     message: "{message}"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {full}
-spec:
-  policyName: {full}
-  validationActions: [Deny]
-"""
+""")
 
 
 def review(labels: dict[str, str] | None = None, *, uid: str = "uid-1", api_version: str = "admission.k8s.io/v1",
