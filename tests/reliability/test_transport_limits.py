@@ -28,6 +28,7 @@ import orjson
 
 from staticadm.server.connections import RESERVED_DESCRIPTORS
 from staticadm.server.logging import NonBlockingWriter
+from tests.policy_text import validating_policy_yaml
 from tests.server.harness import (
     REPO_ROOT,
     Daemon,
@@ -311,29 +312,10 @@ def test_requests_wait_for_the_first_load_instead_of_failing(make_daemon: Daemon
 
 
 def _named_policy(name: str) -> str:
-    full = f"{name}.static.k8s.io"
-    return f"""apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: {full}
-spec:
-  matchConstraints:
-    resourceRules:
-    - apiGroups: ["apps"]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["deployments"]
-  validations:
-  - expression: "object.spec.replicas <= {len(name)} || object.metadata.name.startsWith('{name}')"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: {full}
-spec:
-  policyName: {full}
-  validationActions: [Deny]
-"""
+    return validating_policy_yaml(
+        name, group="apps", resource="deployments", failure_policy=None,
+        validations=f"  - expression: \"object.spec.replicas <= {len(name)} || "
+                    f"object.metadata.name.startsWith('{name}')\"\n")
 
 
 def test_sighup_during_start_up_does_not_kill_the_daemon(make_daemon: DaemonFactory) -> None:
