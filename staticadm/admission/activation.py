@@ -194,9 +194,9 @@ class RequestActivations:
         #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.
         self._last: tuple[Any, Any, Any, Any, Any] | None = None
         self._context: EvaluationContext | None = None
-        self._share = share
-        #: Whether a policy's validations are first run together as one program (``CelEnvironment.conjunction``).
-        self.fuse = share
+        #: Whether the request's evaluations take the shortcuts that reach the same outcomes: shared match
+        #: condition outcomes and object versions, validations first run together (``CelEnvironment.conjunction``).
+        self.share = share
         #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
         #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
         self.remembered: RememberedOutcomes | None = {} if share else None
@@ -257,7 +257,7 @@ class RequestActivations:
             if seen is whole:
                 return version, given
         given = self._reads.prune("object", whole) if self._reads is not None else whole
-        if self._share:
+        if self.share:
             # Mutations share what they leave unchanged, so comparing with recent versions walks only what changed.
             for _, earlier, version in versions[-_COMPARED_VERSIONS:]:
                 if _same_or_too_deep(earlier, given):

@@ -192,7 +192,7 @@ def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource
     outcomes: list[tuple[Any, ExpressionFailure | None]] = []
     all_passed = True
     passed: tuple[int, ...] = ()
-    together = compiled.validations_together() if activations.fuse else None
+    together = compiled.validations_together() if activations.share else None
     if together is not None and together.program is not None and context.run_conjunction(together.program,
                                                                                          together.static_cost):
         # Those validations were all true, at what each would have cost; the others run one by one after them.
@@ -396,8 +396,9 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     depends on the policy, the activation (request, resource and kind matched, namespaceObject) and a
     fresh cost budget, never on the binding (its validationActions apply afterwards), and authorizer
     answers are fixed for the request: so with ``share_evaluations`` the second binding of a policy
-    reuses the first one's decisions instead of evaluating every expression again, and a match condition
-    several policies share is evaluated once (charged to each policy's budget as it would have been).
+    reuses the first one's decisions instead of evaluating every expression again, a match condition
+    several policies share is evaluated once (charged to each policy's budget as it would have been), and a
+    policy's validations first run together as one program, one by one only when that is not simply true.
     False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
     compare the two). With ``prune_objects`` the engine is given only the parts of the object and old
     object the snapshot's expressions can read (``cel/reads.py``); False gives them whole.
