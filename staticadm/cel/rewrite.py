@@ -159,11 +159,12 @@ def _native_charge(how: cost.SizedCall, measured: list[Any], ids: Ids, owner_arg
     return expression
 
 
-def _literal_size(expr: Any, folded_strings: Mapping[int, str]) -> int | None:
+def _literal_size(expr: Any, folded: Mapping[int, Any]) -> int | None:
     """The size of a string or list literal, or of the string a folded call will be, as cel-go measures it
     (code points, elements)."""
-    if expr.id in folded_strings:
-        return len(folded_strings[expr.id])
+    value = folded.get(expr.id)
+    if isinstance(value, str):
+        return len(value)
     kind = expr.WhichOneof("expr_kind")
     if kind == "const_expr":
         constant = expr.const_expr.WhichOneof("constant_kind")
@@ -233,10 +234,11 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     function_of = cost.function_names(result)
     overloads = {node_id: tuple(reference.overload_id) for node_id, reference in result.reference_map.items()}
 
+    #: The value of every foldable call on a literal, by its node: what it is replaced by below.
+    folded = {node.id: value for node in ast.walk(result.expr)
+              if foldable and (value := _fold_value(node, overloads, foldable)) is not None}
     # Costs are computed on the expression as written, before any node is replaced; a string a folded call
     # will be is measured as the runtime would measure the call's result.
-    folded_strings = {node.id: value for node in ast.walk(result.expr)
-                      if foldable and isinstance(value := _fold_value(node, overloads, foldable), str)}
     sized: dict[int, cost.SizedCall] = {}
     fixed: dict[int, int] = {}
     for node in ast.walk(result.expr):
@@ -248,7 +250,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                               [types.get(operand.id, "dyn") for operand in operands])
         if how is None:
             continue
-        literal_sizes = [_literal_size(operands[position], folded_strings) if position >= 0 else None
+        literal_sizes = [_literal_size(operands[position], folded) if position >= 0 else None
                          for position in how.measured]
         if not how.when_types and all(size is not None for size in literal_sizes):
             # Every measured operand is a literal: the charge is known now (``'a' in ['a', 'b']``).
@@ -299,11 +301,9 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             if literal is not None:
                 node.CopyFrom(literal)
                 continue
-            if foldable and len(resolved) == 1 and resolved[0] in foldable:
-                folded = _folded(node, overloads, foldable, ids)
-                if folded is not None:
-                    node.CopyFrom(folded)
-                    continue
+            if node.id in folded:
+                node.CopyFrom(_folded(folded[node.id], ids))
+                continue
             if typed_calls and len(resolved) == 1 and resolved[0] in typed_calls:
                 # The checker resolved one overload whose result the engine needs declared concretely.
                 call_node.function = typed_calls[resolved[0]]
@@ -368,7 +368,10 @@ def _bool_keys_spelt(arguments: Any, ids: Ids) -> Any:
 
 def _fold_value(node: Any, overloads: Mapping[int, tuple[str, ...]],
                 foldable: Mapping[str, Callable[[str], Any]]) -> Any:
-    """The value of a foldable call on a string literal (see ``_folded``), or None."""
+    """The value of a constructor called on a string literal (``quantity('1Gi')``, ``jsonpatch.escapeKey('a/b')``),
+    when it is a string or a tagged map of strings (a Kubernetes value: ``values.py``); None to leave the call as
+    it is: not such a call, an argument that is not a literal, or one the constructor refuses (the call then fails
+    at run time with the constructor's own error)."""
     if node.WhichOneof("expr_kind") != "call_expr":
         return None
     call_node = node.call_expr
@@ -389,26 +392,19 @@ def _fold_value(node: Any, overloads: Mapping[int, tuple[str, ...]],
     return None
 
 
-def _folded(node: Any, overloads: Mapping[int, tuple[str, ...]], foldable: Mapping[str, Callable[[str], Any]],
-            ids: Ids) -> Any:
-    """A constructor called on a string literal (``quantity('1Gi')``, ``jsonpatch.escapeKey('a/b')``) as the
-    literal the engine would have had back from the call (a Kubernetes value is a tagged map: ``values.py``);
-    None to leave the call as it is: an argument that is not a literal, or one the constructor refuses (the
-    call then fails at run time with the constructor's own error, as before). Cost is unchanged: it was
+def _folded(value: str | dict[str, str], ids: Ids) -> Any:
+    """The literal the engine would have had back from a folded call (``_fold_value``). Cost is unchanged: it was
     computed on the call."""
-    value = _fold_value(node, overloads, foldable)
-    if value is None:
-        return None
     if isinstance(value, str):
         return _string(ids(), value)
-    folded = ast.Expr(id=ids())
-    folded.struct_expr.SetInParent()
+    node = ast.Expr(id=ids())
+    node.struct_expr.SetInParent()
     for key, item in value.items():
-        entry = folded.struct_expr.entries.add()
+        entry = node.struct_expr.entries.add()
         entry.id = ids()
         entry.map_key.CopyFrom(_string(ids(), key))
         entry.value.CopyFrom(_string(ids(), item))
-    return folded
+    return node
 
 
 def _struct_literal(call_node: Any, types: Mapping[int, str], ids: Ids) -> Any:
