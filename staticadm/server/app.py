@@ -138,34 +138,26 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
     if length is not None and length > limit:
         raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
     content = request.content
-    if content.is_eof():
-        # Received in full already (a body that came with its headers, as kube-apiserver's do): nothing to
-        # wait for, so no timer to arm and cancel.
-        try:
-            body = content.read_nowait(-1)
-        except Exception:  # a body aiohttp found truncated or mis-encoded
-            raise BadRequest(400, "BadRequest", "request body ended before its declared length or was malformed") \
-                from None
-        if len(body) > limit:
-            raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
-        if length is not None and len(body) != length:
-            raise BadRequest(400, "BadRequest", "request body ended before its declared length")
-        buffered.add(len(body))
-        return body
     chunks: list[bytes] = []
     size = 0
+
+    def take(chunk: bytes) -> None:
+        nonlocal size
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+        buffered.add(len(chunk))
+        chunks.append(chunk)
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                chunk = await request.content.read(65536)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise BadRequest(413, "RequestEntityTooLarge",
-                                     f"request body is larger than the limit of {limit} bytes")
-                buffered.add(len(chunk))
-                chunks.append(chunk)
+        if content.is_eof():
+            # Received in full already (a body that came with its headers, as kube-apiserver's do): nothing to
+            # wait for, so no timer to arm and cancel.
+            take(content.read_nowait(-1))
+        else:
+            async with asyncio.timeout(timeout):
+                while chunk := await content.read(65536):
+                    take(chunk)
     except TimeoutError:
         raise BadRequest(408, "Timeout", f"request body was not received within {timeout:g} seconds") from None
     except BadRequest:
@@ -175,7 +167,7 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
             from None
     if length is not None and size != length:
         raise BadRequest(400, "BadRequest", "request body ended before its declared length")
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 # -- admission endpoints ---------------------------------------------------------------------------
