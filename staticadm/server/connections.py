@@ -11,7 +11,9 @@ both listeners with a thousand idle connections. Here:
 - the soft ``RLIMIT_NOFILE`` is raised to the hard limit at start, and the cap stays below it;
 - accept errors (EMFILE and the like) are logged once per interval with a count, not once per attempt
   with a traceback;
-- memory freed by closed TLS connections is handed back to the system (``malloc_trim``) after a burst.
+- memory freed by closed TLS connections is handed back to the system (``malloc_trim``) after a burst;
+- a worker that retires answers every connection it has accepted, handshakes still running included,
+  before it closes them (:meth:`ConnectionGuard.settle`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import ctypes
 import ctypes.util
 import resource
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +80,11 @@ class ConnectionGuard:
     on_event: Callable[[str], None] = lambda _kind: None
     connections: dict[GuardedRequestHandler, None] = field(default_factory=dict)
     stats: ConnectionStats = field(default_factory=ConnectionStats)
+    #: The process is retiring: every answer says ``Connection: close``, so clients reconnect elsewhere.
+    draining: bool = False
+    #: Accepted connections whose TLS handshake has not finished: asyncio only tells the handler once it has
+    #: (and never if it fails), so they are held weakly and forgotten when asyncio drops them.
+    _handshaking: weakref.WeakSet[GuardedRequestHandler] = field(default_factory=weakref.WeakSet)
     _closed_since_trim: int = 0
     _trim: Callable[[int], int] | None = None
 
@@ -105,6 +113,33 @@ class ConnectionGuard:
     def closed(self, connection: GuardedRequestHandler) -> None:
         if self.connections.pop(connection, ...) is not ...:
             self._closed_since_trim += 1
+
+    def accepted(self, connection: GuardedRequestHandler) -> None:
+        """A connection was accepted; it reaches :meth:`opened` when its handshake is done."""
+        self._handshaking.add(connection)
+
+    # -- retiring ---------------------------------------------------------------------------------
+
+    def unsettled(self, now: float | None = None) -> int:
+        """Connections a client may still be sending a request on: handshakes still running (within their
+        timeout), connections that never had a request, and requests whose headers are arriving.
+
+        A connection that was answered and is idle counts as settled: closing it is what any keep-alive
+        server does, and a client does not expect an answer on it."""
+        now = time.monotonic() if now is None else now
+        handshaking = sum(1 for c in self._handshaking
+                          if not c.handed_over and now - c.accepted_at <= self.header_timeout)
+        return handshaking + sum(1 for c in self.connections if not c.settled)
+
+    async def settle(self, timeout: float, interval: float = 0.05) -> bool:
+        """Waits until :meth:`unsettled` is 0 (True) or ``timeout`` passes (False). Called after the
+        listeners stopped accepting, so nothing new can arrive meanwhile."""
+        deadline = time.monotonic() + timeout
+        while self.unsettled():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(interval)
+        return True
 
     # -- the sweeper ------------------------------------------------------------------------------
 
@@ -135,15 +170,20 @@ class GuardedRequestHandler(RequestHandler):
     def __init__(self, manager: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.guard = guard
+        self.accepted_at = time.monotonic()
+        #: The transport was handed over (for TLS: once its handshake finished).
+        self.handed_over = False
         #: A request is being handled (from its first byte to the end of its answer).
         self.busy = False
         #: When the connection last became idle (connected, or answered a request).
         self.idle_since = time.monotonic()
         #: When bytes of the next request started arriving, if they have.
         self.header_started: float | None = None
+        guard.accepted(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.handed_over = True
         self.idle_since = time.monotonic()
         if not self.guard.opened(self):
             self.close_now()
@@ -164,6 +204,12 @@ class GuardedRequestHandler(RequestHandler):
     def request_finished(self) -> None:
         self.busy = False
         self.idle_since = time.monotonic()
+
+    @property
+    def settled(self) -> bool:
+        """Has had a request, and is not receiving the headers of another. A request being handled is left
+        to the shutdown that follows, which waits for it; its answer closes the connection (draining)."""
+        return self._request_count > 0 and self.header_started is None
 
     def expired(self, now: float, header_timeout: float, idle_timeout: float) -> bool:
         if self.busy:
@@ -216,6 +262,9 @@ async def track_requests(request: web.Request, handler: Callable[[web.Request], 
         started()
     try:
         response: web.StreamResponse = await handler(request)
+        guard = getattr(protocol, "guard", None)
+        if guard is not None and guard.draining:
+            response.force_close()
         return response
     finally:
         finished = getattr(protocol, "request_finished", None)

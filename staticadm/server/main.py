@@ -474,8 +474,14 @@ class _Daemon:
             if retiring:
                 # Unlike a shutdown, nothing is refused: no new connections, every request that arrives on an
                 # open one answered, idle connections closed (their clients reconnect to the other workers).
+                # A connection accepted just before the listeners closed gets its first request answered too:
+                # a client cannot tell it from one the other workers would have taken.
+                guard.draining = True
                 for site in list(runner.sites):
                     await site.stop()
+                if not await guard.settle(self.config.header_timeout):
+                    self.log.warning("retiring with connections that sent no complete request in time",
+                                     connections=guard.unsettled())
                 assert runner.server is not None
                 await runner.server.shutdown(self.config.shutdown_grace)
                 self.log.info("worker retired: its connections are closed")

@@ -13,7 +13,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.cluster.policies import policy
@@ -175,25 +177,34 @@ def _alive(pid: int) -> bool:
     return bool(status.stdout.strip()) and not status.stdout.strip().startswith("Z")
 
 
-def _accepted_from(pid: int, port: int, client_ports: set[int]) -> int:
-    """How many of our clients' connections to ``port`` process ``pid`` holds (its socket inodes, matched
-    against the kernel's TCP table), so that other sockets opening or closing meanwhile do not count."""
+#: The kernel's TCP state of a listening socket in /proc/net/tcp.
+_LISTEN = "0A"
+
+
+def _held_sockets(pid: int, port: int) -> list[tuple[int, str]]:
+    """(remote port, TCP state) of every socket on local ``port`` that process ``pid`` holds (its socket
+    inodes, matched against the kernel's TCP table); a listening socket has remote port 0."""
     inodes = set()
-    for entry in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/{pid}/fd/{entry}")
-            if link.startswith("socket:["):
-                inodes.add(link[len("socket:["):-1])
-    count = 0
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{entry}")
+                if link.startswith("socket:["):
+                    inodes.add(link[len("socket:["):-1])
+    held = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
             for line in list(lines)[1:]:
                 fields = line.split()
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-                if local_port == port and remote_port in client_ports and fields[9] in inodes:
-                    count += 1
-    return count
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    held.append((int(fields[2].rsplit(":", 1)[1], 16), fields[3]))
+    return held
+
+
+def _accepted_from(pid: int, port: int, client_ports: set[int]) -> int:
+    """How many of our clients' connections to ``port`` process ``pid`` holds, so that other sockets
+    opening or closing meanwhile do not count."""
+    return sum(1 for remote, _ in _held_sockets(pid, port) if remote in client_ports)
 
 
 @pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
@@ -224,6 +235,58 @@ def test_connections_opened_together_spread_over_the_workers(make_daemon: Daemon
         assert min(accepted().values()) >= 3, accepted()
         for connection in secured:
             connection.close()
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _post_review(connection: socket.socket, uid: str) -> tuple[bytes, dict[str, Any]]:
+    """Sends one AdmissionReview on ``connection`` and reads the answer to the end of the connection (a
+    retiring worker's answers close it): (head, decoded body)."""
+    body = orjson.dumps(review({"app": "web"}, uid=uid))
+    connection.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    head, _, answer = received.partition(b"\r\n\r\n")
+    return head, orjson.loads(answer)
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
+def test_a_retiring_worker_answers_every_connection_it_accepted(make_daemon: DaemonFactory) -> None:
+    # A worker replaced for its memory stops accepting, but connections it accepted just before are its own:
+    # their clients cannot know they landed on a worker about to leave, and a client whose fresh
+    # connection is closed unanswered (kube-apiserver's included) reports a failed call. Some of them have
+    # not even finished their TLS handshake when the worker is told to retire.
+    daemon, serving = _start_workers(make_daemon)
+    port = daemon.port or 0
+    context = daemon.ssl_context()
+    context.check_hostname = False
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]
+    try:
+        ports = {client.getsockname()[1]: client for client in clients}
+        assert wait_for(lambda: sum(_accepted_from(pid, port, set(ports)) for pid in serving) == 12,
+                        timeout=10)
+        retiring = max(serving, key=lambda pid: _accepted_from(pid, port, set(ports)))
+        theirs = [ports[remote] for remote, _ in _held_sockets(retiring, port) if remote in ports]
+        assert theirs
+        # Half of them finish the handshake before the worker is told, half after.
+        secured: dict[socket.socket, ssl.SSLSocket] = {
+            client: context.wrap_socket(client) for client in theirs[::2]}
+        os.kill(retiring, signal.SIGUSR1)
+        # Its listener is closed once it has the signal: from then on it accepts nothing new.
+        assert wait_for(lambda: all(state != _LISTEN for _, state in _held_sockets(retiring, port)), timeout=10)
+        for client in theirs[1::2]:
+            secured[client] = context.wrap_socket(client)
+        for index, connection in enumerate(secured.values()):
+            head, answer = _post_review(connection, f"retiring-{index}")
+            assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" in head, head
+            assert answer["response"] == {"uid": f"retiring-{index}", "allowed": True}
+            connection.close()
+        assert wait_for(lambda: not os.path.exists(f"/proc/{retiring}"), timeout=20), daemon.log()
+        assert "worker retired: its connections are closed" in daemon.log()
+        assert "sent no complete request in time" not in daemon.log()
     finally:
         for client in clients:
             client.close()
