@@ -48,10 +48,10 @@ class Snapshot:
     #: Whether any policy or binding reads more of a namespace than its name (a namespaceSelector on
     #: another label, or namespaceObject): only then does a request wait for a namespace's live GET.
     needs_namespaces: bool = False
-    #: What the validating policies' expressions can read of ``object`` and ``oldObject`` (cel/reads.py).
-    validating_reads: Reads = field(default_factory=Reads.everything)
-    #: The same for the mutating policies' expressions (match conditions and mutations).
-    mutating_reads: Reads = field(default_factory=Reads.everything)
+    #: What the expressions of a set of candidate policies can read of ``object`` and ``oldObject``, by
+    #: (mutating, positions): filled on first use (see ``candidate_reads``), never changing what it holds.
+    _candidate_reads: dict[tuple[bool, tuple[int, ...]], Reads] = field(default_factory=dict, repr=False,
+                                                                       compare=False)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -88,6 +88,27 @@ class Snapshot:
                     for r in (resource, "*"):
                         found.update(index.get((op, g, r), ()))
         return tuple(sorted(found))
+
+    def candidate_reads(self, positions: tuple[int, ...], *, mutating: bool = False) -> Reads:
+        """What the expressions of the policies at ``positions`` (``candidates``) can read of the objects
+        (cel/reads.py): a request's objects are pruned to what the policies that could match it read, not to
+        what every policy of the snapshot reads. A cluster has few distinct candidate sets (they follow from
+        the operation and resource), so each is worked out once."""
+        key = (mutating, positions)
+        reads = self._candidate_reads.get(key)
+        if reads is None:
+            policies = self.mutating if mutating else self.validating
+            reads = Reads.of(program.object_reads() for position in positions
+                             for program in _policy_programs(policies[position]))
+            if len(self._candidate_reads) >= _CANDIDATE_READS_KEPT:
+                self._candidate_reads.clear()
+            self._candidate_reads[key] = reads
+        return reads
+
+
+#: Candidate sets whose reads a snapshot keeps; past this (only with requests for many distinct resources)
+#: they are worked out again.
+_CANDIDATE_READS_KEPT = 4096
 
 
 def _index_keys(rules: Iterable[NamedRuleWithOperations]) -> set[IndexKey]:
@@ -135,25 +156,22 @@ def build_snapshot(load_result: LoadResult) -> Snapshot:
         mutating_match_index=_index(mutating),
         directory=load_result.directory,
         needs_namespaces=_needs_namespaces((*validating, *mutating)),
-        validating_reads=Reads.of(program.object_reads() for program in _programs(validating)),
-        mutating_reads=Reads.of(program.object_reads() for program in _programs(mutating)),
     )
 
 
-def _programs(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> Iterator[CompiledExpression]:
-    """Every expression the policies can evaluate that compiled, variables included."""
-    for compiled in policies:
-        programs: list[Any] = [program for _, program in compiled.match_conditions]
-        if isinstance(compiled, CompiledMutatingPolicy):
-            programs += [mutation.expression for mutation in compiled.mutations]
-        else:
-            for validation in compiled.validations:
-                programs += [validation.expression, validation.message_expression]
-            programs += [program for _, program in compiled.audit_annotations]
-        programs += compiled.compiled_variables.values()
-        for program in programs:
-            if isinstance(program, CompiledExpression):
-                yield program
+def _policy_programs(compiled: CompiledValidatingPolicy | CompiledMutatingPolicy) -> Iterator[CompiledExpression]:
+    """Every expression the policy can evaluate that compiled, variables included."""
+    programs: list[Any] = [program for _, program in compiled.match_conditions]
+    if isinstance(compiled, CompiledMutatingPolicy):
+        programs += [mutation.expression for mutation in compiled.mutations]
+    else:
+        for validation in compiled.validations:
+            programs += [validation.expression, validation.message_expression]
+        programs += [program for _, program in compiled.audit_annotations]
+    programs += compiled.compiled_variables.values()
+    for program in programs:
+        if isinstance(program, CompiledExpression):
+            yield program
 
 
 def _needs_namespaces(policies: Iterable[CompiledValidatingPolicy | CompiledMutatingPolicy]) -> bool:

@@ -288,7 +288,7 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
 
     With ``share_evaluations`` a match condition is evaluated once per version of what it reads, and a
     mutation that changes nothing the expressions can read makes no new activation; with ``prune_objects``
-    the engine is given only what the snapshot's mutating expressions can read of the objects. Both only
+    the engine is given only what the expressions of the policies that could match can read of the objects. Both only
     make evaluation cheaper (the tests compare them with the straightforward reading, False and False)."""
     state = _Dispatch()
     excluded = is_excluded(request)
@@ -302,7 +302,8 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
                        for invocation in policy.invocations()]
         if invocations:
             final = _dispatch(state, invocations, request, view, deadline,
-                              snapshot.mutating_reads if prune_objects else None, share_evaluations)
+                              snapshot.candidate_reads(positions, mutating=True) if prune_objects else None,
+                              share_evaluations)
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]
     status = _denial_status(request, failing) if failing else None
     patch: list[dict[str, Any]] = [] if status is not None or final == request.object else create_patch(

@@ -401,15 +401,17 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     policy's validations first run together as one program, one by one only when that is not simply true.
     False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
     compare the two). With ``prune_objects`` the engine is given only the parts of the object and old
-    object the snapshot's expressions can read (``cel/reads.py``); False gives them whole.
+    object that the expressions of the policies that could match the request can read (``cel/reads.py``);
+    False gives them whole.
     """
+    excluded = is_excluded(request)
+    positions = () if excluded else policy_candidates(snapshot, request, mutating=False)
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
                                                      share=share_evaluations,
-                                                     reads=snapshot.validating_reads if prune_objects else None),
+                                                     reads=snapshot.candidate_reads(positions) if prune_objects
+                                                     else None),
                       validated={} if share_evaluations else None)
-    excluded = is_excluded(request)
     if not excluded:
-        positions = policy_candidates(snapshot, request, mutating=False)
         view = RequestMatch(request, namespaces)
         for policy in matched_policies(snapshot.validating, positions, view, state, ConversionCheck.PER_POLICY):
             collector: dict[str, list[str]] = {}

@@ -217,13 +217,13 @@ class CompiledExpression:
             self._relinked[_STEPPED] = cached
         return cast(stepping.SteppedProgram, cached)
 
-    def object_reads(self) -> dict[str, set[tuple[str, ...]]]:
+    def object_reads(self) -> dict[str, set[reads.ReadPath]]:
         """The paths of ``object`` and ``oldObject`` this expression reads (``reads.read_paths``), found once: a
         snapshot build asks for every expression's, and most come unchanged from the previous load."""
         cached = self._relinked.get(_OBJECT_READS)
         if cached is None:
             cached = self._relinked[_OBJECT_READS] = reads.read_paths(self.prepared.expr, reads.OBJECT_ROOTS)
-        return cast(dict[str, set[tuple[str, ...]]], cached)
+        return cast(dict[str, set[reads.ReadPath]], cached)
 
     def with_failed_variables(self, failures: Mapping[str, str]) -> Any:
         """This expression's program with the given variables linked as errors with those messages."""

@@ -3,10 +3,15 @@
 The engine converts a variable's whole Python value the first time an expression reads it (~16 us per KB of a
 Pod), and real requests carry much that no policy reads (``metadata.managedFields``, ``status``). Every read of a
 variable starts at its identifier; following it through field selections, ``has()``, and indexes and optional
-selections by a constant string gives a static path. Wherever that chain stops (a call, a comparison, a loop, an
-index that is not a constant string) the value there is used as a whole, so its whole subtree is kept. A map is
-only ever iterated, sized or compared where a chain stops, so removing keys no path names is invisible to every
+selections by a constant string gives a static path. Wherever that chain stops (a call, a comparison, an index
+that is not a constant string) the value there is used as a whole, so its whole subtree is kept. A map is only
+ever iterated, sized or compared where a chain stops, so removing keys no path names is invisible to every
 expression: the pruned object gives every expression the same value, error and cost as the whole one.
+
+A comprehension (``all``, ``exists``, ``map``, ``filter``...) over a static path reads that value's elements
+through its iteration variable, so the paths read of that variable continue the range's path through
+:data:`EACH`. Only a list is pruned element by element (same length, same order, each element pruned alike); a
+map that is iterated is kept whole, as its keys are what the variable sees.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from staticadm.cel import ast
+from staticadm.cel.rewrite import is_binding
 
 #: Calls that continue a chain when their second argument is a constant string: index, optional select, optional
 #: index.
@@ -23,8 +29,8 @@ _CHAIN_CALLS = frozenset({"_[_]", "_?._", "_[?_]"})
 #: The variables pruned.
 OBJECT_ROOTS = frozenset({"object", "oldObject"})
 
-#: A trie of keys; ``None`` for a subtree kept whole.
-Trie = dict[str, Any] | None
+#: A trie of keys (:data:`EACH` among them); ``None`` for a subtree kept whole.
+Trie = dict[Any, Any] | None
 
 
 def _chain(node: Any) -> tuple[str, tuple[str, ...]] | None:
@@ -49,21 +55,138 @@ def _chain(node: Any) -> tuple[str, tuple[str, ...]] | None:
         return None
 
 
-def read_paths(expr: Any, roots: frozenset[str]) -> dict[str, set[tuple[str, ...]]]:
+class _Each:
+    """The key of a path step into every element of an iterated list (:data:`EACH`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EACH"
+
+    def __reduce__(self) -> str:
+        return "EACH"  # unpickled as this module's one instance
+
+
+EACH = _Each()
+
+
+class _Nothing:
+    """The last step of a path that reads nothing of the value there but its shape (:data:`NOTHING`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __reduce__(self) -> str:
+        return "NOTHING"
+
+
+#: Ends a path that needs the value there kept, but none of its content: ``size(list)`` reads the length
+#: only, so ``(..., EACH, NOTHING)`` keeps every element, each pruned to nothing.
+NOTHING = _Nothing()
+
+#: A path into an object: map keys, :data:`EACH` for every element of a list, and :data:`NOTHING` last for a
+#: value only sized.
+ReadPath = tuple[str | _Each | _Nothing, ...]
+#: What a name in scope stands for: (root, the path of the root it is), or None when it is not one.
+_Bound = tuple[str, ReadPath] | None
+
+
+def read_paths(expr: Any, roots: frozenset[str]) -> dict[str, set[ReadPath]]:
     """The paths of ``roots`` (identifiers) that ``expr`` reads; an empty path is the whole value."""
-    found: dict[str, set[tuple[str, ...]]] = {root: set() for root in roots}
+    found: dict[str, set[ReadPath]] = {root: set() for root in roots}
+    _collect(expr, {root: (root, ()) for root in roots}, found)
+    return found
+
+
+def _collect(expr: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:
     stack = [expr]
     while stack:
         node = stack.pop()
         chain = _chain(node)
         if chain is not None:
             # The longest chain from the top: its inner nodes are parts of it, not reads of their own.
-            root, keys = chain
-            if root in found:
-                found[root].add(keys)
+            name, keys = chain
+            bound = scope.get(name)
+            if bound is not None:
+                found[bound[0]].add(bound[1] + keys)
             continue
+        kind = node.WhichOneof("expr_kind")
+        if kind == "comprehension_expr":
+            _comprehension(node.comprehension_expr, scope, found)
+            continue
+        if kind == "call_expr":
+            sized = _sized_chain(node.call_expr)
+            if sized is not None:
+                bound = scope.get(sized[0])
+                if bound is not None:
+                    found[bound[0]].add(bound[1] + sized[1] + (EACH, NOTHING))
+                continue
         stack.extend(ast.children(node))
-    return found
+
+
+def _sized_chain(call: Any) -> tuple[str, tuple[str, ...]] | None:
+    """The chain ``size(x)`` or ``x.size()`` measures, when that is all the call is: a list's size needs its
+    elements but none of their content (a map's or string's needs the whole value: see ``_prune``)."""
+    if call.function != "size":
+        return None
+    if call.HasField("target"):
+        return _chain(call.target) if not call.args else None
+    return _chain(call.args[0]) if len(call.args) == 1 else None
+
+
+def _comprehension(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:
+    """A comprehension: its range and initial value are read in ``scope``; its body sees the iteration and
+    accumulator variables, which shadow outer names (a root included)."""
+    if is_binding(loop):
+        _binding(loop, scope, found)
+        return
+    element: _Bound = None
+    chain = _chain(loop.iter_range)
+    if chain is not None and not loop.iter_var2:
+        # Two-variable comprehensions (index or key, then value) are left as reads of the whole range.
+        name, keys = chain
+        bound = scope.get(name)
+        if bound is not None:
+            element = (bound[0], bound[1] + keys + (EACH,))
+    if element is None:
+        _collect(loop.iter_range, scope, found)
+    _collect(loop.accu_init, scope, found)
+    body_scope = {**scope, loop.accu_var: None, loop.iter_var: element}
+    if loop.iter_var2:
+        body_scope[loop.iter_var2] = None
+    body: dict[str, set[ReadPath]] = {root: set() for root in found}
+    for part in (loop.loop_condition, loop.loop_step, loop.result):
+        _collect(part, body_scope, body)
+    for root, paths in body.items():
+        found[root] |= paths
+    if element is not None and not _read_below(body, element):
+        # Iterated, but nothing of an element read: the range is kept whole (nothing to narrow it to).
+        found[element[0]].add(element[1][:-1])
+
+
+def _binding(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:
+    """A ``let`` binding (``cel.bind``, or one of the rewrites'): an empty range, so the accumulator is its
+    initial value throughout, and reads through it are reads of that value's path."""
+    chain = _chain(loop.accu_init)
+    bound = scope.get(chain[0]) if chain is not None else None
+    value: _Bound = (bound[0], bound[1] + chain[1]) if bound is not None and chain is not None else None
+    if value is None:
+        _collect(loop.accu_init, scope, found)
+    # With an empty range the loop condition and step never run: the result is all that is evaluated.
+    body: dict[str, set[ReadPath]] = {root: set() for root in found}
+    _collect(loop.result, {**scope, loop.iter_var: None, loop.accu_var: value}, body)
+    for root, paths in body.items():
+        found[root] |= paths
+    if value is not None and not _read_below(body, value):
+        # Bound but never read: the value is still evaluated, so its path is kept as it is.
+        found[value[0]].add(value[1])
+
+
+def _read_below(reads: Mapping[str, set[ReadPath]], bound: tuple[str, ReadPath]) -> bool:
+    root, path = bound
+    return any(read[:len(path)] == path for read in reads[root])
 
 
 class Reads:
@@ -75,7 +198,7 @@ class Reads:
         self._tries = dict(tries)
 
     @classmethod
-    def of(cls, read: Iterable[Mapping[str, Iterable[tuple[str, ...]]]]) -> Reads:
+    def of(cls, read: Iterable[Mapping[str, Iterable[ReadPath]]]) -> Reads:
         """From what each expression reads (``read_paths`` of ``object`` and ``oldObject``; a compiled expression
         keeps its own: ``CompiledExpression.object_reads``)."""
         tries: dict[str, Trie] = {root: {} for root in OBJECT_ROOTS}
@@ -96,22 +219,41 @@ class Reads:
         return _prune(value, self._tries[root])
 
 
-def _insert(trie: Trie, path: tuple[str, ...]) -> Trie:
-    if trie is None or not path:
-        return None
+def _insert(trie: Trie, path: ReadPath) -> Trie:
+    whole = not path or path[-1] is not NOTHING
+    keys = path if whole else path[:-1]
+    if trie is None or not keys:
+        return None if whole else trie
     node = trie
-    for key in path[:-1]:
+    for key in keys[:-1]:
         child = node.get(key, {})
         if child is None:
             return trie
         node[key] = child
         node = child
-    node[path[-1]] = None
+    if whole:
+        node[keys[-1]] = None
+    else:
+        node.setdefault(keys[-1], {})
     return trie
 
 
 def _prune(value: Any, trie: Trie) -> Any:
-    if trie is None or not isinstance(value, dict):
-        # Kept whole; or not a map, so a deeper path fails on it exactly as on the whole value.
+    if trie is None:
         return value
-    return {key: _prune(item, trie[key]) for key, item in value.items() if key in trie}
+    if isinstance(value, dict):
+        if EACH in trie:
+            # A map that is iterated: its keys are what the iteration variable sees.
+            return value
+        # Built in the trie's key order: a map pruned by key is only ever read by key, never iterated.
+        pruned = {}
+        for key, below in trie.items():
+            if key in value:
+                item = value[key]
+                pruned[key] = item if below is None else _prune(item, below)
+        return pruned
+    if isinstance(value, list) and EACH in trie:
+        element = trie[EACH]
+        return [_prune(item, element) for item in value]
+    # Not a map, nor a list whose elements are read: a deeper path fails on it exactly as on the whole value.
+    return value

@@ -186,13 +186,26 @@ PRUNING_VALIDATIONS = (
     {"expression": "object.spec.containers.exists(c, c.name == 'web')"},
     {"expression": "variables.spec.replicas > 1"},
     {"expression": "object['metadata'][?'labels'].hasValue()"},
+    # Comprehensions: what is read of each element, its size, shadowed and bound names.
+    {"expression": "object.spec.containers.all(c, c.image != 'bad')",
+     "messageExpression": "'images: ' + object.spec.containers.map(c, c.image).join(', ')"},
+    {"expression": "object.spec.containers.map(c, c.name).all(n, n != 'db')"},
+    {"expression": "size(object.spec.containers) < 2"},
+    {"expression": "object.spec.containers.all(c, !has(c.ports) || c.ports.all(p, p.containerPort > 0))"},
+    {"expression": "object.spec.containers.exists(object, object.name == 'web')"},
+    {"expression": "object.spec.containers.all(i, c, c.image != 'bad')"},
+    {"expression": "object.spec.containers.all(c, c == c)"},
+    {"expression": "object.spec.containers.filter(c, has(c.extra)).size() == 0"},
+    {"expression": "[1].all(c, object.spec.containers.all(c, c.name != ''))"},
+    {"expression": "variables.images.all(image, image != 'bad')"},
 )
 
 
 @st.composite
 def pruning_policies(draw: st.DrawFn) -> list[dict[str, Any]]:
     spec: dict[str, Any] = {
-        "variables": [{"name": "spec", "expression": "object.spec"}],
+        "variables": [{"name": "spec", "expression": "object.spec"},
+                      {"name": "images", "expression": "object.spec.containers.map(c, c.image)"}],
         "validations": draw(st.lists(st.sampled_from(PRUNING_VALIDATIONS), min_size=1, max_size=3)),
     }
     if draw(st.booleans()):
@@ -208,15 +221,25 @@ pruned_objects = st.fixed_dictionaries({
     "status": st.sampled_from((None, {"phase": "Failed"}, {"phase": "Running"})),
     "extra": st.sampled_from((None, "ok", "no")),
     "old": st.booleans(),
+    # Lists of containers read element by element, and values that are not such a list.
+    "containers": st.sampled_from((
+        [{"name": "web", "image": "nginx"}],
+        [{"name": "web", "image": "nginx", "ports": [{"containerPort": 80, "name": "http"}], "env": []},
+         {"name": "db", "image": "bad", "extra": {"a": 1}}],
+        [{"name": "web", "image": "nginx", "ports": [{"containerPort": 0}]}, {"image": "nginx"}],
+        [],
+        ["not-a-container"],
+        {"web": {"name": "web", "image": "nginx"}},
+    )),
 })
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=pruning_policies(), shape=pruned_objects)
 def test_pruned_objects_decide_as_whole_objects(objects: list[dict[str, Any]], shape: dict[str, Any]) -> None:
     obj = copy.deepcopy(DEPLOYMENT)
     obj["spec"]["replicas"] = shape["replicas"]
-    obj["spec"]["containers"] = [{"name": "web", "image": "nginx"}]
+    obj["spec"]["containers"] = copy.deepcopy(shape["containers"])
     obj["metadata"]["labels"] = shape["labels"]
     obj["metadata"]["annotations"] = shape["annotations"]
     if shape["managed"]:
