@@ -53,8 +53,41 @@ TICK_FUNCTION = "@staticadm.tick"
 MAX_FIXED_TICK_WEIGHT = 64
 
 
-def fixed_tick_function(weight: int) -> str:
-    return f"{TICK_FUNCTION}{weight}"
+#: The same for a variable's loops, whose ticks also name the variable (its declaration index): a function
+#: without arguments for every weight and index up to these, ``@staticadm.tick<weight>.<index>``.
+MAX_FIXED_OWNER_TICK_WEIGHT = 16
+MAX_FIXED_TICK_OWNER = 15
+#: A heavier iteration first adds the largest fixed weight this many times at most, unchecked
+#: (``@staticadm.tickAhead[.<index>]``), then ticks the rest, which checks the limit on the whole.
+MAX_TICK_PARTS = 8
+
+
+def fixed_tick_function(weight: int, owner: int | None = None) -> str:
+    return f"{TICK_FUNCTION}{weight}" if owner is None else f"{TICK_FUNCTION}{weight}.{owner}"
+
+
+def tick_ahead_function(owner: int | None = None) -> str:
+    return f"{TICK_FUNCTION}Ahead" if owner is None else f"{TICK_FUNCTION}Ahead.{owner}"
+
+
+def largest_fixed_tick(owner: int | None) -> int:
+    return MAX_FIXED_TICK_WEIGHT if owner is None else MAX_FIXED_OWNER_TICK_WEIGHT
+
+
+def fixed_tick_parts(weight: int, owner: int | None) -> tuple[int, int] | None:
+    """How one iteration of this weight (in the expression itself, or in the variable ``owner``) is charged
+    without arguments: (how many unchecked additions of ``largest_fixed_tick(owner)``, the weight of the
+    tick that then checks the limit), or None when it needs the function with arguments. The limit is
+    checked once, on the whole weight, so the loop ends and the total stands exactly as with one charge."""
+    if owner is not None and not 0 <= owner <= MAX_FIXED_TICK_OWNER:
+        return None
+    largest = largest_fixed_tick(owner)
+    if not 0 <= weight <= largest * MAX_TICK_PARTS:
+        return None
+    ahead, rest = divmod(weight, largest)
+    return (ahead - 1, largest) if ahead and not rest else (ahead, rest)
+
+
 CHARGE_FUNCTION = "@staticadm.charge"
 #: The same inside a variable: the first argument is the variable's declaration index.
 CHARGE_OWNER_FUNCTION = "@staticadm.chargeFor"

@@ -471,13 +471,22 @@ class CelEnvironment:
             *(cel.FunctionDecl(cost.fixed_tick_function(weight), [
                 cel.Overload(f"staticadm_tick{weight}", T.BOOL, [], impl=functools.partial(state.tick, weight))])
               for weight in range(cost.MAX_FIXED_TICK_WEIGHT + 1)),
+            *(cel.FunctionDecl(cost.fixed_tick_function(weight, owner), [
+                cel.Overload(f"staticadm_tick{weight}_{owner}", T.BOOL, [],
+                             impl=functools.partial(state.tick, weight, owner))])
+              for weight in range(cost.MAX_FIXED_OWNER_TICK_WEIGHT + 1)
+              for owner in range(cost.MAX_FIXED_TICK_OWNER + 1)),
+            *(cel.FunctionDecl(cost.tick_ahead_function(owner), [
+                cel.Overload(f"staticadm_tick_ahead_{owner}", T.BOOL, [], impl=functools.partial(
+                    state.tick_ahead, cost.largest_fixed_tick(owner), rewrite.BODY_OWNER if owner is None else owner))])
+              for owner in (None, *range(cost.MAX_FIXED_TICK_OWNER + 1))),
             cel.FunctionDecl(cost.CHARGE_FUNCTION,
                              [cel.Overload("staticadm_charge", T.BOOL, [T.INT], impl=state.charge)]),
             cel.FunctionDecl(cost.CHARGE_OWNER_FUNCTION,
                              [cel.Overload("staticadm_charge_for", T.BOOL, [T.INT, T.INT], impl=state.charge_for)]),
             cel.FunctionDecl(linking.FAIL_FUNCTION, [cel.Overload("staticadm_fail", T.BOOL, [T.STRING], impl=fail)]),
             cel.FunctionDecl(rewrite.DIRECT_FUNCTION,
-                             [cel.Overload("staticadm_direct", T.BOOL, [T.INT], impl=state.direct)]),
+                             [cel.Overload("staticadm_direct", T.BOOL, [], impl=state.direct)]),
             cel.FunctionDecl(stepping.VARIABLE_FUNCTION,
                              [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=state.variable)]),
             cel.FunctionDecl(stepping.LOOP_FUNCTION, [

@@ -115,14 +115,19 @@ class EvaluationState:
             return False
         return True
 
+    def tick_ahead(self, weight: int, owner: int = BODY) -> bool:
+        """Adds part of an iteration's weight; the tick that follows it checks the limit on the whole."""
+        self._local.context.add(weight, owner)
+        return True
+
     def loop(self, loop_id: int, values: Any, initial: Any, captured: list[Any]) -> Any:
         return self.current.run_loop(loop_id, values, initial, captured)
 
     def variable(self, name: str) -> Any:
         return self.current.read_variable(name)
 
-    def direct(self, size: int) -> bool:
-        return self.current.loop_runs_directly(size)
+    def direct(self) -> bool:
+        return self.current.long_loop_runs_directly()
 
     def charge(self, amount: int) -> bool:
         self._local.context.charge(amount, BODY)
@@ -209,6 +214,14 @@ class EvaluationContext:
         return self
 
     # -- the engine's callbacks -------------------------------------------------------------------
+
+    def add(self, amount: int, owner: int) -> None:
+        """Charges ``amount`` without checking any limit (``charge`` checks next)."""
+        run = self._run
+        if owner == BODY:
+            run.body += amount
+        else:
+            run.variables[owner] = run.variables.get(owner, 0) + amount
 
     def charge(self, amount: int, owner: int) -> None:
         run = self._run
@@ -329,6 +342,10 @@ class EvaluationContext:
             return EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
         if outcome.__class__ is EvalError and not outcome.cost_exceeded and compiled.linked_variables:
             outcome = self._explain_variable_error(compiled, outcome)
+        elif run.exceeded and BODY not in run.exceeded and compiled.linked_variables:
+            # A variable went past its own per-call limit: its loop was cut short there, so what the expression
+            # made of it is no value. In Kubernetes that variable fails with the cost error when read.
+            outcome = self._explain_variable_error(compiled, outcome, cut_short=True)
         if budget is not None:
             spent = compiled.static_cost + run.body
             if run.variables:
@@ -405,10 +422,11 @@ class EvaluationContext:
             return failure
         return to_python(result, compiled.result_type)
 
-    def loop_runs_directly(self, size: int) -> bool:
-        """``@staticadm.direct``: a loop building a list runs natively unless it is long (then the whole
-        evaluation is re-run in steps, where it runs in short slices)."""
-        if size <= stepping.APPEND_SLICE or self._stepping:
+    def long_loop_runs_directly(self) -> bool:
+        """``@staticadm.direct``: a loop building a list longer than ``stepping.APPEND_SLICE`` runs natively
+        only in a stepped evaluation (otherwise the whole evaluation is re-run in steps, where it runs in
+        short slices)."""
+        if self._stepping:
             return True
         self._run.needs_steps = True
         return False
@@ -476,12 +494,14 @@ class EvaluationContext:
             raise ValueError(value.message)
         return value
 
-    def _explain_variable_error(self, compiled: CompiledExpression, outcome: EvalError) -> EvalError:
+    def _explain_variable_error(self, compiled: CompiledExpression, outcome: Any, cut_short: bool = False) -> Any:
         """Kubernetes reports an error coming from a variable as ``composited variable "x" fails to ...``.
 
         Inside the engine a variable's error is just the error; when an expression fails, each variable
         it reads is evaluated on its own (deterministic, so it fails the same way) and the expression is
-        run once more with the failing ones linked as errors worded like Kubernetes'.
+        run once more with the failing ones linked as errors worded like Kubernetes'. With ``cut_short`` (a
+        variable passed its cost limit, so ``outcome`` is no value) that run's outcome is the answer even when
+        it is a value: the expression may not need the failing variable (``variables.x || true``).
         """
         failures: dict[str, str] = {}
         for name, variable in compiled.linked_variables:
@@ -489,14 +509,14 @@ class EvaluationContext:
             if failure is not None:
                 failures[name] = failure
         if not failures:
-            return outcome
+            return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True) if cut_short else outcome
         program = compiled.with_failed_variables(failures)
         budget, self.budget = self.budget, None
         try:
             explained, _ = self._evaluate(program, compiled)
         finally:
             self.budget = budget
-        return explained if isinstance(explained, EvalError) else outcome
+        return explained if cut_short or isinstance(explained, EvalError) else outcome
 
     def _variable_failure(self, name: str, variable: Any, earlier: Mapping[str, str]) -> str | None:
         if self._variable_failures is None:

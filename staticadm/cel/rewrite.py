@@ -22,8 +22,11 @@ from staticadm.cel.string_format import BOOL_KEY_PREFIX, DURATION_PREFIX
 from staticadm.cel.values import TYPE_TAG
 
 RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
-#: ``@staticadm.direct(size)``: whether a loop that builds a list runs natively (see ``stepping.py``).
+#: ``@staticadm.direct()``: whether a loop that builds a list longer than ``APPEND_SLICE`` runs natively
+#: (see ``stepping.py``).
 DIRECT_FUNCTION = "@staticadm.direct"
+#: Appends a loop that builds a list may make natively; longer ones run in slices of this (``stepping.py``).
+APPEND_SLICE = 256
 STEP_MESSAGE = "@staticadm: evaluated in steps"
 TYPE_CONSTANT_PREFIX = "@type:"
 #: The accumulator of the comprehensions the rewrite uses as ``let`` bindings (an empty range: no
@@ -286,12 +289,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             condition = ast.Expr()
             condition.CopyFrom(comprehension.loop_condition)
             weight = weights[node.id]
-            if not owner_args and 0 <= weight <= cost.MAX_FIXED_TICK_WEIGHT:
-                tick = call(ids(), cost.fixed_tick_function(weight))
-            else:
-                tick = call(ids(), cost.TICK_FUNCTION,
-                            *(int_constant(ids(), value) for value in (weight, *owner_args)))
-            comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", tick, condition))
+            comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", _tick(ids, weight, owner_args), condition))
             if builds_collection(comprehension):
                 _guard_collection_loop(node, ids)
         elif kind == "call_expr":
@@ -484,6 +482,21 @@ def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
     node.CopyFrom(wrapped)
 
 
+def _tick(ids: Ids, weight: int, owner_args: tuple[int, ...]) -> Any:
+    """What one loop iteration calls to be charged: functions without arguments where it can (cel-expr-python
+    keeps the argument tuple of every call into Python: README, Known gaps), joined with ``&&``."""
+    owner = owner_args[0] if owner_args else None
+    parts = cost.fixed_tick_parts(weight, owner)
+    if parts is None:
+        return call(ids(), cost.TICK_FUNCTION, *(int_constant(ids(), value) for value in (weight, *owner_args)))
+    ahead, rest = parts
+    tick = call(ids(), cost.fixed_tick_function(rest, owner))
+    for _ in range(ahead):
+        # Unchecked additions first (always true), so the last call checks the limit on the whole weight.
+        tick = call(ids(), "_&&_", call(ids(), cost.tick_ahead_function(owner)), tick)
+    return tick
+
+
 def builds_collection(comprehension: Any) -> bool:
     """``map``, ``filter``, ``transformList``, ``transformMap``: loops that append to an empty list or map."""
     init = comprehension.accu_init
@@ -501,8 +514,10 @@ def is_binding(comprehension: Any) -> bool:
 
 def _guard_collection_loop(node: Any, ids: Ids) -> None:
     """The engine copies the accumulated list on every append (a loop of n appends costs n²/2 copies), so
-    a long one is evaluated in steps instead: ``bind(r, range, direct(size(r)) ? loop over r : fail)``;
-    the failure is only the signal to re-run in steps (``evaluation.py``)."""
+    a long one is evaluated in steps instead:
+    ``bind(r, range, (size(r) <= APPEND_SLICE ? true : direct()) ? loop over r : fail)``; the failure is only
+    the signal to re-run in steps (``evaluation.py``). A short range never calls into Python (a call with
+    arguments would leave its argument tuple behind: README, Known gaps)."""
     loop = ast.Expr()
     loop.CopyFrom(node)
     loop.id = ids()
@@ -510,7 +525,10 @@ def _guard_collection_loop(node: Any, ids: Ids) -> None:
     loop.comprehension_expr.iter_range.CopyFrom(ident(ids(), name))
     message = ast.Expr(id=ids())
     message.const_expr.string_value = STEP_MESSAGE
-    direct = call(ids(), DIRECT_FUNCTION, call(ids(), "size", ident(ids(), name)))
+    short = call(ids(), "_<=_", call(ids(), "size", ident(ids(), name)), int_constant(ids(), APPEND_SLICE))
+    true = ast.Expr(id=ids())
+    true.const_expr.bool_value = True
+    direct = call(ids(), "_?_:_", short, true, call(ids(), DIRECT_FUNCTION))
     guarded = call(ids(), "_?_:_", direct, loop, call(ids(), "@staticadm.fail", message))
     iter_range = ast.Expr()
     iter_range.CopyFrom(node.comprehension_expr.iter_range)

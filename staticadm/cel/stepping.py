@@ -27,8 +27,8 @@ VARIABLE_FUNCTION = "@staticadm.variable"
 #: Iterations per slice: below the engine's 10,000, with every nested loop delegated.
 SLICE = 8192
 #: Slices of loops that build lists: the engine copies the accumulated list on every append, so a
-#: slice costs its length squared.
-APPEND_SLICE = 256
+#: slice costs its length squared (the rewrite's guard sends longer ones here).
+APPEND_SLICE = rewrite.APPEND_SLICE
 RANGE, ACCUMULATOR, ACCUMULATOR_ERROR, OFFSET = "@range", "@accu", "@accu_error", "@offset"
 _LOCAL_INDEX = "@index_local"
 

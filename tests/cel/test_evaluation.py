@@ -20,6 +20,7 @@ from staticadm.cel import (
     EvalError,
     ExpressionKind,
     admission_environment,
+    cost,
 )
 from staticadm.cel.cost import PER_CALL_LIMIT
 
@@ -107,6 +108,18 @@ class TestVariables:
         # Kubernetes value types are dyn in the variables object type.
         assert _evaluate("variables.limit.isLessThan(quantity('2Gi'))", {"object": POD}, variables) is True
 
+    def test_a_variable_past_its_cost_limit_fails_when_read(self) -> None:
+        # Its loop is stopped at the limit; what it had built by then (an ``all`` still true) is no value.
+        variables = _variables(("ok", "object.items.all(x, x >= 0)"), ("small", "1"))
+        data = {"object": {"items": list(range(PER_CALL_LIMIT // 4))}}
+        outcome = _evaluate("variables.ok == true", data, variables)
+        assert isinstance(outcome, EvalError) and not outcome.cost_exceeded
+        assert outcome.message == f'composited variable "ok" fails to evaluate: {COST_LIMIT_MESSAGE}'
+        # An expression that does not need it still has its value, as with any failing variable.
+        assert _evaluate("variables.small == 1 || variables.ok", data, variables) is True
+        assert _evaluate("variables.ok || variables.small == 1", data, variables) is True
+        assert _evaluate("variables.ok == true", {"object": {"items": [1, 2]}}, variables) is True
+
     def test_variables_reading_variables(self) -> None:
         variables = _variables(("images", "object.spec.containers.map(c, c.image)"),
                                ("count", "variables.images.size()"),
@@ -150,6 +163,53 @@ class TestCost:
         assert outcomes[:10] == [True] * 10
         assert all(isinstance(o, EvalError) and o.budget_exhausted and o.message == BUDGET_EXHAUSTED_MESSAGE
                    for o in outcomes[10:])
+
+
+#: A loop body far heavier than the heaviest argument-free tick (cost.MAX_FIXED_TICK_WEIGHT).
+HEAVY_BODY = "size([" + ", ".join(["x"] * 100) + "]) > 0"
+
+
+class TestTicksInParts:
+    """A heavy iteration is charged through several argument-free tick functions (cel-expr-python keeps the
+    argument tuple of a call into Python); it must end a loop at the iteration where one charge of its whole
+    weight would, and charge the same."""
+
+    @staticmethod
+    def _outcome(parts: bool, monkeypatch: pytest.MonkeyPatch, size: int, in_variable: bool) -> tuple[Any, int]:
+        with monkeypatch.context() as patched:
+            if not parts:
+                patched.setattr(cost, "MAX_TICK_PARTS", 0)  # every heavy iteration through the argument form
+            variables = _variables(("ok", f"object.items.all(x, {HEAVY_BODY})")) if in_variable else None
+            source = "variables.ok == true" if in_variable else f"object.items.all(x, {HEAVY_BODY})"
+            program = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION,
+                                          variable_names=["ok"] if in_variable else None,
+                                          variable_types=_types(variables or []))
+            assert isinstance(program, CompiledExpression)
+            if variables:
+                program = ENVIRONMENT.link(program, variables)
+        context = ENVIRONMENT.new_context({"object": {"items": list(range(size))}}, budget=10_000_000)
+        outcome = program.evaluate(context)
+        assert context.budget is not None
+        return outcome, context.budget.remaining
+
+    @pytest.mark.parametrize("in_variable", [False, True], ids=["expression", "variable"])
+    def test_the_loop_ends_where_one_charge_would_end_it(self, monkeypatch: pytest.MonkeyPatch,
+                                                         in_variable: bool) -> None:
+        low, high = 1, PER_CALL_LIMIT  # the first size the argument form refuses lies in (low, high]
+        while high - low > 1:
+            middle = (low + high) // 2
+            outcome, _ = self._outcome(False, monkeypatch, middle, in_variable)
+            low, high = (middle, high) if outcome is True else (low, middle)
+        assert low < PER_CALL_LIMIT // 64, "the body must weigh more than one argument-free tick"
+        for size in (low - 1, low, high, high + 1):
+            whole = self._outcome(False, monkeypatch, size, in_variable)
+            in_parts = self._outcome(True, monkeypatch, size, in_variable)
+            assert (_described(in_parts[0]), in_parts[1]) == (_described(whole[0]), whole[1]), size
+        assert self._outcome(True, monkeypatch, high, in_variable)[0] is not True
+
+
+def _described(outcome: Any) -> Any:
+    return (outcome.message, outcome.cost_exceeded) if isinstance(outcome, EvalError) else outcome
 
 
 LONG_ENV = {"object": {"spec": {"containers": [{"name": "app", "env": [{"name": f"E{i}"} for i in range(12_000)]}]}}}
