@@ -107,10 +107,9 @@ def _collect(expr: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPa
         chain = _chain(node)
         if chain is not None:
             # The longest chain from the top: its inner nodes are parts of it, not reads of their own.
-            name, keys = chain
-            bound = scope.get(name)
-            if bound is not None:
-                found[bound[0]].add(bound[1] + keys)
+            read = _resolved(chain, scope)
+            if read is not None:
+                found[read[0]].add(read[1])
             continue
         kind = node.WhichOneof("expr_kind")
         if kind == "comprehension_expr":
@@ -119,11 +118,19 @@ def _collect(expr: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPa
         if kind == "call_expr":
             sized = _sized_chain(node.call_expr)
             if sized is not None:
-                bound = scope.get(sized[0])
-                if bound is not None:
-                    found[bound[0]].add(bound[1] + sized[1] + (EACH, NOTHING))
+                read = _resolved(sized, scope)
+                if read is not None:
+                    found[read[0]].add(read[1] + (EACH, NOTHING))
                 continue
         stack.extend(ast.children(node))
+
+
+def _resolved(chain: tuple[str, tuple[str, ...]] | None, scope: Mapping[str, _Bound]) -> _Bound:
+    """What a chain reads: (root, path) when it starts from a name in scope that stands for a root's path."""
+    if chain is None:
+        return None
+    bound = scope.get(chain[0])
+    return (bound[0], bound[1] + chain[1]) if bound is not None else None
 
 
 def _sized_chain(call: Any) -> tuple[str, tuple[str, ...]] | None:
@@ -142,51 +149,43 @@ def _comprehension(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[
     if is_binding(loop):
         _binding(loop, scope, found)
         return
-    element: _Bound = None
-    chain = _chain(loop.iter_range)
-    if chain is not None and not loop.iter_var2:
-        # Two-variable comprehensions (index or key, then value) are left as reads of the whole range.
-        name, keys = chain
-        bound = scope.get(name)
-        if bound is not None:
-            element = (bound[0], bound[1] + keys + (EACH,))
-    if element is None:
+    # Two-variable comprehensions (index or key, then value) are left as reads of the whole range.
+    ranged = None if loop.iter_var2 else _resolved(_chain(loop.iter_range), scope)
+    element: _Bound = (ranged[0], ranged[1] + (EACH,)) if ranged is not None else None
+    if ranged is None:
         _collect(loop.iter_range, scope, found)
     _collect(loop.accu_init, scope, found)
     body_scope = {**scope, loop.accu_var: None, loop.iter_var: element}
     if loop.iter_var2:
         body_scope[loop.iter_var2] = None
-    body: dict[str, set[ReadPath]] = {root: set() for root in found}
-    for part in (loop.loop_condition, loop.loop_step, loop.result):
-        _collect(part, body_scope, body)
-    for root, paths in body.items():
-        found[root] |= paths
-    if element is not None and not _read_below(body, element):
-        # Iterated, but nothing of an element read: the range is kept whole (nothing to narrow it to).
-        found[element[0]].add(element[1][:-1])
+    # Iterated, but nothing of an element read: the range is kept whole (nothing to narrow it to).
+    _collect_through(element, ranged, (loop.loop_condition, loop.loop_step, loop.result), body_scope, found)
 
 
 def _binding(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:
     """A ``let`` binding (``cel.bind``, or one of the rewrites'): an empty range, so the accumulator is its
     initial value throughout, and reads through it are reads of that value's path."""
-    chain = _chain(loop.accu_init)
-    bound = scope.get(chain[0]) if chain is not None else None
-    value: _Bound = (bound[0], bound[1] + chain[1]) if bound is not None and chain is not None else None
+    value = _resolved(_chain(loop.accu_init), scope)
     if value is None:
         _collect(loop.accu_init, scope, found)
-    # With an empty range the loop condition and step never run: the result is all that is evaluated.
+    # With an empty range the loop condition and step never run: the result is all that is evaluated. A value
+    # bound but never read is still evaluated, so its path is kept as it is.
+    _collect_through(value, value, (loop.result,), {**scope, loop.iter_var: None, loop.accu_var: value}, found)
+
+
+def _collect_through(bound: _Bound, unread: _Bound, parts: tuple[Any, ...], scope: Mapping[str, _Bound],
+                     found: dict[str, set[ReadPath]]) -> None:
+    """Collects ``parts`` in ``scope``, where a name stands for ``bound``; when nothing below ``bound`` is
+    read, ``unread`` is read instead (what evaluating the loop or binding still needs)."""
     body: dict[str, set[ReadPath]] = {root: set() for root in found}
-    _collect(loop.result, {**scope, loop.iter_var: None, loop.accu_var: value}, body)
+    for part in parts:
+        _collect(part, scope, body)
     for root, paths in body.items():
         found[root] |= paths
-    if value is not None and not _read_below(body, value):
-        # Bound but never read: the value is still evaluated, so its path is kept as it is.
-        found[value[0]].add(value[1])
-
-
-def _read_below(reads: Mapping[str, set[ReadPath]], bound: tuple[str, ReadPath]) -> bool:
-    root, path = bound
-    return any(read[:len(path)] == path for read in reads[root])
+    if bound is not None and unread is not None:
+        root, path = bound
+        if not any(read[:len(path)] == path for read in body[root]):
+            found[unread[0]].add(unread[1])
 
 
 class Reads:
