@@ -216,7 +216,8 @@ class EvaluationContext:
     # -- the engine's callbacks -------------------------------------------------------------------
 
     def add(self, amount: int, owner: int) -> None:
-        """Charges ``amount`` without checking any limit (``charge`` checks next)."""
+        """Charges ``amount`` without checking any limit (``charge`` checks next). ``charge`` adds the same way
+        inline rather than calling this: it runs once per loop iteration."""
         run = self._run
         if owner == BODY:
             run.body += amount

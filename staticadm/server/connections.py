@@ -83,7 +83,7 @@ class ConnectionGuard:
     #: The process is retiring: every answer says ``Connection: close``, so clients reconnect elsewhere.
     draining: bool = False
     #: Accepted connections whose TLS handshake has not finished: asyncio only tells the handler once it has
-    #: (and never if it fails), so they are held weakly and forgotten when asyncio drops them.
+    #: (``opened``) and never if it fails, so they are held weakly and also forgotten when asyncio drops them.
     _handshaking: weakref.WeakSet[GuardedRequestHandler] = field(default_factory=weakref.WeakSet)
     _closed_since_trim: int = 0
     _trim: Callable[[int], int] | None = None
@@ -95,6 +95,7 @@ class ConnectionGuard:
 
     def opened(self, connection: GuardedRequestHandler) -> bool:
         """Registers a new connection; False when it must be closed at once (everything busy)."""
+        self._handshaking.discard(connection)
         self.stats.opened += 1
         if len(self.connections) >= self.max_connections:
             idle = [c for c in self.connections if not c.busy]
@@ -127,8 +128,7 @@ class ConnectionGuard:
         A connection that was answered and is idle counts as settled: closing it is what any keep-alive
         server does, and a client does not expect an answer on it."""
         now = time.monotonic() if now is None else now
-        handshaking = sum(1 for c in self._handshaking
-                          if not c.handed_over and now - c.accepted_at <= self.header_timeout)
+        handshaking = sum(1 for c in self._handshaking if now - c.accepted_at <= self.header_timeout)
         return handshaking + sum(1 for c in self.connections if not c.settled)
 
     async def settle(self, timeout: float, interval: float = 0.05) -> bool:
@@ -171,8 +171,6 @@ class GuardedRequestHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self.guard = guard
         self.accepted_at = time.monotonic()
-        #: The transport was handed over (for TLS: once its handshake finished).
-        self.handed_over = False
         #: A request is being handled (from its first byte to the end of its answer).
         self.busy = False
         #: When the connection last became idle (connected, or answered a request).
@@ -183,7 +181,6 @@ class GuardedRequestHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.handed_over = True
         self.idle_since = time.monotonic()
         if not self.guard.opened(self):
             self.close_now()
