@@ -62,6 +62,10 @@ MAX_FIXED_TICK_OWNER = 15
 MAX_TICK_PARTS = 8
 
 
+#: Whose loops tick through argument-free functions: the expression itself (None) and the first variables.
+FIXED_TICK_OWNERS: tuple[int | None, ...] = (None, *range(MAX_FIXED_TICK_OWNER + 1))
+
+
 def fixed_tick_function(weight: int, owner: int | None = None) -> str:
     return f"{TICK_FUNCTION}{weight}" if owner is None else f"{TICK_FUNCTION}{weight}.{owner}"
 

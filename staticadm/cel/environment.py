@@ -468,18 +468,7 @@ class CelEnvironment:
                 cel.Overload("staticadm_tick", T.BOOL, [T.INT], impl=state.tick),
                 cel.Overload("staticadm_tick_owner", T.BOOL, [T.INT, T.INT], impl=state.tick),
             ]),
-            *(cel.FunctionDecl(cost.fixed_tick_function(weight), [
-                cel.Overload(f"staticadm_tick{weight}", T.BOOL, [], impl=functools.partial(state.tick, weight))])
-              for weight in range(cost.MAX_FIXED_TICK_WEIGHT + 1)),
-            *(cel.FunctionDecl(cost.fixed_tick_function(weight, owner), [
-                cel.Overload(f"staticadm_tick{weight}_{owner}", T.BOOL, [],
-                             impl=functools.partial(state.tick, weight, owner))])
-              for weight in range(cost.MAX_FIXED_OWNER_TICK_WEIGHT + 1)
-              for owner in range(cost.MAX_FIXED_TICK_OWNER + 1)),
-            *(cel.FunctionDecl(cost.tick_ahead_function(owner), [
-                cel.Overload(f"staticadm_tick_ahead_{owner}", T.BOOL, [], impl=functools.partial(
-                    state.tick_ahead, cost.largest_fixed_tick(owner), rewrite.BODY_OWNER if owner is None else owner))])
-              for owner in (None, *range(cost.MAX_FIXED_TICK_OWNER + 1))),
+            *(decl for owner in cost.FIXED_TICK_OWNERS for decl in self._fixed_tick_decls(owner)),
             cel.FunctionDecl(cost.CHARGE_FUNCTION,
                              [cel.Overload("staticadm_charge", T.BOOL, [T.INT], impl=state.charge)]),
             cel.FunctionDecl(cost.CHARGE_OWNER_FUNCTION,
@@ -506,6 +495,23 @@ class CelEnvironment:
                     cel.Overload("cel_mapinsert_map_map", T.MAP, [T.MAP, T.MAP], impl=map_insert_map),
                 ],
             ),
+        ]
+
+    def _fixed_tick_decls(self, owner: int | None) -> list[cel.FunctionDecl]:
+        """The argument-free ticks of one owner's loops (``cost.fixed_tick_parts``): one per weight, and the
+        unchecked addition of the largest."""
+        state, T = self.state, cel.Type
+        charged = rewrite.BODY_OWNER if owner is None else owner
+        suffix = "" if owner is None else f"_{owner}"
+        largest = cost.largest_fixed_tick(owner)
+        return [
+            *(cel.FunctionDecl(cost.fixed_tick_function(weight, owner), [
+                cel.Overload(f"staticadm_tick{weight}{suffix}", T.BOOL, [],
+                             impl=functools.partial(state.tick, weight, charged))])
+              for weight in range(largest + 1)),
+            cel.FunctionDecl(cost.tick_ahead_function(owner), [
+                cel.Overload(f"staticadm_tick_ahead{suffix}", T.BOOL, [],
+                             impl=functools.partial(state.tick_ahead, largest, charged))]),
         ]
 
     # -- compilation --------------------------------------------------------------------------------
