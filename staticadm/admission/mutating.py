@@ -288,8 +288,9 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
 
     With ``share_evaluations`` a match condition is evaluated once per version of what it reads, and a
     mutation that changes nothing the expressions can read makes no new activation; with ``prune_objects``
-    the engine is given only what the expressions of the policies that could match can read of the objects. Both only
-    make evaluation cheaper (the tests compare them with the straightforward reading, False and False)."""
+    the engine is given only what the expressions of the policies that could match can read of the objects.
+    Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
+    False)."""
     state = _Dispatch()
     excluded = is_excluded(request)
     final = request.object

@@ -284,7 +284,7 @@ def test_a_retiring_worker_answers_every_connection_it_accepted(make_daemon: Dae
             assert head.startswith(b"HTTP/1.1 200 ") and b"Connection: close" in head, head
             assert answer["response"] == {"uid": f"retiring-{index}", "allowed": True}
             connection.close()
-        assert wait_for(lambda: not os.path.exists(f"/proc/{retiring}"), timeout=20), daemon.log()
+        assert wait_for(lambda: not _alive(retiring), timeout=20), daemon.log()
         assert "worker retired: its connections are closed" in daemon.log()
         assert "sent no complete request in time" not in daemon.log()
     finally:
