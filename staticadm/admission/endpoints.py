@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from staticadm.admission.mutating import evaluate_mutating
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
+from staticadm.admission.response import webhook_audit_annotations
 from staticadm.admission.validating import evaluate_validating
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot
@@ -49,7 +50,11 @@ def _checks(decisions: Any) -> tuple[PolicyCheck, ...]:
 def validate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
              deadline: float | None = None) -> Review:
     outcome = evaluate_validating(snapshot, namespaces, request, deadline=deadline)
-    return Review(dict(outcome.response), _checks(outcome.decisions))
+    review = dict(outcome.response)
+    if outcome.annotations:
+        # The in-process keys would all be dropped by kube-apiserver once it prefixes the webhook's name.
+        review["response"] = {**review["response"], "auditAnnotations": webhook_audit_annotations(outcome.annotations)}
+    return Review(review, _checks(outcome.decisions))
 
 
 def mutate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from staticadm import gofmt
+from staticadm.manifests.loader import STATIC_SUFFIX
 
 VALIDATION_FAILURE_ANNOTATION = "validation.policy.admission.k8s.io/validation_failure"
 #: kube-apiserver 1.37 keeps at most this many failures in the validation_failure annotation.
 MAX_VALIDATION_FAILURES = 50
 #: ``maxAuditAnnotationValueLength``: longer auditAnnotation values are cut to this many bytes.
 MAX_AUDIT_ANNOTATION_VALUE_BYTES = 10 * 1024
+
+#: ``validation.IsQualifiedName``: the part after kube-apiserver's ``<webhook name>/`` prefix.
+WEBHOOK_KEY_MAX = 63
+#: Where ``validation_failure`` reaches the audit log through the webhook. No "_": every policy's key
+#: has one, so nothing else maps here.
+WEBHOOK_VALIDATION_FAILURE_KEY = "validation-failure"
+_DIGEST_CHARS = 16
+#: What a shortened key keeps of the policy and of its key, around "__" and "_" + digest.
+_SHORTENED_HEADS = WEBHOOK_KEY_MAX - _DIGEST_CHARS - 3
+_SHORTENED_MIN_POLICY = 16
 
 _CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
 
@@ -61,6 +73,32 @@ def audit_annotations(failures: Sequence[ValidationFailure], published: Mapping[
         recorded = [failure.to_json() for failure in failures[:MAX_VALIDATION_FAILURES]]
         out[VALIDATION_FAILURE_ANNOTATION] = gofmt.marshal_json(recorded)
     return out
+
+
+def webhook_audit_key(key: str) -> str:
+    """The key under which the audit annotation kube-apiserver would record in-process as ``key`` is answered
+    through the webhook, so that it survives: kube-apiserver prefixes each webhook key with ``<webhook
+    name>/`` and drops (logging a warning) any that is then not a qualified name with exactly one "/".
+
+    ``<policy>/<key>`` becomes ``<policy without .static.k8s.io>_<key>``: policy names are DNS subdomains
+    (no "_") and keys start with a letter or digit, so the first "_" splits it back and no two keys meet.
+    One longer than 63 characters keeps what fits of both around "__" (which no short form has, the
+    policy part having no "_") and ends in 16 hex digits of the SHA-256 of the in-process key.
+    """
+    if key == VALIDATION_FAILURE_ANNOTATION:
+        return WEBHOOK_VALIDATION_FAILURE_KEY
+    policy, _, name = key.partition("/")
+    stem = policy.removesuffix(STATIC_SUFFIX)
+    short = f"{stem}_{name}"
+    if len(short) <= WEBHOOK_KEY_MAX:
+        return short
+    digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST_CHARS]
+    stem_head = stem[:max(_SHORTENED_MIN_POLICY, _SHORTENED_HEADS - len(name))]
+    return f"{stem_head}__{name[:_SHORTENED_HEADS - len(stem_head)]}_{digest}"
+
+
+def webhook_audit_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    return {webhook_audit_key(key): value for key, value in annotations.items()}
 
 
 def review_response(api_version: str, uid: str, *, allowed: bool, status: Mapping[str, Any] | None = None,

@@ -33,6 +33,7 @@ from staticadm.admission.request_builder import (
     pair_old_objects,
     review_for_object,
 )
+from staticadm.admission.response import webhook_audit_key
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.manifests.files import document_files_under
@@ -165,7 +166,8 @@ def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, sna
     for warning in outcome.warnings:
         lines.append(f"  warning: {warning}")
     for key, value in outcome.annotations.items():
-        lines.append(f"  audit annotation: {key}={value}")
+        # The key as kube-apiserver records it in-process, and the one the daemon answers it under.
+        lines.append(f"  audit annotation: {key}={value} (webhook key: {webhook_audit_key(key)})")
     if outcome.excluded:
         lines.append("  this resource is never sent through admission (kube-apiserver excludes it)")
     for policy, binding in outcome.matched:

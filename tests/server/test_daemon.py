@@ -17,6 +17,9 @@ import aiohttp
 import orjson
 import pytest
 
+from staticadm.admission.response import webhook_audit_key
+from staticadm.deploy.webhooks import VALIDATING_WEBHOOK
+from tests.kube_audit import recorded_key_problems
 from tests.pki import make_ca, make_leaf, write_ca
 from tests.server.harness import (
     RELOADS,
@@ -94,6 +97,40 @@ def test_empty_directory_is_valid_with_a_warning(make_daemon: DaemonFactory) -> 
     daemon = make_daemon(policy=None)
     assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is True
     assert "no manifests" in daemon.log()
+
+
+_AUDITED_POLICY = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: audited.static.k8s.io}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  validations: [{expression: "false", message: "recorded only"}]
+  auditAnnotations:
+  - {key: pod-name, valueExpression: "string(object.metadata.name)"}
+  - {key: %s, valueExpression: "'long'"}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: audited.static.k8s.io}
+spec: {policyName: audited.static.k8s.io, validationActions: [Audit]}
+""" % ("K" * 63)
+
+
+def test_audit_annotations_are_answered_under_keys_kube_apiserver_keeps(make_daemon: DaemonFactory) -> None:
+    # kube-apiserver records each key as "<webhook name>/<key>" and drops every one that then fails
+    # checkKeyFormat: the daemon's keys must pass it (the in-process keys have a "/" of their own).
+    daemon = make_daemon(policy=None)
+    write_atomically(daemon.manifests / "audited.yaml", _AUDITED_POLICY)
+    assert wait_for(lambda: "auditAnnotations" in daemon.validate(review()).json()["response"])
+    for via in ("unix", "https"):
+        annotations = daemon.validate(review(name="db"), via=via).json()["response"]["auditAnnotations"]
+        long_key = webhook_audit_key(f"audited.static.k8s.io/{'K' * 63}")
+        assert {key: recorded_key_problems(VALIDATING_WEBHOOK, key) for key in annotations} == {
+            "audited_pod-name": [], "validation-failure": [], long_key: []}
+        assert annotations["audited_pod-name"] == "db"
+        assert orjson.loads(annotations["validation-failure"])[0]["message"] == "recorded only"
 
 
 # -- reload ------------------------------------------------------------------------------------------
