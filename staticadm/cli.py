@@ -426,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Each input document is an AdmissionReview or a plain Kubernetes object, for which the\n"
                     "request kube-apiserver would send is built (resource and scope of built-in kinds from\n"
-                    "Kubernetes 1.36, others guessed as client-go does).\n\n"
+                    "Kubernetes 1.36, others guessed as client-go does). A v1 List or a typed list (PodList, ...),\n"
+                    "as kubectl get -o yaml and kube-apiserver write them, stands for each of its items.\n\n"
                     "Exit codes: 0 every request allowed; 3 some request denied; 4 some policy failed to\n"
                     "evaluate (whatever its failurePolicy made of it); 1 invalid manifests; 2 unusable input.\n\n"
                     "example: staticadm review --manifests /etc/kubernetes/admission -f pod.yaml\n"

@@ -22,6 +22,7 @@ from staticadm.admission.review import (
     EXIT_INVALID_MANIFESTS,
     EXIT_OK,
     EXIT_UNUSABLE_INPUT,
+    describe_place,
     load_snapshot,
     read_requests,
 )
@@ -61,8 +62,8 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
                                               evaluate(new, namespaces, item.request)):
                 differences.append(_difference_json(endpoint, difference))
         if differences:
-            found.append({"input": item.source, "document": item.document, "uid": item.request.uid,
-                          "differences": differences})
+            found.append({"input": item.source, "document": item.document, "item": item.item or None,
+                          "uid": item.request.uid, "differences": differences})
     summary = {"requests": len(requests), "different": len(found)}
     if output == "json":
         stdout.write(json.dumps({"summary": summary, "differences": found}, indent=2, ensure_ascii=False) + "\n")
@@ -70,7 +71,7 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         stdout.write(yaml.safe_dump({"summary": summary, "differences": found}, sort_keys=False, allow_unicode=True))
     else:
         for entry in found:
-            where = entry["input"] + (f" (document {entry['document']})" if entry["document"] else "")
+            where = describe_place(entry["input"], entry["document"], entry["item"] or "")
             for change in entry["differences"]:
                 policies = "; ".join(part for part in (
                     f"live: {', '.join(change['live_policies'])}" if change["live_policies"] else "",

@@ -25,6 +25,7 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
+from staticadm.admission.object_lists import ObjectListError, expand_lists
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
 from staticadm.admission.request_builder import (
     ObjectInputError,
@@ -70,10 +71,24 @@ def _documents(text: str) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class RequestInput:
-    #: Where the request came from: the file (``<stdin>``) and the document in it.
+    #: Where the request came from: the file (``<stdin>``), the document in it and, for an object of a
+    #: List, its place in the list (``items[3]``; "" otherwise).
     source: str
     document: int
     request: AdmissionRequest
+    item: str = ""
+
+    @property
+    def label(self) -> str:
+        """The place as the text reports show it: ``file (document 1) items[3]``."""
+        return describe_place(self.source, self.document, self.item)
+
+
+def describe_place(source: str, document: int, item: str = "", *, documents: int = 0) -> str:
+    """``file``, ``file (document 1)``, ``file items[3]``; document 0 is named only when the file is known
+    to hold several documents (``documents``)."""
+    where = f"{source} (document {document})" if document or documents > 1 else source
+    return f"{where} {item}" if item else where
 
 
 def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
@@ -102,21 +117,29 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
         return [], [problem]
     inputs, problems = [], []
     for index, document in enumerate(documents):
-        where = f"{shown} (document {index})" if len(documents) > 1 else shown
-        if isinstance(document, dict) and document.get("kind") == "AdmissionReview":
-            review = document
-        else:
-            try:
-                old = pair_old_objects([document], olds)[0] if settings.operation == "UPDATE" and olds else None
-                review = review_for_object(document, old, settings, uid_seed=f"{shown}#{index}#{object_key(document)}")
-            except ObjectInputError as error:
-                problems.append(f"{where}: {error}")
-                continue
-        parsed = parse_admission_review(review)
-        if isinstance(parsed, RequestError):
-            problems.append(f"{where}: {parsed.message}")
-        else:
-            inputs.append(RequestInput(shown, index, parsed))
+        try:
+            listed = expand_lists(document)
+        except ObjectListError as error:
+            problems.append(f"{describe_place(shown, index, documents=len(documents))}: {error}")
+            continue
+        for entry in listed:
+            where = describe_place(shown, index, entry.item, documents=len(documents))
+            if isinstance(entry.value, dict) and entry.value.get("kind") == "AdmissionReview":
+                review = entry.value
+            else:
+                try:
+                    old = pair_old_objects([entry.value], olds)[0] if settings.operation == "UPDATE" and olds \
+                        else None
+                    review = review_for_object(entry.value, old, settings,
+                                               uid_seed=f"{shown}#{index}#{entry.item}#{object_key(entry.value)}")
+                except ObjectInputError as error:
+                    problems.append(f"{where}: {error}")
+                    continue
+            parsed = parse_admission_review(review)
+            if isinstance(parsed, RequestError):
+                problems.append(f"{where}: {parsed.message}")
+            else:
+                inputs.append(RequestInput(shown, index, parsed, entry.item))
     return inputs, problems
 
 
@@ -129,9 +152,15 @@ def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_p
     problems: list[str] = []
     olds: list[Any] = []
     if old_path is not None:
-        olds, problem = _read_documents(old_path, stdin)
+        documents, problem = _read_documents(old_path, stdin)
         if problem is not None:
             problems.append(f"--old {problem}")
+        for index, document in enumerate(documents):
+            try:
+                olds.extend(entry.value for entry in expand_lists(document))
+            except ObjectListError as error:
+                shown = "<stdin>" if old_path == "-" else old_path
+                problems.append(f"--old {describe_place(shown, index, documents=len(documents))}: {error}")
     requests: list[RequestInput] = []
     for path in _expand(request_paths):
         inputs, file_problems = _load_inputs(path, stdin, settings, olds)
@@ -320,13 +349,13 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
         if output in ("json", "yaml"):
-            labelled = {"input": item.source, "document": item.document, "review": answer}
+            labelled = {"input": item.source, "document": item.document, "item": item.item or None, "review": answer}
             if output == "json":
                 stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
             else:
                 stdout.write("---\n" + yaml.safe_dump(labelled, sort_keys=False, allow_unicode=True))
             continue
-        lines = [f"{item.source}{f' (document {item.document})' if item.document else ''}: request {request.uid}"]
+        lines = [f"{item.label}: request {request.uid}"]
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
             lines.extend(_mutation_lines(mutation))
         if validation is not None:

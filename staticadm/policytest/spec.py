@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
 from staticadm.manifests.files import document_files_under
 from staticadm.yamltext import describe_yaml_error
 
@@ -53,9 +54,10 @@ class Expectation:
 class TestCase:
     name: str
     expect: Expectation
-    #: A plain object (with ``old_object`` for UPDATE) or a whole AdmissionReview.
-    object: Any = None
-    old_object: Any = None
+    #: Plain objects (with ``old_objects`` for UPDATE; Lists and multi-document files expanded, each object
+    #: one request that must meet the expectation) or a whole AdmissionReview.
+    objects: tuple[ListedObject, ...] = ()
+    old_objects: tuple[ListedObject, ...] = ()
     review: Any = None
     operation: str = "CREATE"
     user: User = field(default_factory=lambda: User("admin", groups=("system:masters", "system:authenticated")))
@@ -124,20 +126,42 @@ def _read_yaml_documents(path: Path) -> list[Any]:
     return [document for document in yaml.safe_load_all(path.read_text(encoding="utf-8")) if document is not None]
 
 
-def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> Any:
+def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> list[Any] | None:
     target = base / reference
     try:
-        documents = _read_yaml_documents(target)
+        return _read_yaml_documents(target)
     except (OSError, UnicodeDecodeError) as error:
         errors.add(field_path, f"cannot read {target}: {error}")
-        return None
     except yaml.YAMLError as error:
         errors.add(field_path, f"{target}: not YAML: {describe_yaml_error(error)}")
+    return None
+
+
+def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> Any:
+    documents = _read_referenced(base, reference, errors, field_path)
+    if documents is None:
         return None
     if len(documents) != 1:
-        errors.add(field_path, f"{target} must hold exactly one document, holds {len(documents)}")
+        errors.add(field_path, f"{base / reference} must hold exactly one document, holds {len(documents)}")
         return None
     return documents[0]
+
+
+def _objects(documents: list[Any], errors: _Errors, field_path: str) -> tuple[ListedObject, ...]:
+    """Every object of the documents, Lists expanded; labelled by document (when several) and item."""
+    found: list[ListedObject] = []
+    for index, document in enumerate(documents):
+        document_label = f"document {index}" if len(documents) > 1 else ""
+        try:
+            listed = expand_lists(document)
+        except ObjectListError as error:
+            errors.add(field_path + (f" ({document_label})" if document_label else ""), str(error))
+            continue
+        found.extend(ListedObject(" ".join(part for part in (document_label, entry.item) if part), entry.value)
+                     for entry in listed)
+    if not found:
+        errors.add(field_path, "holds no object")
+    return tuple(found)
 
 
 def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> User:
@@ -196,15 +220,21 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
         return None
     before = len(errors.found)
     name = errors.string(spec.get("name", ""), f"{path}.name")
-    sources = {}
+    sources: dict[str, Any] = {}
     for key, file_key in (("object", "objectFile"), ("oldObject", "oldObjectFile"), ("review", "reviewFile")):
         if key in spec and file_key in spec:
             errors.add(f"{path}.{file_key}", f"give {key} or {file_key}, not both")
-        elif file_key in spec:
+        elif file_key in spec and key == "review":
             sources[key] = _load_referenced(base, errors.string(spec[file_key], f"{path}.{file_key}"), errors,
                                             f"{path}.{file_key}")
-        elif key in spec:
+        elif file_key in spec:
+            documents = _read_referenced(base, errors.string(spec[file_key], f"{path}.{file_key}"), errors,
+                                         f"{path}.{file_key}")
+            sources[key] = _objects(documents, errors, f"{path}.{file_key}") if documents is not None else ()
+        elif key == "review" and key in spec:
             sources[key] = spec[key]
+        elif key in spec:
+            sources[key] = _objects([spec[key]], errors, f"{path}.{key}")
     if ("object" in sources) == ("review" in sources):
         errors.add(path, "give exactly one of object/objectFile (a plain object) or review/reviewFile "
                          "(an AdmissionReview)")
@@ -227,7 +257,8 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
         "user"].default_factory()  # type: ignore[misc]
     if len(errors.found) > before:
         return None
-    return TestCase(name, expect, sources.get("object"), sources.get("oldObject"), sources.get("review"), operation,
+    return TestCase(name, expect, sources.get("object", ()), sources.get("oldObject", ()), sources.get("review"),
+                    operation,
                     user, namespace, errors.string(spec.get("subresource", ""), f"{path}.subresource"), dry_run,
                     endpoint)
 
