@@ -11,9 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import yaml
-
 from staticadm.admission.comparison import Difference, compare_reviews
+from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
 from staticadm.admission.request_builder import RequestSettings
@@ -26,6 +25,7 @@ from staticadm.admission.review import (
     load_snapshot,
     read_requests,
 )
+from staticadm.yamltext import dump_yaml
 
 #: Exit code when some request would be answered differently (as review's "denied": a finding).
 EXIT_DIFFERENT = EXIT_DENIED
@@ -65,10 +65,11 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
             found.append({"input": item.source, "document": item.document, "item": item.item or None,
                           "uid": item.request.uid, "differences": differences})
     summary = {"requests": len(requests), "different": len(found)}
+    report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":
-        stdout.write(json.dumps({"summary": summary, "differences": found}, indent=2, ensure_ascii=False) + "\n")
+        stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
-        stdout.write(yaml.safe_dump({"summary": summary, "differences": found}, sort_keys=False, allow_unicode=True))
+        stdout.write(dump_yaml(report))
     else:
         for entry in found:
             where = describe_place(entry["input"], entry["document"], entry["item"] or "")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from staticadm.admission.decision_report import API_VERSION, decision, request_summary
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import (
     NamespaceFileError,
@@ -38,7 +39,7 @@ from staticadm.admission.validating import ValidationOutcome, evaluate_validatin
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.manifests.files import document_files_under
 from staticadm.snapshot import Snapshot, build_snapshot
-from staticadm.yamltext import describe_yaml_error
+from staticadm.yamltext import describe_yaml_error, dump_yaml
 
 # The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage; review adds
 # 3 (some request denied) and 4 (some policy failed to evaluate: an error, whatever failurePolicy made of it).
@@ -263,11 +264,12 @@ def combined_response(request: AdmissionRequest, mutation: MutationOutcome | Non
 
 
 def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest,
-                   endpoint: str) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
-    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it."""
+                   endpoint: str, explain: bool = False) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
+    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it. With
+    ``explain`` the mutation outcome carries each mutation's own patch (for the whole-decision reports)."""
     mutation = None
     if endpoint in ("mutate", "both"):
-        mutation = evaluate_mutating(snapshot, namespaces, request)
+        mutation = evaluate_mutating(snapshot, namespaces, request, explain=explain)
         if endpoint == "mutate" or not mutation.allowed:
             return mutation, None
         if mutation.patch:
@@ -338,22 +340,26 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         return EXIT_UNUSABLE_INPUT
 
     denied = errored = False
+    explain = output in ("json", "yaml")
     for item in requests:
         request = item.request
         if cluster is None:
-            mutation, validation = review_request(snapshot, namespaces, request, endpoint)
+            mutation, validation = review_request(snapshot, namespaces, request, endpoint, explain)
         else:
             mutation, validation = cluster.evaluate(
-                request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint))
+                request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint, explain))
         answer = combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
-        if output in ("json", "yaml"):
-            labelled = {"input": item.source, "document": item.document, "item": item.item or None, "review": answer}
+        if explain:
+            labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
+                        "document": item.document, "item": item.item or None, "request": request_summary(request),
+                        "allowed": answer["response"]["allowed"], "review": answer,
+                        **decision(snapshot, request, mutation, validation)}
             if output == "json":
                 stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
             else:
-                stdout.write("---\n" + yaml.safe_dump(labelled, sort_keys=False, allow_unicode=True))
+                stdout.write("---\n" + dump_yaml(labelled))
             continue
         lines = [f"{item.label}: request {request.uid}"]
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
-import yaml
-
+from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
 from staticadm.policytest.spec import TestFileError, discover
+from staticadm.yamltext import dump_yaml
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -28,6 +28,8 @@ def _summary(results: Sequence[FileResult]) -> dict[str, int]:
 
 def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, Any]:
     return {
+        "apiVersion": API_VERSION,
+        "kind": "TestReport",
         "summary": _summary(results),
         "errors": [str(error) for error in errors],
         "files": [{"file": result.file, "test": result.test, "problems": list(result.problems),
@@ -91,7 +93,7 @@ def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: Text
     if output == "json":
         stdout.write(json.dumps(_document(results, errors), indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
-        stdout.write(yaml.safe_dump(_document(results, errors), sort_keys=False, allow_unicode=True))
+        stdout.write(dump_yaml(_document(results, errors)))
     else:
         _text(results, errors, stdout)
     if junit is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from staticadm.admission.decision_report import decision, request_summary
 from staticadm.admission.mutating import MutationOutcome
 from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import RequestError, parse_admission_review
@@ -39,6 +40,10 @@ class CaseResult:
     diffs: tuple[str, ...]
     #: The answer the engine gave, as kube-apiserver would receive it.
     response: dict[str, Any]
+    #: The request (without its objects) and the whole decision (every policy's and binding's result,
+    #: ``decision_report``); empty when the request could not be built.
+    request: dict[str, Any] = dataclasses.field(default_factory=dict)
+    decision: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +172,12 @@ def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile
     request = parse_admission_review(document)
     if isinstance(request, RequestError):
         return failed(f"the request is not a valid AdmissionReview: {request.message}")
-    mutation, validation = review_request(snapshot, namespaces, request, case.endpoint)
+    mutation, validation = review_request(snapshot, namespaces, request, case.endpoint, explain=True)
     answer = combined_response(request, mutation, validation)
     mutated = mutation.mutated_object if mutation is not None else request.object
     failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated)
-    return CaseResult(test.path, test.name, name, not failures, tuple(failures), tuple(diffs), answer)
+    return CaseResult(test.path, test.name, name, not failures, tuple(failures), tuple(diffs), answer,
+                      request_summary(request), decision(snapshot, request, mutation, validation))
 
 
 def run_file(test: TestFile) -> FileResult:
