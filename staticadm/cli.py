@@ -163,19 +163,49 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 # -- diff -------------------------------------------------------------------------------------------
 
 
-def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.diff import run_diff
+def _audit_source(args: argparse.Namespace) -> Any:
+    """The --audit-log files and filters, or None; ValueError naming a bad --audit-since/--audit-until."""
+    from staticadm.admission.audit_log import AuditFilters, parse_timestamp
+    from staticadm.admission.review import AuditSource
+
+    if not args.audit_logs:
+        if any((args.audit_verbs, args.audit_resources, args.audit_namespaces, args.audit_since, args.audit_until)):
+            raise ValueError("the --audit-* filters select requests of --audit-log FILE: give one")
+        return None
+    bounds = []
+    for flag, text in (("--audit-since", args.audit_since), ("--audit-until", args.audit_until)):
+        try:
+            bounds.append(parse_timestamp(text) if text else None)
+        except ValueError as error:
+            raise ValueError(f"{flag}: not an RFC 3339 time (2024-05-01T10:00:00Z): {error}") from None
+    filters = AuditFilters(frozenset(args.audit_verbs), frozenset(args.audit_resources),
+                           frozenset(args.audit_namespaces), bounds[0], bounds[1])
+    return AuditSource(tuple(args.audit_logs), filters)
+
+
+def _request_settings(args: argparse.Namespace) -> Any:
     from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
 
-    inputs = [*args.requests, *args.filenames]
-    if not inputs:
-        stderr.write("staticadm diff: give at least one request, object file or directory of them\n")
-        return EXIT_USAGE
     groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
-                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
-    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=settings,
-                    old_path=args.old)
+    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+                           namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
+
+
+def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.diff import run_diff
+
+    inputs = [*args.requests, *args.filenames]
+    try:
+        audit = _audit_source(args)
+    except ValueError as error:
+        stderr.write(f"staticadm diff: {error}\n")
+        return EXIT_USAGE
+    if not inputs and audit is None:
+        stderr.write("staticadm diff: give at least one request, object file or directory of them, or "
+                     "--audit-log FILE\n")
+        return EXIT_USAGE
+    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=_request_settings(args),
+                    old_path=args.old, audit=audit)
 
 
 # -- test -------------------------------------------------------------------------------------------
@@ -191,21 +221,24 @@ def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 
 
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
     from staticadm.admission.review import run_review
 
     inputs = [*args.requests, *args.filenames]
-    if not inputs:
-        stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE)\n")
+    try:
+        audit = _audit_source(args)
+    except ValueError as error:
+        stderr.write(f"staticadm review: {error}\n")
+        return EXIT_USAGE
+    if not inputs and audit is None:
+        stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE), or "
+                     "--audit-log FILE\n")
         return EXIT_USAGE
     if args.namespaces and args.kubeconfig:
         stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
         return EXIT_USAGE
-    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
-                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
     return run_review(args.manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
-                      endpoint=args.endpoint, settings=settings, old_path=args.old, kubeconfig=args.kubeconfig)
+                      endpoint=args.endpoint, settings=_request_settings(args), old_path=args.old,
+                      kubeconfig=args.kubeconfig, audit=audit)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -350,6 +383,22 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "(default: the object's, else default)")
     parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
     parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
+    audit = parser.add_argument_group(
+        "requests from kube-apiserver's audit log",
+        "audit.k8s.io/v1 Event JSON lines (also .gz, or - for stdin), level Request or RequestResponse: each "
+        "recorded write becomes the AdmissionReview kube-apiserver sent; events without the object "
+        "(Metadata level, ...) are counted on stderr, never guessed")
+    audit.add_argument("--audit-log", dest="audit_logs", action="append", default=[], metavar="FILE",
+                       help="an audit log; repeatable (rotated files)")
+    audit.add_argument("--audit-verb", dest="audit_verbs", action="append", default=[],
+                       choices=("create", "update", "patch", "delete"), help="only this verb; repeatable")
+    audit.add_argument("--audit-resource", dest="audit_resources", action="append", default=[],
+                       metavar="RESOURCE[.GROUP][/SUBRESOURCE]",
+                       help="only this resource, e.g. pods, deployments.apps, pods/status, pods/*; repeatable")
+    audit.add_argument("--audit-namespace", dest="audit_namespaces", action="append", default=[], metavar="NS",
+                       help="only requests in this namespace; repeatable")
+    audit.add_argument("--audit-since", metavar="TIME", help="only requests received at or after TIME (RFC 3339)")
+    audit.add_argument("--audit-until", metavar="TIME", help="only requests received before TIME (RFC 3339)")
 
 
 

@@ -21,9 +21,10 @@ from staticadm.admission.review import (
     EXIT_INVALID_MANIFESTS,
     EXIT_OK,
     EXIT_UNUSABLE_INPUT,
+    AuditSource,
+    RequestSources,
     describe_place,
     load_snapshot,
-    read_requests,
 )
 from staticadm.yamltext import dump_yaml
 
@@ -40,17 +41,16 @@ def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
 
 def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: str, stdin: TextIO, stdout: TextIO,
              stderr: TextIO, settings: RequestSettings | None = None, old_path: str | None = None,
-             namespaces: NamespaceSource | None = None) -> int:
+             namespaces: NamespaceSource | None = None, audit: AuditSource | None = None) -> int:
     """Exit 0 when no request would be answered differently, 3 when some would; 1 when either directory
     is invalid; 2 on unusable input."""
     live = load_snapshot(live_dir, stderr, "staticadm diff: (live)")
     new = load_snapshot(new_dir, stderr, "staticadm diff: (new)")
     if live is None or new is None:
         return EXIT_INVALID_MANIFESTS
-    requests, problems = read_requests(request_paths, settings or RequestSettings(), old_path, stdin)
-    if problems:
-        for problem in problems:
-            stderr.write(f"staticadm diff: {problem}\n")
+    requests = RequestSources(tuple(request_paths), settings or RequestSettings(), old_path, audit).read(
+        stdin, stderr, "diff")
+    if requests is None:
         return EXIT_UNUSABLE_INPUT
     namespaces = namespaces or RequestOnlyNamespaces()
     found: list[dict[str, Any]] = []
@@ -63,7 +63,7 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
                 differences.append(_difference_json(endpoint, difference))
         if differences:
             found.append({"input": item.source, "document": item.document, "item": item.item or None,
-                          "uid": item.request.uid, "differences": differences})
+                          "uid": item.request.uid, "audit": item.audit, "differences": differences})
     summary = {"requests": len(requests), "different": len(found)}
     report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":

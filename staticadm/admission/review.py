@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from staticadm.admission.audit_log import AuditFilters, read_audit_logs
 from staticadm.admission.decision_report import API_VERSION, decision, request_summary
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import (
@@ -78,6 +79,8 @@ class RequestInput:
     document: int
     request: AdmissionRequest
     item: str = ""
+    #: For a request from an audit log, what its event says beside it (``audit_log.RecordedRequest``).
+    audit: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -145,11 +148,13 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
 
 
 def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_path: str | None,
-                  stdin: TextIO) -> tuple[list[RequestInput], list[str]]:
+                  stdin: TextIO, audit: AuditSource | None = None,
+                  notes: list[str] | None = None) -> tuple[list[RequestInput], list[str]]:
     """Every request of every input (AdmissionReviews, or plain objects built into the request kube-apiserver
-    would send), read before any is answered so a bad one never leaves half an output behind; every
-    problem of every document is reported in the one run. A directory stands for its .json, .yaml and .yml
-    files, recursively, in name order."""
+    would send, or the requests of audit logs), read before any is answered so a bad one never leaves half
+    an output behind; every problem of every document is reported in the one run. A directory stands for
+    its .json, .yaml and .yml files, recursively, in name order. What each audit log held is appended to
+    ``notes``."""
     problems: list[str] = []
     olds: list[Any] = []
     if old_path is not None:
@@ -167,7 +172,27 @@ def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_p
         inputs, file_problems = _load_inputs(path, stdin, settings, olds)
         requests.extend(inputs)
         problems.extend(file_problems)
+    if audit is not None:
+        recorded, summaries, audit_problems = read_audit_logs(audit.paths, audit.filters, stdin)
+        problems.extend(audit_problems)
+        if notes is not None:
+            notes.extend(summaries)
+        for entry in recorded:
+            shown = "<stdin>" if entry.path == "-" else entry.path
+            parsed = parse_admission_review(entry.review)
+            if isinstance(parsed, RequestError):
+                problems.append(f"{shown}:{entry.line}: the request built from the event: {parsed.message}")
+            else:
+                requests.append(RequestInput(shown, 0, parsed, f"line {entry.line}", entry.audit))
     return requests, problems
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSource:
+    """Audit logs to take requests from (``--audit-log``), and which of their requests."""
+
+    paths: tuple[str, ...]
+    filters: AuditFilters
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
@@ -292,11 +317,11 @@ def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | Non
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
                settings: RequestSettings | None = None, old_path: str | None = None,
-               kubeconfig: str | None = None) -> int:
+               kubeconfig: str | None = None, audit: AuditSource | None = None) -> int:
     """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
-    object or namespaces file."""
-    settings = settings or RequestSettings()
+    object, audit log or namespaces file."""
+    sources = RequestSources(tuple(request_paths), settings or RequestSettings(), old_path, audit)
     snapshot = load_snapshot(manifests_dir, stderr, "staticadm review:")
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
@@ -321,22 +346,37 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             return EXIT_UNUSABLE_INPUT
         namespaces = cluster.view.namespaces
         try:
-            return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin,
-                               stdout, stderr, cluster)
+            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster)
         finally:
             cluster.close()
-    return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin, stdout,
-                       stderr, None)
+    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSources:
+    """Where the requests of ``review`` and ``diff`` come from."""
+
+    paths: tuple[str, ...]
+    settings: RequestSettings
+    old_path: str | None = None
+    audit: AuditSource | None = None
+
+    def read(self, stdin: TextIO, stderr: TextIO, command: str) -> list[RequestInput] | None:
+        """Every request, or None after writing every problem; what the audit logs held goes to stderr."""
+        notes: list[str] = []
+        requests, problems = read_requests(self.paths, self.settings, self.old_path, stdin, self.audit, notes)
+        for problem in problems:
+            stderr.write(f"staticadm {command}: {problem}\n")
+        for note in notes:
+            stderr.write(f"staticadm {command}: {note}\n")
+        return None if problems else requests
 
 
 def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
-                settings: RequestSettings, old_path: str | None, request_paths: Sequence[str], stdin: TextIO,
-                stdout: TextIO, stderr: TextIO, cluster: BlockingClusterView | None) -> int:
-
-    requests, problems = read_requests(request_paths, settings, old_path, stdin)
-    if problems:
-        for problem in problems:
-            stderr.write(f"staticadm review: {problem}\n")
+                sources: RequestSources, stdin: TextIO, stdout: TextIO, stderr: TextIO,
+                cluster: BlockingClusterView | None) -> int:
+    requests = sources.read(stdin, stderr, "review")
+    if requests is None:
         return EXIT_UNUSABLE_INPUT
 
     denied = errored = False
@@ -353,8 +393,9 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         errored = errored or _evaluation_failed(mutation, validation)
         if explain:
             labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
-                        "document": item.document, "item": item.item or None, "request": request_summary(request),
-                        "allowed": answer["response"]["allowed"], "review": answer,
+                        "document": item.document, "item": item.item or None, "audit": item.audit,
+                        "request": request_summary(request), "allowed": answer["response"]["allowed"],
+                        "review": answer,
                         **decision(snapshot, request, mutation, validation)}
             if output == "json":
                 stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -362,6 +403,8 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 stdout.write("---\n" + dump_yaml(labelled))
             continue
         lines = [f"{item.label}: request {request.uid}"]
+        if item.audit is not None:
+            lines.extend(_audit_lines(item.audit))
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
             lines.extend(_mutation_lines(mutation))
         if validation is not None:
@@ -370,6 +413,14 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
     if errored:
         return EXIT_EVALUATION_ERROR
     return EXIT_DENIED if denied else EXIT_OK
+
+
+def _audit_lines(audit: dict[str, Any]) -> list[str]:
+    answered = f", kube-apiserver answered {audit['responseCode']}" if audit["responseCode"] is not None else ""
+    lines = [f"  audit event: {audit['verb']} at {audit['requestReceivedTimestamp'] or '?'} ({audit['level']}, "
+             f"{audit['stage']}){answered}"]
+    lines.extend(f"  note: {note}" for note in audit["notes"])
+    return lines
 
 
 def _evaluation_failed(mutation: MutationOutcome | None, validation: ValidationOutcome | None) -> bool:

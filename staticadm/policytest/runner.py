@@ -133,6 +133,8 @@ def _review_documents(case: TestCase) -> list[tuple[str, dict[str, Any] | str]]:
         if not isinstance(case.review, dict):
             return [("", "review must be an AdmissionReview object")]
         return [("", case.review)]
+    if case.recorded:
+        return list(case.recorded)
     settings = RequestSettings(operation=case.operation, username=case.user.username, uid=case.user.uid,
                                groups=case.user.groups, namespace=case.namespace, subresource=case.subresource,
                                dry_run=case.dry_run)

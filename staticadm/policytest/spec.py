@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from staticadm.admission.audit_log import WRITE_VERBS, AuditFilters, AuditLogError, parse_timestamp, read_audit_log
 from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
 from staticadm.manifests.files import document_files_under
 from staticadm.yamltext import describe_yaml_error
@@ -59,6 +60,8 @@ class TestCase:
     objects: tuple[ListedObject, ...] = ()
     old_objects: tuple[ListedObject, ...] = ()
     review: Any = None
+    #: AdmissionReviews built from audit log events (``auditLog``), each labelled ``file line N``.
+    recorded: tuple[tuple[str, dict[str, Any]], ...] = ()
     operation: str = "CREATE"
     user: User = field(default_factory=lambda: User("admin", groups=("system:masters", "system:authenticated")))
     namespace: str | None = None
@@ -164,6 +167,46 @@ def _objects(documents: list[Any], errors: _Errors, field_path: str) -> tuple[Li
     return tuple(found)
 
 
+def _recorded(value: Any, base: Path, errors: _Errors, path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The requests of ``auditLog: {file, verbs, resources, namespaces, since, until}``."""
+    spec = errors.mapping(value, path, ("file", "verbs", "resources", "namespaces", "since", "until"), ("file",))
+    if not spec:
+        return ()
+    before = len(errors.found)
+    selections = {}
+    for key in ("verbs", "resources", "namespaces"):
+        entries = spec.get(key, [])
+        if not isinstance(entries, list) or not all(isinstance(entry, str) for entry in entries):
+            errors.add(f"{path}.{key}", "must be a list of strings")
+            entries = []
+        if key == "verbs":
+            for index, verb in enumerate(entries):
+                if verb not in WRITE_VERBS:
+                    errors.add(f"{path}.verbs[{index}]", f"must be one of {', '.join(WRITE_VERBS)}")
+        selections[key] = frozenset(entries)
+    bounds = []
+    for key in ("since", "until"):
+        text = spec.get(key)
+        try:
+            bounds.append(parse_timestamp(errors.string(text, f"{path}.{key}")) if text is not None else None)
+        except ValueError as error:
+            errors.add(f"{path}.{key}", f"not an RFC 3339 time (2024-05-01T10:00:00Z): {error}")
+            bounds.append(None)
+    file = errors.string(spec.get("file", ""), f"{path}.file")
+    if len(errors.found) > before:
+        return ()
+    filters = AuditFilters(selections["verbs"], selections["resources"], selections["namespaces"], *bounds)
+    try:
+        requests, _ = read_audit_log(str(base / file), filters)
+    except AuditLogError as error:
+        errors.add(f"{path}.file", str(error))
+        return ()
+    if not requests:
+        errors.add(path, f"selects no request of {base / file} that can be evaluated")
+        return ()
+    return tuple((f"{file} line {entry.line}", entry.review) for entry in requests)
+
+
 def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> User:
     if isinstance(value, str):
         return users.get(value, User(value, groups=("system:authenticated",)))
@@ -214,8 +257,8 @@ def _expectation(value: Any, errors: _Errors, path: str) -> Expectation:
 def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors: _Errors) -> TestCase | None:
     path = f"spec.cases[{index}]"
     spec = errors.mapping(value, path, ("name", "object", "objectFile", "oldObject", "oldObjectFile", "review",
-                                        "reviewFile", "operation", "user", "namespace", "subresource", "dryRun",
-                                        "endpoint", "expect"), ("name", "expect"))
+                                        "reviewFile", "auditLog", "operation", "user", "namespace", "subresource",
+                                        "dryRun", "endpoint", "expect"), ("name", "expect"))
     if not spec:
         return None
     before = len(errors.found)
@@ -235,9 +278,12 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
             sources[key] = spec[key]
         elif key in spec:
             sources[key] = _objects([spec[key]], errors, f"{path}.{key}")
-    if ("object" in sources) == ("review" in sources):
-        errors.add(path, "give exactly one of object/objectFile (a plain object) or review/reviewFile "
-                         "(an AdmissionReview)")
+    recorded: tuple[tuple[str, dict[str, Any]], ...] = ()
+    if "auditLog" in spec:
+        recorded = _recorded(spec["auditLog"], base, errors, f"{path}.auditLog")
+    if ("object" in sources) + ("review" in sources) + ("auditLog" in spec) != 1:
+        errors.add(path, "give exactly one of object/objectFile (a plain object), review/reviewFile "
+                         "(an AdmissionReview) or auditLog (the requests of a kube-apiserver audit log)")
     operation = spec.get("operation", "CREATE")
     if operation not in OPERATIONS:
         errors.add(f"{path}.operation", f"must be one of {', '.join(OPERATIONS)}")
@@ -258,7 +304,7 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
     if len(errors.found) > before:
         return None
     return TestCase(name, expect, sources.get("object", ()), sources.get("oldObject", ()), sources.get("review"),
-                    operation,
+                    recorded, operation,
                     user, namespace, errors.string(spec.get("subresource", ""), f"{path}.subresource"), dry_run,
                     endpoint)
 
