@@ -241,6 +241,26 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
                       kubeconfig=args.kubeconfig, audit=audit)
 
 
+# -- audit ----------------------------------------------------------------------------------------
+
+
+def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.cluster_audit import run_audit
+    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+
+    directories = [*args.manifests, *args.directories]
+    if len(directories) != 1:
+        stderr.write("staticadm audit: give one manifest directory (DIR or --manifests DIR)\n")
+        return EXIT_USAGE
+    if args.page_size < 1:
+        stderr.write("staticadm audit: --page-size must be at least 1\n")
+        return EXIT_USAGE
+    settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
+                               groups=tuple(args.groups) if args.groups else DEFAULT_GROUPS)
+    return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
+                     page_size=args.page_size)
+
+
 # -- certs ----------------------------------------------------------------------------------------
 
 
@@ -535,6 +555,34 @@ def build_parser() -> argparse.ArgumentParser:
                              help="a readable summary with diffs, or the whole result as JSON or YAML (default: text)")
     test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE")
     test_parser.set_defaults(handler=command_test)
+
+    audit_parser = commands.add_parser(
+        "audit", help="evaluate the objects a cluster already holds against a manifest directory (read-only)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Lists, in pages, the existing objects of every resource the policies' rules select for UPDATE\n"
+                    "(found by API discovery) and evaluates each as kube-apiserver would on an UPDATE that\n"
+                    "changes nothing: mutating policies first, then the validating ones, with namespaces and\n"
+                    "authorizer checks answered by the cluster. Reports per policy the objects it matched and\n"
+                    "those it would deny, warn about, audit, change or fail on. Only reads (get, list).\n\n"
+                    "Exit codes: 0 nothing would be denied; 3 some object would be denied; 4 some policy\n"
+                    "failed to evaluate; 1 invalid manifests; 2 the cluster cannot be read, or usage.\n\n"
+                    "example: staticadm audit ./next --kubeconfig ~/.kube/config --junit audit.xml")
+    audit_parser.add_argument("directories", nargs="*", metavar="DIR", help="the manifest directory")
+    audit_parser.add_argument("--manifests", action="append", default=[], metavar="DIR",
+                              help="the manifest directory, as DIR")
+    audit_parser.add_argument("--kubeconfig", required=True, metavar="FILE",
+                              help="the cluster to read (the kubeconfig's current context): list on the "
+                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks")
+    audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                              help="report format (default: text)")
+    audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
+    audit_parser.add_argument("--user", default="admin", help="the username of the UPDATE (default: admin)")
+    audit_parser.add_argument("--uid", dest="user_uid", default="", help="the user's uid")
+    audit_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
+                              help="a group of the user; repeatable (default: system:authenticated)")
+    audit_parser.add_argument("--page-size", type=int, default=500, metavar="N",
+                              help="objects per list request (default: 500, as kubectl)")
+    audit_parser.set_defaults(handler=command_audit)
 
     certs_parser = commands.add_parser(
         "certs", help="create the local CA and the HTTPS serving certificate kube-apiserver trusts",
