@@ -223,7 +223,19 @@ def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.admission.review import run_review
 
-    inputs = [*args.requests, *args.filenames]
+    positional = list(args.requests)
+    manifests = args.manifests
+    if manifests is None:
+        # As check and diff: the manifest directory is the first positional argument without --manifests.
+        if not positional:
+            stderr.write("staticadm review: give the manifest directory (DIR or --manifests DIR)\n")
+            return EXIT_USAGE
+        manifests = positional.pop(0)
+        if not Path(manifests).is_dir():
+            stderr.write(f"staticadm review: {manifests} is not a directory: give the manifest directory first "
+                         "(DIR or --manifests DIR)\n")
+            return EXIT_USAGE
+    inputs = [*positional, *args.filenames]
     try:
         audit = _audit_source(args)
     except ValueError as error:
@@ -236,7 +248,7 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
     if args.namespaces and args.kubeconfig:
         stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
         return EXIT_USAGE
-    return run_review(args.manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
+    return run_review(manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
                       endpoint=args.endpoint, settings=_request_settings(args), old_path=args.old,
                       kubeconfig=args.kubeconfig, audit=audit)
 
@@ -499,10 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "as kubectl get -o yaml and kube-apiserver write them, stands for each of its items.\n\n"
                     "Exit codes: 0 every request allowed; 3 some request denied; 4 some policy failed to\n"
                     "evaluate (whatever its failurePolicy made of it); 1 invalid manifests; 2 unusable input.\n\n"
-                    "example: staticadm review --manifests /etc/kubernetes/admission -f pod.yaml\n"
-                    "         staticadm review --manifests DIR --operation UPDATE --old before.yaml -f after.yaml")
-    review_parser.add_argument("--manifests", required=True, metavar="DIR",
-                               help="the admission policy manifest directory")
+                    "example: staticadm review /etc/staticadm/manifests -f pod.yaml\n"
+                    "         staticadm review --manifests DIR --operation UPDATE --old before.yaml -f after.yaml\n"
+                    "         staticadm review DIR --audit-log /var/log/kubernetes/audit.log --audit-verb create")
+    review_parser.add_argument("--manifests", metavar="DIR",
+                               help="the admission policy manifest directory (or give it as the first DIR)")
     review_parser.add_argument("--endpoint", choices=("validate", "mutate", "both"), default="both",
                                help="which webhook to answer as; both runs the mutating policies first and "
                                     "validates the mutated object, as kube-apiserver orders them (default: both)")
@@ -515,9 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
                                help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
                                     "\"review\": the AdmissionReview answer}, or the same as YAML documents "
                                     "(default: text)")
-    review_parser.add_argument("requests", nargs="*", metavar="REQUEST",
-                               help="AdmissionReview or object file (JSON or YAML, several documents allowed), "
-                                    "or - for stdin")
+    review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
+                               help="the manifest directory first unless --manifests is given, then AdmissionReview "
+                                    "or object files (JSON or YAML, several documents and Lists allowed), "
+                                    "directories of them, or - for stdin")
     _add_object_arguments(review_parser)
     review_parser.set_defaults(handler=command_review)
 

@@ -15,6 +15,7 @@ from staticadm.admission.comparison import Difference, compare_reviews
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
+from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.request_builder import RequestSettings
 from staticadm.admission.review import (
     EXIT_DENIED,
@@ -26,6 +27,8 @@ from staticadm.admission.review import (
     describe_place,
     load_snapshot,
 )
+from staticadm.progress import Progress
+from staticadm.snapshot import Snapshot
 from staticadm.yamltext import dump_yaml
 
 #: Exit code when some request would be answered differently (as review's "denied": a finding).
@@ -37,6 +40,16 @@ ENDPOINT_ORDER = ("mutate", "validate")
 def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
     return {"endpoint": endpoint, "difference": str(difference.kind), "live_policies": list(difference.live_policies),
             "new_policies": list(difference.new_policies), "detail": difference.detail}
+
+
+def _differences(live: Snapshot, new: Snapshot, namespaces: NamespaceSource,
+                 request: AdmissionRequest) -> list[dict[str, Any]]:
+    differences = []
+    for endpoint in ENDPOINT_ORDER:
+        evaluate = ENDPOINTS[endpoint]
+        for difference in compare_reviews(evaluate(live, namespaces, request), evaluate(new, namespaces, request)):
+            differences.append(_difference_json(endpoint, difference))
+    return differences
 
 
 def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: str, stdin: TextIO, stdout: TextIO,
@@ -54,16 +67,13 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         return EXIT_UNUSABLE_INPUT
     namespaces = namespaces or RequestOnlyNamespaces()
     found: list[dict[str, Any]] = []
-    for item in requests:
-        differences = []
-        for endpoint in ENDPOINT_ORDER:
-            evaluate = ENDPOINTS[endpoint]
-            for difference in compare_reviews(evaluate(live, namespaces, item.request),
-                                              evaluate(new, namespaces, item.request)):
-                differences.append(_difference_json(endpoint, difference))
-        if differences:
-            found.append({"input": item.source, "document": item.document, "item": item.item or None,
-                          "uid": item.request.uid, "audit": item.audit, "differences": differences})
+    with Progress(stderr, "comparing requests", len(requests)) as progress:
+        for item in requests:
+            progress.advance()
+            differences = _differences(live, new, namespaces, item.request)
+            if differences:
+                found.append({"input": item.source, "document": item.document, "item": item.item or None,
+                              "uid": item.request.uid, "audit": item.audit, "differences": differences})
     summary = {"requests": len(requests), "different": len(found)}
     report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":

@@ -39,6 +39,7 @@ from staticadm.admission.request_builder import (
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.manifests.files import document_files_under
+from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
 from staticadm.yamltext import describe_yaml_error, dump_yaml
 
@@ -379,9 +380,17 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
     if requests is None:
         return EXIT_UNUSABLE_INPUT
 
-    denied = errored = False
     explain = output in ("json", "yaml")
+    with Progress(stderr, "reviewing requests", len(requests)) as progress:
+        return _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+
+
+def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
+                requests: Sequence[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
+                explain: bool, progress: Progress) -> int:
+    denied = errored = False
     for item in requests:
+        progress.advance()
         request = item.request
         if cluster is None:
             mutation, validation = review_request(snapshot, namespaces, request, endpoint, explain)

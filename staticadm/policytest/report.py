@@ -12,6 +12,7 @@ from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
 from staticadm.policytest.spec import TestFileError, discover
+from staticadm.progress import Progress
 from staticadm.yamltext import dump_yaml
 
 EXIT_PASSED = 0
@@ -65,14 +66,16 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
         suite = ElementTree.SubElement(root, "testsuite", name=f"{result.file}: {result.test}",
                                        tests=str(len(result.cases) or 1),
                                        failures=str(sum(not case.passed for case in result.cases)),
-                                       errors=str(int(bool(result.problems))))
+                                       errors=str(int(bool(result.problems))),
+                                       time=f"{sum(case.seconds for case in result.cases):.6f}")
         if result.problems:
-            case_element = ElementTree.SubElement(suite, "testcase", name="(setup)", classname=result.test)
+            case_element = ElementTree.SubElement(suite, "testcase", name="(setup)", classname=result.test,
+                                                  time="0")
             error_element = ElementTree.SubElement(case_element, "error", message="unusable test file")
             error_element.text = "\n".join(result.problems)
         for case in result.cases:
             case_element = ElementTree.SubElement(suite, "testcase", name=case.case, classname=result.test,
-                                                  file=result.file)
+                                                  file=result.file, time=f"{case.seconds:.6f}")
             if not case.passed:
                 failure = ElementTree.SubElement(case_element, "failure", message=case.failures[0])
                 failure.text = "\n".join([*case.failures, *case.diffs])
@@ -80,7 +83,8 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
         suite = ElementTree.SubElement(root, "testsuite", name="test files", tests=str(len(errors)), failures="0",
                                        errors=str(len(errors)))
         for error in errors:
-            case_element = ElementTree.SubElement(suite, "testcase", name=str(error.path), classname="test files")
+            case_element = ElementTree.SubElement(suite, "testcase", name=str(error.path), classname="test files",
+                                                  time="0")
             ElementTree.SubElement(case_element, "error", message=str(error))
     return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
 
@@ -89,7 +93,8 @@ def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: Text
     """Exit 0 when every case passed, 1 when one failed, 2 when a test file or its manifests are unusable
     (or no test file was found)."""
     tests, errors = discover(list(paths))
-    results = run_files(tests)
+    with Progress(stderr, "running policy tests") as progress:
+        results = run_files(tests, progress.advance)
     if output == "json":
         stdout.write(json.dumps(_document(results, errors), indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":

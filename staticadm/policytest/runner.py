@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ class CaseResult:
     #: ``decision_report``); empty when the request could not be built.
     request: dict[str, Any] = dataclasses.field(default_factory=dict)
     decision: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Wall time of the evaluation (JUnit's testcase time).
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +158,13 @@ def _review_documents(case: TestCase) -> list[tuple[str, dict[str, Any] | str]]:
     return documents
 
 
-def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase) -> list[CaseResult]:
+def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase,
+             on_request: Callable[[], None] | None = None) -> list[CaseResult]:
     """One result per request of the case, named ``case [place]`` when the case has several."""
     results = []
     for label, document in _review_documents(case):
+        if on_request is not None:
+            on_request()
         name = f"{case.name} [{label}]" if label else case.name
         results.append(_run_request(snapshot, namespaces, test, case, name, document))
     return results
@@ -174,15 +180,17 @@ def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile
     request = parse_admission_review(document)
     if isinstance(request, RequestError):
         return failed(f"the request is not a valid AdmissionReview: {request.message}")
+    started = time.perf_counter()
     mutation, validation = review_request(snapshot, namespaces, request, case.endpoint, explain=True)
+    seconds = time.perf_counter() - started
     answer = combined_response(request, mutation, validation)
     mutated = mutation.mutated_object if mutation is not None else request.object
     failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated)
     return CaseResult(test.path, test.name, name, not failures, tuple(failures), tuple(diffs), answer,
-                      request_summary(request), decision(snapshot, request, mutation, validation))
+                      request_summary(request), decision(snapshot, request, mutation, validation), seconds)
 
 
-def run_file(test: TestFile) -> FileResult:
+def run_file(test: TestFile, on_request: Callable[[], None] | None = None) -> FileResult:
     loaded = load_manifest_paths(list(test.manifests))
     if loaded.errors:
         return FileResult(test.path, test.name, tuple(f"manifests: {error}" for error in loaded.errors), ())
@@ -194,11 +202,12 @@ def run_file(test: TestFile) -> FileResult:
             return FileResult(test.path, test.name, (f"spec.namespaces: {error}",), ())
     snapshot = build_snapshot(loaded)
     return FileResult(test.path, test.name, (),
-                      tuple(result for case in test.cases for result in run_case(snapshot, namespaces, test, case)))
+                      tuple(result for case in test.cases
+                            for result in run_case(snapshot, namespaces, test, case, on_request)))
 
 
-def run_files(tests: Sequence[TestFile]) -> list[FileResult]:
-    return [run_file(test) for test in tests]
+def run_files(tests: Sequence[TestFile], on_request: Callable[[], None] | None = None) -> list[FileResult]:
+    return [run_file(test, on_request) for test in tests]
 
 
 def case_to_json(result: CaseResult) -> dict[str, Any]:
