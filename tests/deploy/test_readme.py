@@ -29,3 +29,23 @@ def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> 
                                timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "2 passed, 0 failed" in completed.stdout
+
+
+def test_the_offline_quickstart_commands_work_as_written(tmp_path: Path) -> None:
+    """Every file they name exists, and each command answers as its comment says (no command errors)."""
+    script = _block_starting((REPO_ROOT / "README.md").read_text(), "staticadm check manifests/examples")
+    shim = tmp_path / "bin" / "staticadm"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m staticadm "$@"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT)}
+    commands = script.replace("\\\n", " ").splitlines()
+    assert len(commands) == 4
+    codes = []
+    for command in commands:
+        completed = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                   timeout=120)
+        assert "Traceback" not in completed.stderr and "cannot read" not in completed.stderr, completed.stderr
+        codes.append((completed.returncode, completed.stdout.strip().splitlines()[-1]))
+    assert codes[0][0] == 0 and codes[1][0] == 3 and codes[2][0] == 3
+    assert codes[3] == (0, "false")
