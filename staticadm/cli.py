@@ -191,19 +191,29 @@ def _request_settings(args: argparse.Namespace) -> Any:
                            namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
 
 
-def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.diff import run_diff
-
-    inputs = [*args.requests, *args.filenames]
+def _request_inputs(args: argparse.Namespace, command: str, positional: list[str],
+                    stderr: TextIO) -> tuple[list[str], Any] | None:
+    """(request files, audit logs) of review and diff, or None after saying what is missing."""
+    inputs = [*positional, *args.filenames]
     try:
         audit = _audit_source(args)
     except ValueError as error:
-        stderr.write(f"staticadm diff: {error}\n")
-        return EXIT_USAGE
+        stderr.write(f"staticadm {command}: {error}\n")
+        return None
     if not inputs and audit is None:
-        stderr.write("staticadm diff: give at least one request, object file or directory of them, or "
-                     "--audit-log FILE\n")
+        stderr.write(f"staticadm {command}: give at least one request, object file or directory of them (REQUEST "
+                     "or -f FILE), or --audit-log FILE\n")
+        return None
+    return inputs, audit
+
+
+def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.diff import run_diff
+
+    found = _request_inputs(args, "diff", args.requests, stderr)
+    if found is None:
         return EXIT_USAGE
+    inputs, audit = found
     return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=_request_settings(args),
                     old_path=args.old, audit=audit)
 
@@ -235,16 +245,10 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
             stderr.write(f"staticadm review: {manifests} is not a directory: give the manifest directory first "
                          "(DIR or --manifests DIR)\n")
             return EXIT_USAGE
-    inputs = [*positional, *args.filenames]
-    try:
-        audit = _audit_source(args)
-    except ValueError as error:
-        stderr.write(f"staticadm review: {error}\n")
+    found = _request_inputs(args, "review", positional, stderr)
+    if found is None:
         return EXIT_USAGE
-    if not inputs and audit is None:
-        stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE), or "
-                     "--audit-log FILE\n")
-        return EXIT_USAGE
+    inputs, audit = found
     if args.namespaces and args.kubeconfig:
         stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
         return EXIT_USAGE

@@ -253,21 +253,28 @@ class FakeApiServer:
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         if request.query.get("watch") in ("1", "true"):
             return await self._watch(request)
-        limit = int(request.query.get("limit") or 0)
         with self._lock:
-            token = request.query.get("continue")
-            if token:
-                version, offset = (int(part) for part in token.split(":"))
-                if version < self._oldest:
-                    return self._json(status(410, "Expired", "The provided continue parameter is too old"), 410)
-            else:
-                version, offset = self._version, 0
-            items = [self._without_type(ns) for _, ns in sorted(self._namespaces.items())]
-            page = items[offset:offset + limit] if limit else items[offset:]
-            metadata: dict[str, Any] = {"resourceVersion": str(version)}
-            if limit and offset + limit < len(items):
-                metadata["continue"] = f"{version}:{offset + limit}"
-        return self._json({"kind": "NamespaceList", "apiVersion": "v1", "metadata": metadata, "items": page})
+            return self._page(request, "NamespaceList", "v1",
+                              [self._without_type(ns) for _, ns in sorted(self._namespaces.items())])
+
+    def _page(self, request: web.Request, kind: str, api_version: str, items: list[dict[str, Any]]) -> web.Response:
+        """One page of a list as kube-apiserver pages it (``limit``/``continue``; 410 Expired for a continue
+        token older than the history). Called with the lock held."""
+        limit = int(request.query.get("limit") or 0)
+        token = request.query.get("continue")
+        if token:
+            version, offset = (int(part) for part in token.split(":"))
+            if version < self._oldest:
+                return self._json(status(410, "Expired", "The provided continue parameter is too old to display a "
+                                                         "consistent list result."), 410)
+        else:
+            version, offset = self._version, 0
+        page = items[offset:offset + limit] if limit else items[offset:]
+        metadata: dict[str, Any] = {"resourceVersion": str(version)}
+        if limit and offset + limit < len(items):
+            metadata["continue"] = f"{version}:{offset + limit}"
+            metadata["remainingItemCount"] = len(items) - offset - limit
+        return self._json({"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})
 
     @staticmethod
     def _without_type(namespace: dict[str, Any]) -> dict[str, Any]:
@@ -379,24 +386,9 @@ class FakeApiServer:
         if self.before_list is not None:
             self.before_list(dict(request.query))
         kind = self._resources[key][0]
-        limit = int(request.query.get("limit") or 0)
         with self._lock:
-            token = request.query.get("continue")
-            if token:
-                version, offset = (int(part) for part in token.split(":"))
-                if version < self._oldest:
-                    return self._json(status(410, "Expired", "The provided continue parameter is too old to display "
-                                                             "a consistent list result."), 410)
-            else:
-                version, offset = self._version, 0
-            items = [item for _, item in sorted(self._objects[key].items())]
-            page = items[offset:offset + limit] if limit else items[offset:]
-            metadata: dict[str, Any] = {"resourceVersion": str(version)}
-            if limit and offset + limit < len(items):
-                metadata["continue"] = f"{version}:{offset + limit}"
-                metadata["remainingItemCount"] = len(items) - offset - limit
-        return self._json({"kind": f"{kind}List", "apiVersion": "/".join(part for part in key[:2] if part),
-                           "metadata": metadata, "items": page})
+            return self._page(request, f"{kind}List", "/".join(part for part in key[:2] if part),
+                              [item for _, item in sorted(self._objects[key].items())])
 
     async def _subject_access_review(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(("POST", request.path_qs))
