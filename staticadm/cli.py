@@ -163,19 +163,59 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 # -- diff -------------------------------------------------------------------------------------------
 
 
-def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.diff import run_diff
+def _audit_source(args: argparse.Namespace) -> Any:
+    """The --audit-log files and filters, or None; ValueError naming a bad --audit-since/--audit-until."""
+    from staticadm.admission.audit_log import AuditFilters, parse_timestamp
+    from staticadm.admission.review import AuditSource
+
+    if not args.audit_logs:
+        if any((args.audit_verbs, args.audit_resources, args.audit_namespaces, args.audit_since, args.audit_until)):
+            raise ValueError("the --audit-* filters select requests of --audit-log FILE: give one")
+        return None
+    bounds = []
+    for flag, text in (("--audit-since", args.audit_since), ("--audit-until", args.audit_until)):
+        try:
+            bounds.append(parse_timestamp(text) if text else None)
+        except ValueError as error:
+            raise ValueError(f"{flag}: not an RFC 3339 time (2024-05-01T10:00:00Z): {error}") from None
+    filters = AuditFilters(frozenset(args.audit_verbs), frozenset(args.audit_resources),
+                           frozenset(args.audit_namespaces), bounds[0], bounds[1])
+    return AuditSource(tuple(args.audit_logs), filters)
+
+
+def _request_settings(args: argparse.Namespace) -> Any:
     from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
 
-    inputs = [*args.requests, *args.filenames]
-    if not inputs:
-        stderr.write("staticadm diff: give at least one request, object file or directory of them\n")
-        return EXIT_USAGE
     groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
-                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
-    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=settings,
-                    old_path=args.old)
+    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+                           namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
+
+
+def _request_inputs(args: argparse.Namespace, command: str, positional: list[str],
+                    stderr: TextIO) -> tuple[list[str], Any] | None:
+    """(request files, audit logs) of review and diff, or None after saying what is missing."""
+    inputs = [*positional, *args.filenames]
+    try:
+        audit = _audit_source(args)
+    except ValueError as error:
+        stderr.write(f"staticadm {command}: {error}\n")
+        return None
+    if not inputs and audit is None:
+        stderr.write(f"staticadm {command}: give at least one request, object file or directory of them (REQUEST "
+                     "or -f FILE), or --audit-log FILE\n")
+        return None
+    return inputs, audit
+
+
+def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.diff import run_diff
+
+    found = _request_inputs(args, "diff", args.requests, stderr)
+    if found is None:
+        return EXIT_USAGE
+    inputs, audit = found
+    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=_request_settings(args),
+                    old_path=args.old, audit=audit)
 
 
 # -- test -------------------------------------------------------------------------------------------
@@ -191,21 +231,50 @@ def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 
 
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
     from staticadm.admission.review import run_review
 
-    inputs = [*args.requests, *args.filenames]
-    if not inputs:
-        stderr.write("staticadm review: give at least one request or object file (REQUEST or -f FILE)\n")
+    positional = list(args.requests)
+    manifests = args.manifests
+    if manifests is None:
+        # As check and diff: the manifest directory is the first positional argument without --manifests.
+        if not positional:
+            stderr.write("staticadm review: give the manifest directory (DIR or --manifests DIR)\n")
+            return EXIT_USAGE
+        manifests = positional.pop(0)
+        if not Path(manifests).is_dir():
+            stderr.write(f"staticadm review: {manifests} is not a directory: give the manifest directory first "
+                         "(DIR or --manifests DIR)\n")
+            return EXIT_USAGE
+    found = _request_inputs(args, "review", positional, stderr)
+    if found is None:
         return EXIT_USAGE
+    inputs, audit = found
     if args.namespaces and args.kubeconfig:
         stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
         return EXIT_USAGE
-    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    settings = RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
-                               namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
-    return run_review(args.manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
-                      endpoint=args.endpoint, settings=settings, old_path=args.old, kubeconfig=args.kubeconfig)
+    return run_review(manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
+                      endpoint=args.endpoint, settings=_request_settings(args), old_path=args.old,
+                      kubeconfig=args.kubeconfig, audit=audit)
+
+
+# -- audit ----------------------------------------------------------------------------------------
+
+
+def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.admission.cluster_audit import run_audit
+    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+
+    directories = [*args.manifests, *args.directories]
+    if len(directories) != 1:
+        stderr.write("staticadm audit: give one manifest directory (DIR or --manifests DIR)\n")
+        return EXIT_USAGE
+    if args.page_size < 1:
+        stderr.write("staticadm audit: --page-size must be at least 1\n")
+        return EXIT_USAGE
+    settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
+                               groups=tuple(args.groups) if args.groups else DEFAULT_GROUPS)
+    return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
+                     page_size=args.page_size)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -350,6 +419,22 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "(default: the object's, else default)")
     parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
     parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
+    audit = parser.add_argument_group(
+        "requests from kube-apiserver's audit log",
+        "audit.k8s.io/v1 Event JSON lines (also .gz, or - for stdin), level Request or RequestResponse: each "
+        "recorded write becomes the AdmissionReview kube-apiserver sent; events without the object "
+        "(Metadata level, ...) are counted on stderr, never guessed")
+    audit.add_argument("--audit-log", dest="audit_logs", action="append", default=[], metavar="FILE",
+                       help="an audit log; repeatable (rotated files)")
+    audit.add_argument("--audit-verb", dest="audit_verbs", action="append", default=[],
+                       choices=("create", "update", "patch", "delete"), help="only this verb; repeatable")
+    audit.add_argument("--audit-resource", dest="audit_resources", action="append", default=[],
+                       metavar="RESOURCE[.GROUP][/SUBRESOURCE]",
+                       help="only this resource, e.g. pods, deployments.apps, pods/status, pods/*; repeatable")
+    audit.add_argument("--audit-namespace", dest="audit_namespaces", action="append", default=[], metavar="NS",
+                       help="only requests in this namespace; repeatable")
+    audit.add_argument("--audit-since", metavar="TIME", help="only requests received at or after TIME (RFC 3339)")
+    audit.add_argument("--audit-until", metavar="TIME", help="only requests received before TIME (RFC 3339)")
 
 
 
@@ -426,13 +511,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Each input document is an AdmissionReview or a plain Kubernetes object, for which the\n"
                     "request kube-apiserver would send is built (resource and scope of built-in kinds from\n"
-                    "Kubernetes 1.36, others guessed as client-go does).\n\n"
+                    "Kubernetes 1.36, others guessed as client-go does). A v1 List or a typed list (PodList, ...),\n"
+                    "as kubectl get -o yaml and kube-apiserver write them, stands for each of its items.\n\n"
                     "Exit codes: 0 every request allowed; 3 some request denied; 4 some policy failed to\n"
                     "evaluate (whatever its failurePolicy made of it); 1 invalid manifests; 2 unusable input.\n\n"
-                    "example: staticadm review --manifests /etc/kubernetes/admission -f pod.yaml\n"
-                    "         staticadm review --manifests DIR --operation UPDATE --old before.yaml -f after.yaml")
-    review_parser.add_argument("--manifests", required=True, metavar="DIR",
-                               help="the admission policy manifest directory")
+                    "example: staticadm review /etc/staticadm/manifests -f pod.yaml\n"
+                    "         staticadm review --manifests DIR --operation UPDATE --old before.yaml -f after.yaml\n"
+                    "         staticadm review DIR --audit-log /var/log/kubernetes/audit.log --audit-verb create")
+    review_parser.add_argument("--manifests", metavar="DIR",
+                               help="the admission policy manifest directory (or give it as the first DIR)")
     review_parser.add_argument("--endpoint", choices=("validate", "mutate", "both"), default="both",
                                help="which webhook to answer as; both runs the mutating policies first and "
                                     "validates the mutated object, as kube-apiserver orders them (default: both)")
@@ -445,9 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
                                help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
                                     "\"review\": the AdmissionReview answer}, or the same as YAML documents "
                                     "(default: text)")
-    review_parser.add_argument("requests", nargs="*", metavar="REQUEST",
-                               help="AdmissionReview or object file (JSON or YAML, several documents allowed), "
-                                    "or - for stdin")
+    review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
+                               help="the manifest directory first unless --manifests is given, then AdmissionReview "
+                                    "or object files (JSON or YAML, several documents and Lists allowed), "
+                                    "directories of them, or - for stdin")
     _add_object_arguments(review_parser)
     review_parser.set_defaults(handler=command_review)
 
@@ -485,6 +573,34 @@ def build_parser() -> argparse.ArgumentParser:
                              help="a readable summary with diffs, or the whole result as JSON or YAML (default: text)")
     test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE")
     test_parser.set_defaults(handler=command_test)
+
+    audit_parser = commands.add_parser(
+        "audit", help="evaluate the objects a cluster already holds against a manifest directory (read-only)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Lists, in pages, the existing objects of every resource the policies' rules select for UPDATE\n"
+                    "(found by API discovery) and evaluates each as kube-apiserver would on an UPDATE that\n"
+                    "changes nothing: mutating policies first, then the validating ones, with namespaces and\n"
+                    "authorizer checks answered by the cluster. Reports per policy the objects it matched and\n"
+                    "those it would deny, warn about, audit, change or fail on. Only reads (get, list).\n\n"
+                    "Exit codes: 0 nothing would be denied; 3 some object would be denied; 4 some policy\n"
+                    "failed to evaluate; 1 invalid manifests; 2 the cluster cannot be read, or usage.\n\n"
+                    "example: staticadm audit ./next --kubeconfig ~/.kube/config --junit audit.xml")
+    audit_parser.add_argument("directories", nargs="*", metavar="DIR", help="the manifest directory")
+    audit_parser.add_argument("--manifests", action="append", default=[], metavar="DIR",
+                              help="the manifest directory, as DIR")
+    audit_parser.add_argument("--kubeconfig", required=True, metavar="FILE",
+                              help="the cluster to read (the kubeconfig's current context): list on the "
+                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks")
+    audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                              help="report format (default: text)")
+    audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
+    audit_parser.add_argument("--user", default="admin", help="the username of the UPDATE (default: admin)")
+    audit_parser.add_argument("--uid", dest="user_uid", default="", help="the user's uid")
+    audit_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
+                              help="a group of the user; repeatable (default: system:authenticated)")
+    audit_parser.add_argument("--page-size", type=int, default=500, metavar="N",
+                              help="objects per list request (default: 500, as kubectl)")
+    audit_parser.set_defaults(handler=command_audit)
 
     certs_parser = commands.add_parser(
         "certs", help="create the local CA and the HTTPS serving certificate kube-apiserver trusts",

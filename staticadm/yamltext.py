@@ -20,3 +20,16 @@ def describe_yaml_error(error: yaml.YAMLError) -> str:
     if isinstance(error, yaml.reader.ReaderError):
         return f"character {error.position + 1}: {error.reason}"
     return str(error).replace('in "<unicode string>", ', "").replace("\n", " ")
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Never writes anchors and aliases: a value that appears twice in a report (a mutation's patch in the
+    answer's patch) is written twice, so every reader sees plain data."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def dump_yaml(value: object) -> str:
+    """One YAML document, keys in the order given, unicode as is, no aliases."""
+    return yaml.dump(value, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)

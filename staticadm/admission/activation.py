@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType
 from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import CostBudget, EvaluationContext, RememberedOutcomes, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
@@ -36,6 +36,8 @@ class DecisionRecord:
     expression_index: int | None = None
     #: Wall time spent on this (policy, binding), for the check-duration histogram.
     seconds: float = 0.0
+    #: Where the decision comes from; ``expression_index`` indexes the validations or mutations.
+    site: DecisionSite = DecisionSite.VALIDATION
 
 
 @dataclass(slots=True)  # not frozen: one per candidate that does not apply, on every request (see Invocation)

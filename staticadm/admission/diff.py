@@ -11,20 +11,25 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import yaml
-
 from staticadm.admission.comparison import Difference, compare_reviews
+from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
+from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.request_builder import RequestSettings
 from staticadm.admission.review import (
     EXIT_DENIED,
     EXIT_INVALID_MANIFESTS,
     EXIT_OK,
     EXIT_UNUSABLE_INPUT,
+    AuditSource,
+    RequestSources,
+    describe_place,
     load_snapshot,
-    read_requests,
 )
+from staticadm.progress import Progress
+from staticadm.snapshot import Snapshot
+from staticadm.yamltext import dump_yaml
 
 #: Exit code when some request would be answered differently (as review's "denied": a finding).
 EXIT_DIFFERENT = EXIT_DENIED
@@ -37,40 +42,47 @@ def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
             "new_policies": list(difference.new_policies), "detail": difference.detail}
 
 
+def _differences(live: Snapshot, new: Snapshot, namespaces: NamespaceSource,
+                 request: AdmissionRequest) -> list[dict[str, Any]]:
+    differences = []
+    for endpoint in ENDPOINT_ORDER:
+        evaluate = ENDPOINTS[endpoint]
+        for difference in compare_reviews(evaluate(live, namespaces, request), evaluate(new, namespaces, request)):
+            differences.append(_difference_json(endpoint, difference))
+    return differences
+
+
 def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: str, stdin: TextIO, stdout: TextIO,
              stderr: TextIO, settings: RequestSettings | None = None, old_path: str | None = None,
-             namespaces: NamespaceSource | None = None) -> int:
+             namespaces: NamespaceSource | None = None, audit: AuditSource | None = None) -> int:
     """Exit 0 when no request would be answered differently, 3 when some would; 1 when either directory
     is invalid; 2 on unusable input."""
     live = load_snapshot(live_dir, stderr, "staticadm diff: (live)")
     new = load_snapshot(new_dir, stderr, "staticadm diff: (new)")
     if live is None or new is None:
         return EXIT_INVALID_MANIFESTS
-    requests, problems = read_requests(request_paths, settings or RequestSettings(), old_path, stdin)
-    if problems:
-        for problem in problems:
-            stderr.write(f"staticadm diff: {problem}\n")
+    requests = RequestSources(tuple(request_paths), settings or RequestSettings(), old_path, audit).read(
+        stdin, stderr, "diff")
+    if requests is None:
         return EXIT_UNUSABLE_INPUT
     namespaces = namespaces or RequestOnlyNamespaces()
     found: list[dict[str, Any]] = []
-    for item in requests:
-        differences = []
-        for endpoint in ENDPOINT_ORDER:
-            evaluate = ENDPOINTS[endpoint]
-            for difference in compare_reviews(evaluate(live, namespaces, item.request),
-                                              evaluate(new, namespaces, item.request)):
-                differences.append(_difference_json(endpoint, difference))
-        if differences:
-            found.append({"input": item.source, "document": item.document, "uid": item.request.uid,
-                          "differences": differences})
+    with Progress(stderr, "comparing requests", len(requests)) as progress:
+        for item in requests:
+            progress.advance()
+            differences = _differences(live, new, namespaces, item.request)
+            if differences:
+                found.append({"input": item.source, "document": item.document, "item": item.item or None,
+                              "uid": item.request.uid, "audit": item.audit, "differences": differences})
     summary = {"requests": len(requests), "different": len(found)}
+    report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":
-        stdout.write(json.dumps({"summary": summary, "differences": found}, indent=2, ensure_ascii=False) + "\n")
+        stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
-        stdout.write(yaml.safe_dump({"summary": summary, "differences": found}, sort_keys=False, allow_unicode=True))
+        stdout.write(dump_yaml(report))
     else:
         for entry in found:
-            where = entry["input"] + (f" (document {entry['document']})" if entry["document"] else "")
+            where = describe_place(entry["input"], entry["document"], entry["item"] or "")
             for change in entry["differences"]:
                 policies = "; ".join(part for part in (
                     f"live: {', '.join(change['live_policies'])}" if change["live_policies"] else "",

@@ -34,7 +34,7 @@ from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.response import review_response
-from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType
 from staticadm.cel import admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
@@ -65,6 +65,21 @@ class _PolicyError:
 
 
 @dataclass(frozen=True, slots=True)
+class MutationStep:
+    """What one mutation of one invocation did, for the whole-decision reports (``explain``)."""
+
+    policy: str
+    binding: str
+    #: The mutation's index in the policy's ``spec.mutations``.
+    index: int
+    reinvocation: bool
+    #: RFC 6902 operations from the object the mutation saw to the one it left (empty: unchanged).
+    patch: tuple[Mapping[str, Any], ...] = ()
+    #: Why it failed ("" when it applied).
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class MutationOutcome:
     response: Mapping[str, Any]
     allowed: bool
@@ -78,10 +93,15 @@ class MutationOutcome:
     reinvoked: tuple[tuple[str, str], ...]
     not_matched: tuple[NotMatched, ...]
     excluded: bool = False
+    #: Every mutation that ran, in order, with its own patch; only with ``explain``.
+    steps: tuple[MutationStep, ...] = ()
 
 
 @dataclass(slots=True)
 class _Dispatch:
+    #: Each mutation's step, or None when nobody asked (the daemon: computing patches costs).
+    steps: list[MutationStep] | None = None
+    reinvocation: bool = False
     errors: list[_PolicyError] = field(default_factory=list)
     records: list[DecisionRecord] = field(default_factory=list)
     invoked: list[tuple[str, str]] = field(default_factory=list)
@@ -93,14 +113,15 @@ class _Dispatch:
 
     def config_error(self, compiled: CompiledMutatingPolicy, binding: str | None, message: str) -> None:
         prefix = "failed to configure policy" if binding is None else "failed to configure binding"
-        self.error(compiled, binding, ExpressionFailure(f"{prefix}: {message}", ErrorType.INVALID_ERROR), "", 0.0)
+        self.error(compiled, binding, ExpressionFailure(f"{prefix}: {message}", ErrorType.INVALID_ERROR), "", 0.0,
+                   DecisionSite.CONFIGURATION)
 
     def error(self, compiled: CompiledMutatingPolicy, binding: str | None, failure: ExpressionFailure, reason: str,
-              seconds: float) -> None:
+              seconds: float, site: DecisionSite, index: int | None = None) -> None:
         self.errors.append(_PolicyError(compiled.name, binding, failure.message, reason, compiled.failure_policy))
         action = EnforcementAction.ALLOW if compiled.failure_policy == "Ignore" else EnforcementAction.DENY
         self.records.append(DecisionRecord(compiled.name, binding, action, failure.error_type, failure.message, reason,
-                                           seconds=seconds))
+                                           index, seconds, site))
 
 
 class PolicyReinvokeContext:
@@ -185,7 +206,7 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
     compiled = invocation.compiled
     binding = invocation.binding.metadata.name
     succeeded = False
-    for mutation in compiled.mutations:
+    for index, mutation in enumerate(compiled.mutations):
         if current is None:
             # Do not call patchers if there is no object to patch (a CONNECT without a body).
             continue
@@ -201,11 +222,18 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
         if failure is None and problem:
             failure = ExpressionFailure(problem, ErrorType.INVALID_ERROR)
         if failure is not None:
-            state.error(compiled, binding, failure, "Invalid", seconds)
+            state.error(compiled, binding, failure, "Invalid", seconds, DecisionSite.MUTATION, index)
+            if state.steps is not None:
+                state.steps.append(MutationStep(compiled.name, binding, index, state.reinvocation,
+                                                error=failure.message))
             continue
         succeeded = True
         action = EnforcementAction.ALLOW if mutated == current else EnforcementAction.MUTATE
-        state.records.append(DecisionRecord(compiled.name, binding, action, ErrorType.NO_ERROR, seconds=seconds))
+        state.records.append(DecisionRecord(compiled.name, binding, action, ErrorType.NO_ERROR, expression_index=index,
+                                            seconds=seconds, site=DecisionSite.MUTATION))
+        if state.steps is not None:
+            patch = () if mutated == current else tuple(create_patch(current, mutated))
+            state.steps.append(MutationStep(compiled.name, binding, index, state.reinvocation, patch))
         current = mutated
     return current, succeeded
 
@@ -227,6 +255,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             # A failing first pass denies the request before any reinvocation.
             break
         dirty = False
+        state.reinvocation = reinvocation
         for invocation in invocations:
             compiled = invocation.compiled
             if compiled.match_conditions:
@@ -242,7 +271,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                     continue
                 if failures:
                     state.error(compiled, invocation.binding.metadata.name, aggregate_failures(failures), "Invalid",
-                                0.0)
+                                0.0, DecisionSite.MATCH_CONDITIONS)
                     continue
             if reinvocation and not context.should_reinvoke(invocation.key):
                 continue
@@ -282,7 +311,7 @@ def _denial_status(request: AdmissionRequest, errors: list[_PolicyError]) -> dic
 
 def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
                       deadline: float | None = None, share_evaluations: bool = True,
-                      prune_objects: bool = True) -> MutationOutcome:
+                      prune_objects: bool = True, explain: bool = False) -> MutationOutcome:
     """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``; all CEL work
     stops at ``deadline`` (``time.perf_counter``).
 
@@ -290,8 +319,9 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     mutation that changes nothing the expressions can read makes no new activation; with ``prune_objects``
     the engine is given only what the expressions of the policies that could match can read of the objects.
     Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
-    False)."""
-    state = _Dispatch()
+    False). With ``explain`` the outcome carries each mutation's own patch (``steps``), for the reports of
+    the offline commands."""
+    state = _Dispatch(steps=[] if explain else None)
     excluded = is_excluded(request)
     final = request.object
     if not excluded and snapshot.mutating:
@@ -324,4 +354,5 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
         reinvoked=tuple(state.reinvoked),
         not_matched=tuple(state.not_matched),
         excluded=excluded,
+        steps=tuple(state.steps or ()),
     )

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from staticadm.admission.audit_log import AuditFilters, read_audit_logs
+from staticadm.admission.decision_report import API_VERSION, decision, request_summary
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import (
     NamespaceFileError,
@@ -25,6 +27,7 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
+from staticadm.admission.object_lists import ObjectListError, expand_lists
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
 from staticadm.admission.request_builder import (
     ObjectInputError,
@@ -37,8 +40,9 @@ from staticadm.admission.response import webhook_audit_key
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.manifests.files import document_files_under
+from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
-from staticadm.yamltext import describe_yaml_error
+from staticadm.yamltext import describe_yaml_error, dump_yaml
 
 # The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage; review adds
 # 3 (some request denied) and 4 (some policy failed to evaluate: an error, whatever failurePolicy made of it).
@@ -71,10 +75,26 @@ def _documents(text: str) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class RequestInput:
-    #: Where the request came from: the file (``<stdin>``) and the document in it.
+    #: Where the request came from: the file (``<stdin>``), the document in it and, for an object of a
+    #: List, its place in the list (``items[3]``; "" otherwise).
     source: str
     document: int
     request: AdmissionRequest
+    item: str = ""
+    #: For a request from an audit log, what its event says beside it (``audit_log.RecordedRequest``).
+    audit: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """The place as the text reports show it: ``file (document 1) items[3]``."""
+        return describe_place(self.source, self.document, self.item)
+
+
+def describe_place(source: str, document: int, item: str = "", *, documents: int = 0) -> str:
+    """``file``, ``file (document 1)``, ``file items[3]``; document 0 is named only when the file is known
+    to hold several documents (``documents``)."""
+    where = f"{source} (document {document})" if document or documents > 1 else source
+    return f"{where} {item}" if item else where
 
 
 def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
@@ -103,42 +123,78 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
         return [], [problem]
     inputs, problems = [], []
     for index, document in enumerate(documents):
-        where = f"{shown} (document {index})" if len(documents) > 1 else shown
-        if isinstance(document, dict) and document.get("kind") == "AdmissionReview":
-            review = document
-        else:
-            try:
-                old = pair_old_objects([document], olds)[0] if settings.operation == "UPDATE" and olds else None
-                review = review_for_object(document, old, settings, uid_seed=f"{shown}#{index}#{object_key(document)}")
-            except ObjectInputError as error:
-                problems.append(f"{where}: {error}")
-                continue
-        parsed = parse_admission_review(review)
-        if isinstance(parsed, RequestError):
-            problems.append(f"{where}: {parsed.message}")
-        else:
-            inputs.append(RequestInput(shown, index, parsed))
+        try:
+            listed = expand_lists(document)
+        except ObjectListError as error:
+            problems.append(f"{describe_place(shown, index, documents=len(documents))}: {error}")
+            continue
+        for entry in listed:
+            where = describe_place(shown, index, entry.item, documents=len(documents))
+            if isinstance(entry.value, dict) and entry.value.get("kind") == "AdmissionReview":
+                review = entry.value
+            else:
+                try:
+                    old = pair_old_objects([entry.value], olds)[0] if settings.operation == "UPDATE" and olds \
+                        else None
+                    review = review_for_object(entry.value, old, settings,
+                                               uid_seed=f"{shown}#{index}#{entry.item}#{object_key(entry.value)}")
+                except ObjectInputError as error:
+                    problems.append(f"{where}: {error}")
+                    continue
+            parsed = parse_admission_review(review)
+            if isinstance(parsed, RequestError):
+                problems.append(f"{where}: {parsed.message}")
+            else:
+                inputs.append(RequestInput(shown, index, parsed, entry.item))
     return inputs, problems
 
 
 def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_path: str | None,
-                  stdin: TextIO) -> tuple[list[RequestInput], list[str]]:
+                  stdin: TextIO, audit: AuditSource | None = None,
+                  notes: list[str] | None = None) -> tuple[list[RequestInput], list[str]]:
     """Every request of every input (AdmissionReviews, or plain objects built into the request kube-apiserver
-    would send), read before any is answered so a bad one never leaves half an output behind; every
-    problem of every document is reported in the one run. A directory stands for its .json, .yaml and .yml
-    files, recursively, in name order."""
+    would send, or the requests of audit logs), read before any is answered so a bad one never leaves half
+    an output behind; every problem of every document is reported in the one run. A directory stands for
+    its .json, .yaml and .yml files, recursively, in name order. What each audit log held is appended to
+    ``notes``."""
     problems: list[str] = []
     olds: list[Any] = []
     if old_path is not None:
-        olds, problem = _read_documents(old_path, stdin)
+        documents, problem = _read_documents(old_path, stdin)
         if problem is not None:
             problems.append(f"--old {problem}")
+        for index, document in enumerate(documents):
+            try:
+                olds.extend(entry.value for entry in expand_lists(document))
+            except ObjectListError as error:
+                shown = "<stdin>" if old_path == "-" else old_path
+                problems.append(f"--old {describe_place(shown, index, documents=len(documents))}: {error}")
     requests: list[RequestInput] = []
     for path in _expand(request_paths):
         inputs, file_problems = _load_inputs(path, stdin, settings, olds)
         requests.extend(inputs)
         problems.extend(file_problems)
+    if audit is not None:
+        recorded, summaries, audit_problems = read_audit_logs(audit.paths, audit.filters, stdin)
+        problems.extend(audit_problems)
+        if notes is not None:
+            notes.extend(summaries)
+        for entry in recorded:
+            shown = "<stdin>" if entry.path == "-" else entry.path
+            parsed = parse_admission_review(entry.review)
+            if isinstance(parsed, RequestError):
+                problems.append(f"{shown}:{entry.line}: the request built from the event: {parsed.message}")
+            else:
+                requests.append(RequestInput(shown, 0, parsed, f"line {entry.line}", entry.audit))
     return requests, problems
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSource:
+    """Audit logs to take requests from (``--audit-log``), and which of their requests."""
+
+    paths: tuple[str, ...]
+    filters: AuditFilters
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
@@ -236,11 +292,12 @@ def combined_response(request: AdmissionRequest, mutation: MutationOutcome | Non
 
 
 def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest,
-                   endpoint: str) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
-    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it."""
+                   endpoint: str, explain: bool = False) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
+    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it. With
+    ``explain`` the mutation outcome carries each mutation's own patch (for the whole-decision reports)."""
     mutation = None
     if endpoint in ("mutate", "both"):
-        mutation = evaluate_mutating(snapshot, namespaces, request)
+        mutation = evaluate_mutating(snapshot, namespaces, request, explain=explain)
         if endpoint == "mutate" or not mutation.allowed:
             return mutation, None
         if mutation.patch:
@@ -263,11 +320,11 @@ def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | Non
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
                settings: RequestSettings | None = None, old_path: str | None = None,
-               kubeconfig: str | None = None) -> int:
+               kubeconfig: str | None = None, audit: AuditSource | None = None) -> int:
     """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
-    object or namespaces file."""
-    settings = settings or RequestSettings()
+    object, audit log or namespaces file."""
+    sources = RequestSources(tuple(request_paths), settings or RequestSettings(), old_path, audit)
     snapshot = load_snapshot(manifests_dir, stderr, "staticadm review:")
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
@@ -292,43 +349,73 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             return EXIT_UNUSABLE_INPUT
         namespaces = cluster.view.namespaces
         try:
-            return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin,
-                               stdout, stderr, cluster)
+            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster)
         finally:
             cluster.close()
-    return _review_all(snapshot, namespaces, output, endpoint, settings, old_path, request_paths, stdin, stdout,
-                       stderr, None)
+    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSources:
+    """Where the requests of ``review`` and ``diff`` come from."""
+
+    paths: tuple[str, ...]
+    settings: RequestSettings
+    old_path: str | None = None
+    audit: AuditSource | None = None
+
+    def read(self, stdin: TextIO, stderr: TextIO, command: str) -> list[RequestInput] | None:
+        """Every request, or None after writing every problem; what the audit logs held goes to stderr."""
+        notes: list[str] = []
+        requests, problems = read_requests(self.paths, self.settings, self.old_path, stdin, self.audit, notes)
+        for problem in problems:
+            stderr.write(f"staticadm {command}: {problem}\n")
+        for note in notes:
+            stderr.write(f"staticadm {command}: {note}\n")
+        return None if problems else requests
 
 
 def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
-                settings: RequestSettings, old_path: str | None, request_paths: Sequence[str], stdin: TextIO,
-                stdout: TextIO, stderr: TextIO, cluster: BlockingClusterView | None) -> int:
-
-    requests, problems = read_requests(request_paths, settings, old_path, stdin)
-    if problems:
-        for problem in problems:
-            stderr.write(f"staticadm review: {problem}\n")
+                sources: RequestSources, stdin: TextIO, stdout: TextIO, stderr: TextIO,
+                cluster: BlockingClusterView | None) -> int:
+    requests = sources.read(stdin, stderr, "review")
+    if requests is None:
         return EXIT_UNUSABLE_INPUT
 
+    explain = output in ("json", "yaml")
+    with Progress(stderr, "reviewing requests", len(requests)) as progress:
+        return _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+
+
+def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
+                requests: Sequence[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
+                explain: bool, progress: Progress) -> int:
     denied = errored = False
     for item in requests:
+        progress.advance()
         request = item.request
         if cluster is None:
-            mutation, validation = review_request(snapshot, namespaces, request, endpoint)
+            mutation, validation = review_request(snapshot, namespaces, request, endpoint, explain)
         else:
             mutation, validation = cluster.evaluate(
-                request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint))
+                request.user_info, functools.partial(review_request, snapshot, namespaces, request, endpoint, explain))
         answer = combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
-        if output in ("json", "yaml"):
-            labelled = {"input": item.source, "document": item.document, "review": answer}
+        if explain:
+            labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
+                        "document": item.document, "item": item.item or None, "audit": item.audit,
+                        "request": request_summary(request), "allowed": answer["response"]["allowed"],
+                        "review": answer,
+                        **decision(snapshot, request, mutation, validation)}
             if output == "json":
                 stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
             else:
-                stdout.write("---\n" + yaml.safe_dump(labelled, sort_keys=False, allow_unicode=True))
+                stdout.write("---\n" + dump_yaml(labelled))
             continue
-        lines = [f"{item.source}{f' (document {item.document})' if item.document else ''}: request {request.uid}"]
+        lines = [f"{item.label}: request {request.uid}"]
+        if item.audit is not None:
+            lines.extend(_audit_lines(item.audit))
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
             lines.extend(_mutation_lines(mutation))
         if validation is not None:
@@ -337,6 +424,14 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
     if errored:
         return EXIT_EVALUATION_ERROR
     return EXIT_DENIED if denied else EXIT_OK
+
+
+def _audit_lines(audit: dict[str, Any]) -> list[str]:
+    answered = f", kube-apiserver answered {audit['responseCode']}" if audit["responseCode"] is not None else ""
+    lines = [f"  audit event: {audit['verb']} at {audit['requestReceivedTimestamp'] or '?'} ({audit['level']}, "
+             f"{audit['stage']}){answered}"]
+    lines.extend(f"  note: {note}" for note in audit["notes"])
+    return lines
 
 
 def _evaluation_failed(mutation: MutationOutcome | None, validation: ValidationOutcome | None) -> bool:

@@ -9,7 +9,7 @@ decision through the binding's validationActions and reports the first denial, e
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
@@ -44,13 +44,14 @@ from staticadm.admission.vocabulary import (
     AuditAnnotationAction,
     DecisionAction,
     DecisionEvaluation,
+    DecisionSite,
     EnforcementAction,
     ErrorType,
 )
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.evaluation import CostBudget, SharedActivation
-from staticadm.compiled import CompiledValidatingPolicy
+from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import Snapshot
 
@@ -70,6 +71,7 @@ class PolicyDecision:
     expression_index: int | None = None
     #: Decided from the evaluation itself; kube-apiserver reads the same from the message's prefix.
     error_type: ErrorType = ErrorType.NO_ERROR
+    site: DecisionSite = DecisionSite.VALIDATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,7 @@ class _Dispatch:
         """``addConfigError``: denies under Fail regardless of validationActions; Ignore drops it."""
         if compiled.failure_policy == "Ignore":
             self.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.ALLOW,
-                                               ErrorType.INVALID_ERROR, error))
+                                               ErrorType.INVALID_ERROR, error, site=DecisionSite.CONFIGURATION))
             return
         prefix = "failed to configure policy" if binding is None else "failed to configure binding"
         if compiled.failure_policy == "Fail":
@@ -127,7 +129,7 @@ class _Dispatch:
             message = f"unrecognized failure policy: '{compiled.failure_policy}'"
         self.denied.append(_Denial(compiled.name, binding, message, ""))
         self.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY, ErrorType.INVALID_ERROR,
-                                           message))
+                                           message, site=DecisionSite.CONFIGURATION))
 
 
 def _cel_type_name(value: Any) -> str:
@@ -185,7 +187,8 @@ def _validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource
                 return _ValidateResult(skipped_by="")
             aggregated = aggregate_failures(failures)
             return _ValidateResult((PolicyDecision(DecisionAction.DENY, DecisionEvaluation.ERROR, aggregated.message,
-                                                   error_type=aggregated.error_type),))
+                                                   error_type=aggregated.error_type,
+                                                   site=DecisionSite.MATCH_CONDITIONS),))
 
     activation = activations.for_evaluation(resource, kind, namespace_object)
     context = activations.scope(activation, RUNTIME_CEL_COST_BUDGET)
@@ -286,7 +289,7 @@ def _decisions(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, Exp
 def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
     """The one decision of a binding whose cost budget ran out."""
     return PolicyDecision(error_action, DecisionEvaluation.ERROR, BUDGET_EXHAUSTED_MESSAGE,
-                          error_type=ErrorType.OUT_OF_BUDGET)
+                          error_type=ErrorType.OUT_OF_BUDGET, site=DecisionSite.BUDGET)
 
 
 def _messages(compiled: CompiledValidatingPolicy, activations: RequestActivations, activation: SharedActivation,
@@ -356,7 +359,7 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                 state.records.append(DecisionRecord(policy_name, binding_name, EnforcementAction.ALLOW,
                                                     decision.error_type,
                                                     decision.message, expression_index=decision.expression_index,
-                                                    seconds=seconds))
+                                                    seconds=seconds, site=decision.site))
             continue
         for action in actions:
             if action == "Deny":
@@ -372,7 +375,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
             else:
                 continue
             state.records.append(DecisionRecord(policy_name, binding_name, enforced, decision.error_type,
-                                                decision.message, decision.reason, decision.expression_index, seconds))
+                                                decision.message, decision.reason, decision.expression_index, seconds,
+                                                decision.site))
     for annotation in result.audit:
         if annotation.action is AuditAnnotationAction.PUBLISH:
             value = truncate_bytes(annotation.value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
@@ -383,7 +387,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
             # auditAnnotation errors deny whatever the validationActions say.
             state.denied.append(_Denial(policy_name, binding_name, annotation.error, ""))
             state.records.append(DecisionRecord(policy_name, binding_name, EnforcementAction.DENY,
-                                                ErrorType.INVALID_ERROR, annotation.error, seconds=seconds))
+                                                ErrorType.INVALID_ERROR, annotation.error, seconds=seconds,
+                                                site=DecisionSite.AUDIT_ANNOTATION))
 
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
@@ -447,11 +452,18 @@ def explain_unmatched(snapshot: Snapshot, request: AdmissionRequest,
     """Why each policy the evaluation never looked at does not apply (for ``review`` and explain)."""
     seen = {entry.policy for entry in outcome.not_matched} | {policy for policy, _ in outcome.matched}
     seen |= {record.policy for record in outcome.decisions}
+    return never_looked_at(snapshot.validating, request, seen, outcome.excluded)
+
+
+def never_looked_at(policies: Sequence[CompiledValidatingPolicy] | Sequence[CompiledMutatingPolicy],
+                    request: AdmissionRequest, seen: set[str], excluded: bool) -> tuple[NotMatched, ...]:
+    """Why each of ``policies`` not in ``seen`` (the ones a dispatch looked at) does not apply: the match
+    index left them out because no resourceRule of theirs can match, or they have no binding."""
     reasons = []
-    for compiled in snapshot.validating:
+    for compiled in policies:
         if compiled.name in seen:
             continue
-        if outcome.excluded:
+        if excluded:
             reason = f"{describe_request(request)} is never sent through admission"
         elif not compiled.bindings:
             reason = "policy has no bindings"

@@ -62,3 +62,17 @@ class RequestDecision(StrEnum):
     MUTATE = "mutate"
     #: No decision: the request was malformed, timed out or hit an internal error.
     ERROR = "error"
+
+
+class DecisionSite(StrEnum):
+    """Which part of a (policy, binding) a decision comes from: the whole-decision reports say whether the
+    validations or mutations ran at all (a configuration error, a failed match condition or a budget that
+    ran out ends the binding before or during them)."""
+
+    VALIDATION = "validation"
+    MUTATION = "mutation"
+    MATCH_CONDITIONS = "matchConditions"
+    AUDIT_ANNOTATION = "auditAnnotation"
+    CONFIGURATION = "configuration"
+    #: The binding's cost budget ran out: one decision for the whole binding.
+    BUDGET = "budget"

@@ -8,7 +8,7 @@ every request's authorizer checks reviewed exactly as the daemon reviews them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +53,10 @@ class BlockingClusterView:
 
     def open(self) -> None:
         self._loop.run_until_complete(self.view.namespaces.list_once())
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Runs one call of the connection (a list page, ...) on the view's own event loop."""
+        return self._loop.run_until_complete(awaitable)
 
     def evaluate(self, user: UserInfo, evaluate: Callable[[], T]) -> T:
         return self._loop.run_until_complete(

@@ -202,7 +202,36 @@ def _rules(active: Iterable[tuple[Policy, Sequence[Binding]]]) -> list[dict[str,
             "resources": list(resources),
             "scope": scope,
         })
-    return rules
+    # A rule another one covers adds nothing kube-apiserver would send (the rules are OR-ed): left out.
+    return [rule for index, rule in enumerate(rules)
+            if not any(_rule_covers(other, rule) and (not _rule_covers(rule, other) or position < index)
+                       for position, other in enumerate(rules) if position != index)]
+
+
+def _rule_covers(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
+    """Whether every request ``inner`` matches is matched by ``outer``."""
+    def within(values: list[str], wider: list[str]) -> bool:
+        return "*" in wider or set(values) <= set(wider)
+
+    return (within(inner["operations"], outer["operations"]) and within(inner["apiGroups"], outer["apiGroups"])
+            and within(inner["apiVersions"], outer["apiVersions"])
+            and all(any(_resource_covers(pattern, name) for pattern in outer["resources"])
+                    for name in inner["resources"])
+            and outer["scope"] in ("*", inner["scope"]))
+
+
+def _resource_covers(pattern: str, name: str) -> bool:
+    """Webhook rule resources: ``*`` is every resource but no subresource, ``*/*`` everything, ``pods/*``
+    every subresource of pods, ``*/scale`` the scale subresource of every resource."""
+    if pattern in (name, "*/*"):
+        return True
+    if "/" not in pattern:
+        return pattern == "*" and "/" not in name
+    if "/" not in name:
+        return False
+    pattern_resource, _, pattern_sub = pattern.partition("/")
+    resource, _, sub = name.partition("/")
+    return pattern_resource in ("*", resource) and pattern_sub in ("*", sub)
 
 
 def _match_policy(active: Iterable[tuple[Policy, Sequence[Binding]]]) -> str:

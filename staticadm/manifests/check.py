@@ -30,8 +30,10 @@ def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: T
     if files:
         results.append(load_manifest_paths(list(files)))
     reports = []
+    promoted: list[int] = []
     for result in results:
         type_warnings = load_type_warnings(result)
+        promoted.append(len(type_warnings) if strict else 0)
         if strict and type_warnings:
             result = dataclasses.replace(result, errors=(*result.errors, *type_warnings))
             type_warnings = []
@@ -46,8 +48,8 @@ def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: T
         else:
             stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     else:
-        for result, warnings in reports:
-            _text_report(result, warnings, stdout)
+        for (result, warnings), strict_errors in zip(reports, promoted, strict=True):
+            _text_report(result, warnings, stdout, strict_errors)
     return 0 if all(result.ok for result, _ in reports) else 1
 
 
@@ -170,7 +172,9 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[
     }
 
 
-def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO) -> None:
+def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO, strict_errors: int = 0) -> None:
+    """``strict_errors``: how many of the errors are type-checking warnings made errors by --strict, which
+    kube-apiserver does not refuse (it loads the policy and reports them in its status)."""
     counts = (
         f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
         f"{len(result.validating_bindings)} validating and {len(result.mutating_bindings)} mutating bindings"
@@ -179,7 +183,16 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         out.write(f"{result.directory}: OK ({counts}; hash {result.content_hash or 'none'})\n")
     else:
         plural = "error" if len(result.errors) == 1 else "errors"
-        out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; kube-apiserver would refuse it\n")
+        refused = len(result.errors) - strict_errors
+        if not refused:
+            verdict = (f"--strict: {strict_errors} type-checking {plural}; kube-apiserver would load it (it reports "
+                       f"type checking in the policy's status, and the expressions fail at run time)")
+        elif strict_errors:
+            verdict = (f"kube-apiserver would refuse it ({refused} of them; {strict_errors} are type-checking "
+                       "warnings made errors by --strict)")
+        else:
+            verdict = "kube-apiserver would refuse it"
+        out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; {verdict}\n")
     for error in result.errors:
         out.write(f"  error: {error}\n")
     for warning in warnings:

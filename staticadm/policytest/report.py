@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
-import yaml
-
+from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
 from staticadm.policytest.spec import TestFileError, discover
+from staticadm.progress import Progress
+from staticadm.yamltext import dump_yaml
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -28,6 +29,8 @@ def _summary(results: Sequence[FileResult]) -> dict[str, int]:
 
 def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, Any]:
     return {
+        "apiVersion": API_VERSION,
+        "kind": "TestReport",
         "summary": _summary(results),
         "errors": [str(error) for error in errors],
         "files": [{"file": result.file, "test": result.test, "problems": list(result.problems),
@@ -63,14 +66,16 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
         suite = ElementTree.SubElement(root, "testsuite", name=f"{result.file}: {result.test}",
                                        tests=str(len(result.cases) or 1),
                                        failures=str(sum(not case.passed for case in result.cases)),
-                                       errors=str(int(bool(result.problems))))
+                                       errors=str(int(bool(result.problems))),
+                                       time=f"{sum(case.seconds for case in result.cases):.6f}")
         if result.problems:
-            case_element = ElementTree.SubElement(suite, "testcase", name="(setup)", classname=result.test)
+            case_element = ElementTree.SubElement(suite, "testcase", name="(setup)", classname=result.test,
+                                                  time="0")
             error_element = ElementTree.SubElement(case_element, "error", message="unusable test file")
             error_element.text = "\n".join(result.problems)
         for case in result.cases:
             case_element = ElementTree.SubElement(suite, "testcase", name=case.case, classname=result.test,
-                                                  file=result.file)
+                                                  file=result.file, time=f"{case.seconds:.6f}")
             if not case.passed:
                 failure = ElementTree.SubElement(case_element, "failure", message=case.failures[0])
                 failure.text = "\n".join([*case.failures, *case.diffs])
@@ -78,7 +83,8 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
         suite = ElementTree.SubElement(root, "testsuite", name="test files", tests=str(len(errors)), failures="0",
                                        errors=str(len(errors)))
         for error in errors:
-            case_element = ElementTree.SubElement(suite, "testcase", name=str(error.path), classname="test files")
+            case_element = ElementTree.SubElement(suite, "testcase", name=str(error.path), classname="test files",
+                                                  time="0")
             ElementTree.SubElement(case_element, "error", message=str(error))
     return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
 
@@ -87,11 +93,12 @@ def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: Text
     """Exit 0 when every case passed, 1 when one failed, 2 when a test file or its manifests are unusable
     (or no test file was found)."""
     tests, errors = discover(list(paths))
-    results = run_files(tests)
+    with Progress(stderr, "running policy tests") as progress:
+        results = run_files(tests, progress.advance)
     if output == "json":
         stdout.write(json.dumps(_document(results, errors), indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
-        stdout.write(yaml.safe_dump(_document(results, errors), sort_keys=False, allow_unicode=True))
+        stdout.write(dump_yaml(_document(results, errors)))
     else:
         _text(results, errors, stdout)
     if junit is not None:

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from staticadm.admission.decision_report import decision, request_summary
 from staticadm.admission.mutating import MutationOutcome
 from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import ObjectInputError, RequestSettings, review_for_object
+from staticadm.admission.request_builder import (
+    ObjectInputError,
+    RequestSettings,
+    pair_old_objects,
+    review_for_object,
+)
 from staticadm.admission.review import combined_response, review_request
 from staticadm.admission.validating import ValidationOutcome
 from staticadm.admission.vocabulary import EnforcementAction
@@ -34,6 +41,12 @@ class CaseResult:
     diffs: tuple[str, ...]
     #: The answer the engine gave, as kube-apiserver would receive it.
     response: dict[str, Any]
+    #: The request (without its objects) and the whole decision (every policy's and binding's result,
+    #: ``decision_report``); empty when the request could not be built.
+    request: dict[str, Any] = dataclasses.field(default_factory=dict)
+    decision: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Wall time of the evaluation (JUnit's testcase time).
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,36 +129,68 @@ def compare(expect: Expectation, answer: dict[str, Any], denied_by: tuple[str, s
     return failures, diffs
 
 
-def _review_document(case: TestCase) -> dict[str, Any]:
+def _review_documents(case: TestCase) -> list[tuple[str, dict[str, Any] | str]]:
+    """(label, the AdmissionReview or why it cannot be built) for each request of the case: one per object
+    (the objects of a List or of a multi-document file each get their own, labelled by their place)."""
     if case.review is not None:
         if not isinstance(case.review, dict):
-            raise ObjectInputError("review must be an AdmissionReview object")
-        return case.review
+            return [("", "review must be an AdmissionReview object")]
+        return [("", case.review)]
+    if case.recorded:
+        return list(case.recorded)
     settings = RequestSettings(operation=case.operation, username=case.user.username, uid=case.user.uid,
                                groups=case.user.groups, namespace=case.namespace, subresource=case.subresource,
                                dry_run=case.dry_run)
-    return review_for_object(case.object, case.old_object, settings, uid_seed=case.name)
+    documents: list[tuple[str, dict[str, Any] | str]] = []
+    for listed in case.objects:
+        try:
+            if not case.old_objects:
+                old = None
+            elif len(case.objects) == 1 and len(case.old_objects) == 1:
+                old = case.old_objects[0].value
+            else:
+                old = pair_old_objects([listed.value], [entry.value for entry in case.old_objects])[0]
+            documents.append((listed.item, review_for_object(listed.value, old, settings,
+                                                             uid_seed=f"{case.name}#{listed.item}" if listed.item
+                                                             else case.name)))
+        except ObjectInputError as error:
+            documents.append((listed.item, str(error)))
+    return documents
 
 
-def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase) -> CaseResult:
+def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase,
+             on_request: Callable[[], None] | None = None) -> list[CaseResult]:
+    """One result per request of the case, named ``case [place]`` when the case has several."""
+    results = []
+    for label, document in _review_documents(case):
+        if on_request is not None:
+            on_request()
+        name = f"{case.name} [{label}]" if label else case.name
+        results.append(_run_request(snapshot, namespaces, test, case, name, document))
+    return results
+
+
+def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase, name: str,
+                 document: dict[str, Any] | str) -> CaseResult:
     def failed(message: str) -> CaseResult:
-        return CaseResult(test.path, test.name, case.name, False, (message,), (), {})
+        return CaseResult(test.path, test.name, name, False, (message,), (), {})
 
-    try:
-        document = _review_document(case)
-    except ObjectInputError as error:
-        return failed(f"the request cannot be built: {error}")
+    if isinstance(document, str):
+        return failed(f"the request cannot be built: {document}")
     request = parse_admission_review(document)
     if isinstance(request, RequestError):
         return failed(f"the request is not a valid AdmissionReview: {request.message}")
-    mutation, validation = review_request(snapshot, namespaces, request, case.endpoint)
+    started = time.perf_counter()
+    mutation, validation = review_request(snapshot, namespaces, request, case.endpoint, explain=True)
+    seconds = time.perf_counter() - started
     answer = combined_response(request, mutation, validation)
     mutated = mutation.mutated_object if mutation is not None else request.object
     failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated)
-    return CaseResult(test.path, test.name, case.name, not failures, tuple(failures), tuple(diffs), answer)
+    return CaseResult(test.path, test.name, name, not failures, tuple(failures), tuple(diffs), answer,
+                      request_summary(request), decision(snapshot, request, mutation, validation), seconds)
 
 
-def run_file(test: TestFile) -> FileResult:
+def run_file(test: TestFile, on_request: Callable[[], None] | None = None) -> FileResult:
     loaded = load_manifest_paths(list(test.manifests))
     if loaded.errors:
         return FileResult(test.path, test.name, tuple(f"manifests: {error}" for error in loaded.errors), ())
@@ -157,11 +202,12 @@ def run_file(test: TestFile) -> FileResult:
             return FileResult(test.path, test.name, (f"spec.namespaces: {error}",), ())
     snapshot = build_snapshot(loaded)
     return FileResult(test.path, test.name, (),
-                      tuple(run_case(snapshot, namespaces, test, case) for case in test.cases))
+                      tuple(result for case in test.cases
+                            for result in run_case(snapshot, namespaces, test, case, on_request)))
 
 
-def run_files(tests: Sequence[TestFile]) -> list[FileResult]:
-    return [run_file(test) for test in tests]
+def run_files(tests: Sequence[TestFile], on_request: Callable[[], None] | None = None) -> list[FileResult]:
+    return [run_file(test, on_request) for test in tests]
 
 
 def case_to_json(result: CaseResult) -> dict[str, Any]:

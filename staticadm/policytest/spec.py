@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from staticadm.admission.audit_log import WRITE_VERBS, AuditFilters, AuditLogError, parse_timestamp, read_audit_log
+from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
 from staticadm.manifests.files import document_files_under
 from staticadm.yamltext import describe_yaml_error
 
@@ -53,10 +55,13 @@ class Expectation:
 class TestCase:
     name: str
     expect: Expectation
-    #: A plain object (with ``old_object`` for UPDATE) or a whole AdmissionReview.
-    object: Any = None
-    old_object: Any = None
+    #: Plain objects (with ``old_objects`` for UPDATE; Lists and multi-document files expanded, each object
+    #: one request that must meet the expectation) or a whole AdmissionReview.
+    objects: tuple[ListedObject, ...] = ()
+    old_objects: tuple[ListedObject, ...] = ()
     review: Any = None
+    #: AdmissionReviews built from audit log events (``auditLog``), each labelled ``file line N``.
+    recorded: tuple[tuple[str, dict[str, Any]], ...] = ()
     operation: str = "CREATE"
     user: User = field(default_factory=lambda: User("admin", groups=("system:masters", "system:authenticated")))
     namespace: str | None = None
@@ -124,20 +129,82 @@ def _read_yaml_documents(path: Path) -> list[Any]:
     return [document for document in yaml.safe_load_all(path.read_text(encoding="utf-8")) if document is not None]
 
 
-def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> Any:
+def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> list[Any] | None:
     target = base / reference
     try:
-        documents = _read_yaml_documents(target)
+        return _read_yaml_documents(target)
     except (OSError, UnicodeDecodeError) as error:
         errors.add(field_path, f"cannot read {target}: {error}")
-        return None
     except yaml.YAMLError as error:
         errors.add(field_path, f"{target}: not YAML: {describe_yaml_error(error)}")
+    return None
+
+
+def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> Any:
+    documents = _read_referenced(base, reference, errors, field_path)
+    if documents is None:
         return None
     if len(documents) != 1:
-        errors.add(field_path, f"{target} must hold exactly one document, holds {len(documents)}")
+        errors.add(field_path, f"{base / reference} must hold exactly one document, holds {len(documents)}")
         return None
     return documents[0]
+
+
+def _objects(documents: list[Any], errors: _Errors, field_path: str) -> tuple[ListedObject, ...]:
+    """Every object of the documents, Lists expanded; labelled by document (when several) and item."""
+    found: list[ListedObject] = []
+    for index, document in enumerate(documents):
+        document_label = f"document {index}" if len(documents) > 1 else ""
+        try:
+            listed = expand_lists(document)
+        except ObjectListError as error:
+            errors.add(field_path + (f" ({document_label})" if document_label else ""), str(error))
+            continue
+        found.extend(ListedObject(" ".join(part for part in (document_label, entry.item) if part), entry.value)
+                     for entry in listed)
+    if not found:
+        errors.add(field_path, "holds no object")
+    return tuple(found)
+
+
+def _recorded(value: Any, base: Path, errors: _Errors, path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The requests of ``auditLog: {file, verbs, resources, namespaces, since, until}``."""
+    spec = errors.mapping(value, path, ("file", "verbs", "resources", "namespaces", "since", "until"), ("file",))
+    if not spec:
+        return ()
+    before = len(errors.found)
+    selections = {}
+    for key in ("verbs", "resources", "namespaces"):
+        entries = spec.get(key, [])
+        if not isinstance(entries, list) or not all(isinstance(entry, str) for entry in entries):
+            errors.add(f"{path}.{key}", "must be a list of strings")
+            entries = []
+        if key == "verbs":
+            for index, verb in enumerate(entries):
+                if verb not in WRITE_VERBS:
+                    errors.add(f"{path}.verbs[{index}]", f"must be one of {', '.join(WRITE_VERBS)}")
+        selections[key] = frozenset(entries)
+    bounds = []
+    for key in ("since", "until"):
+        text = spec.get(key)
+        try:
+            bounds.append(parse_timestamp(errors.string(text, f"{path}.{key}")) if text is not None else None)
+        except ValueError as error:
+            errors.add(f"{path}.{key}", f"not an RFC 3339 time (2024-05-01T10:00:00Z): {error}")
+            bounds.append(None)
+    file = errors.string(spec.get("file", ""), f"{path}.file")
+    if len(errors.found) > before:
+        return ()
+    filters = AuditFilters(selections["verbs"], selections["resources"], selections["namespaces"], *bounds)
+    try:
+        requests, _ = read_audit_log(str(base / file), filters)
+    except AuditLogError as error:
+        errors.add(f"{path}.file", str(error))
+        return ()
+    if not requests:
+        errors.add(path, f"selects no request of {base / file} that can be evaluated")
+        return ()
+    return tuple((f"{file} line {entry.line}", entry.review) for entry in requests)
 
 
 def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> User:
@@ -190,24 +257,33 @@ def _expectation(value: Any, errors: _Errors, path: str) -> Expectation:
 def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors: _Errors) -> TestCase | None:
     path = f"spec.cases[{index}]"
     spec = errors.mapping(value, path, ("name", "object", "objectFile", "oldObject", "oldObjectFile", "review",
-                                        "reviewFile", "operation", "user", "namespace", "subresource", "dryRun",
-                                        "endpoint", "expect"), ("name", "expect"))
+                                        "reviewFile", "auditLog", "operation", "user", "namespace", "subresource",
+                                        "dryRun", "endpoint", "expect"), ("name", "expect"))
     if not spec:
         return None
     before = len(errors.found)
     name = errors.string(spec.get("name", ""), f"{path}.name")
-    sources = {}
+    sources: dict[str, Any] = {}
     for key, file_key in (("object", "objectFile"), ("oldObject", "oldObjectFile"), ("review", "reviewFile")):
         if key in spec and file_key in spec:
             errors.add(f"{path}.{file_key}", f"give {key} or {file_key}, not both")
-        elif file_key in spec:
+        elif file_key in spec and key == "review":
             sources[key] = _load_referenced(base, errors.string(spec[file_key], f"{path}.{file_key}"), errors,
                                             f"{path}.{file_key}")
-        elif key in spec:
+        elif file_key in spec:
+            documents = _read_referenced(base, errors.string(spec[file_key], f"{path}.{file_key}"), errors,
+                                         f"{path}.{file_key}")
+            sources[key] = _objects(documents, errors, f"{path}.{file_key}") if documents is not None else ()
+        elif key == "review" and key in spec:
             sources[key] = spec[key]
-    if ("object" in sources) == ("review" in sources):
-        errors.add(path, "give exactly one of object/objectFile (a plain object) or review/reviewFile "
-                         "(an AdmissionReview)")
+        elif key in spec:
+            sources[key] = _objects([spec[key]], errors, f"{path}.{key}")
+    recorded: tuple[tuple[str, dict[str, Any]], ...] = ()
+    if "auditLog" in spec:
+        recorded = _recorded(spec["auditLog"], base, errors, f"{path}.auditLog")
+    if ("object" in sources) + ("review" in sources) + ("auditLog" in spec) != 1:
+        errors.add(path, "give exactly one of object/objectFile (a plain object), review/reviewFile "
+                         "(an AdmissionReview) or auditLog (the requests of a kube-apiserver audit log)")
     operation = spec.get("operation", "CREATE")
     if operation not in OPERATIONS:
         errors.add(f"{path}.operation", f"must be one of {', '.join(OPERATIONS)}")
@@ -227,7 +303,8 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
         "user"].default_factory()  # type: ignore[misc]
     if len(errors.found) > before:
         return None
-    return TestCase(name, expect, sources.get("object"), sources.get("oldObject"), sources.get("review"), operation,
+    return TestCase(name, expect, sources.get("object", ()), sources.get("oldObject", ()), sources.get("review"),
+                    recorded, operation,
                     user, namespace, errors.string(spec.get("subresource", ""), f"{path}.subresource"), dry_run,
                     endpoint)
 

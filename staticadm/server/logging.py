@@ -137,7 +137,8 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
         shared.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     else:
-        shared.append(structlog.processors.TimeStamper(fmt=None, key="ts"))
+        # RFC 3339 in UTC with microseconds: what journald, Loki and jq read as a time without a conversion.
+        shared.append(structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"))
         shared.append(structlog.processors.format_exc_info)
         shared.append(_rename_event)
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)

@@ -1,7 +1,10 @@
-"""An in-tree stand-in for kube-apiserver: the namespaces API and SubjectAccessReview on its wire protocol.
+"""An in-tree stand-in for kube-apiserver: the namespaces API, API discovery, paged lists of any resource
+and SubjectAccessReview on its wire protocol.
 
 HTTPS with bearer tokens or client certificates (401 Status otherwise), paged JSON lists carrying a
-resourceVersion, chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, 410 Expired for
+resourceVersion (``limit``/``continue``, 410 Expired for a continue token older than the history, list
+items without apiVersion and kind), discovery documents (``/api``, ``/apis``, APIResourceLists with
+subresources), chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, 410 Expired for
 a resourceVersion older than its history, 404 Status for a missing namespace. It runs in a thread with
 its own event loop so the tests drive it synchronously while daemons talk to it as to kube-apiserver.
 """
@@ -52,6 +55,8 @@ class FakeApiServer:
     sar_delay: float = 0.0
     requests: list[tuple[str, str]] = field(default_factory=list)
     sar_requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Called with each list request's query before it is answered (a test compacts the history there).
+    before_list: Callable[[dict[str, str]], None] | None = None
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -67,6 +72,9 @@ class FakeApiServer:
         #: Watches from an older resourceVersion than this get 410 Expired.
         self._oldest = 100
         self._watches: list[_Watch] = []
+        #: (group, version, resource) -> (kind, namespaced), in the order added; objects by (namespace, name).
+        self._resources: dict[tuple[str, str, str], tuple[str, bool]] = {}
+        self._objects: dict[tuple[str, str, str], dict[tuple[str, str], dict[str, Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -124,6 +132,25 @@ class FakeApiServer:
                          "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
             self._namespaces[name] = namespace
             self._record("MODIFIED" if existing else "ADDED", namespace)
+
+    # -- other resources --------------------------------------------------------------------------
+
+    def add_resource(self, group: str, version: str, resource: str, kind: str, *, namespaced: bool = True) -> None:
+        """A resource served (and discovered) in a group version; the first version added is preferred."""
+        with self._lock:
+            self._resources[(group, version, resource)] = (kind, namespaced)
+            self._objects.setdefault((group, version, resource), {})
+
+    def set_objects(self, group: str, version: str, resource: str, objects: list[dict[str, Any]]) -> None:
+        """Stores the objects as kube-apiserver would (uid, resourceVersion, creationTimestamp added)."""
+        with self._lock:
+            stored = self._objects[(group, version, resource)]
+            for obj in objects:
+                self._version += 1
+                metadata = {**obj["metadata"], "uid": obj["metadata"].get("uid") or str(uuid.uuid4()),
+                            "resourceVersion": str(self._version), "creationTimestamp": "2026-05-01T10:00:00Z"}
+                item = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
+                stored[(metadata.get("namespace", ""), metadata["name"])] = {**item, "metadata": metadata}
 
     def delete_namespace(self, name: str) -> None:
         with self._lock:
@@ -191,6 +218,12 @@ class FakeApiServer:
         app.router.add_get("/api/v1/namespaces", self._namespaces_collection)
         app.router.add_get("/api/v1/namespaces/{name}", self._namespace)
         app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._subject_access_review)
+        app.router.add_get("/api", self._api_versions)
+        app.router.add_get("/apis", self._api_groups)
+        app.router.add_get("/api/{version}", self._api_resources)
+        app.router.add_get("/apis/{group}/{version}", self._api_resources)
+        app.router.add_get("/api/{version}/{resource}", self._list)
+        app.router.add_get("/apis/{group}/{version}/{resource}", self._list)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
@@ -220,21 +253,28 @@ class FakeApiServer:
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         if request.query.get("watch") in ("1", "true"):
             return await self._watch(request)
-        limit = int(request.query.get("limit") or 0)
         with self._lock:
-            token = request.query.get("continue")
-            if token:
-                version, offset = (int(part) for part in token.split(":"))
-                if version < self._oldest:
-                    return self._json(status(410, "Expired", "The provided continue parameter is too old"), 410)
-            else:
-                version, offset = self._version, 0
-            items = [self._without_type(ns) for _, ns in sorted(self._namespaces.items())]
-            page = items[offset:offset + limit] if limit else items[offset:]
-            metadata: dict[str, Any] = {"resourceVersion": str(version)}
-            if limit and offset + limit < len(items):
-                metadata["continue"] = f"{version}:{offset + limit}"
-        return self._json({"kind": "NamespaceList", "apiVersion": "v1", "metadata": metadata, "items": page})
+            return self._page(request, "NamespaceList", "v1",
+                              [self._without_type(ns) for _, ns in sorted(self._namespaces.items())])
+
+    def _page(self, request: web.Request, kind: str, api_version: str, items: list[dict[str, Any]]) -> web.Response:
+        """One page of a list as kube-apiserver pages it (``limit``/``continue``; 410 Expired for a continue
+        token older than the history). Called with the lock held."""
+        limit = int(request.query.get("limit") or 0)
+        token = request.query.get("continue")
+        if token:
+            version, offset = (int(part) for part in token.split(":"))
+            if version < self._oldest:
+                return self._json(status(410, "Expired", "The provided continue parameter is too old to display a "
+                                                         "consistent list result."), 410)
+        else:
+            version, offset = self._version, 0
+        page = items[offset:offset + limit] if limit else items[offset:]
+        metadata: dict[str, Any] = {"resourceVersion": str(version)}
+        if limit and offset + limit < len(items):
+            metadata["continue"] = f"{version}:{offset + limit}"
+            metadata["remainingItemCount"] = len(items) - offset - limit
+        return self._json({"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})
 
     @staticmethod
     def _without_type(namespace: dict[str, Any]) -> dict[str, Any]:
@@ -291,6 +331,64 @@ class FakeApiServer:
         if namespace is None:
             return self._json(status(404, "NotFound", f'namespaces "{name}" not found'), 404)
         return self._json(namespace)
+
+    # -- discovery and lists of other resources -------------------------------------------------------
+
+    async def _api_versions(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        return self._json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}]})
+
+    async def _api_groups(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        groups: dict[str, list[str]] = {}
+        for group, version, _ in self._resources:
+            if group and version not in groups.setdefault(group, []):
+                groups[group].append(version)
+        return self._json({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": group, "versions": [{"groupVersion": f"{group}/{version}", "version": version}
+                                         for version in versions],
+             "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]}}
+            for group, versions in groups.items()]})
+
+    async def _api_resources(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        group, version = request.match_info.get("group", ""), request.match_info["version"]
+        entries = [{"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
+                    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}] \
+            if (group, version) == ("", "v1") else []
+        for (resource_group, resource_version, resource), (kind, namespaced) in self._resources.items():
+            if (resource_group, resource_version) != (group, version):
+                continue
+            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+            entries.append({"name": resource, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                            "verbs": verbs})
+            entries.append({"name": f"{resource}/status", "singularName": "", "namespaced": namespaced,
+                            "kind": kind, "verbs": ["get", "patch", "update"]})
+        if not entries:
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        return self._json({"kind": "APIResourceList", "apiVersion": "v1",
+                           "groupVersion": f"{group}/{version}" if group else version, "resources": entries})
+
+    async def _list(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        key = (request.match_info.get("group", ""), request.match_info["version"], request.match_info["resource"])
+        if key not in self._resources:
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        if self.before_list is not None:
+            self.before_list(dict(request.query))
+        kind = self._resources[key][0]
+        with self._lock:
+            return self._page(request, f"{kind}List", "/".join(part for part in key[:2] if part),
+                              [item for _, item in sorted(self._objects[key].items())])
 
     async def _subject_access_review(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(("POST", request.path_qs))

@@ -16,16 +16,35 @@ def _block_starting(text: str, first_line: str) -> str:
     return next(block for block in blocks if block.startswith(first_line))
 
 
-def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> None:
-    script = _block_starting((REPO_ROOT / "README.md").read_text(), "mkdir -p my-policies/tests")
-    # `staticadm` as the venv installs it: the interpreter running the tests, with this checkout.
+def _environment(tmp_path: Path) -> dict[str, str]:
+    """`staticadm` on PATH as the venv installs it: the interpreter running the tests, with this checkout."""
     shim = tmp_path / "bin" / "staticadm"
     shim.parent.mkdir()
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m staticadm "$@"\n')
     shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(REPO_ROOT)}
+    return {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT)}
+
+
+def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> None:
+    script = _block_starting((REPO_ROOT / "README.md").read_text(), "mkdir -p my-policies/tests")
+    env = _environment(tmp_path)
     completed = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "2 passed, 0 failed" in completed.stdout
+
+
+def test_the_offline_quickstart_commands_work_as_written(tmp_path: Path) -> None:
+    """Every file they name exists, and each command answers as its comment says (no command errors)."""
+    script = _block_starting((REPO_ROOT / "README.md").read_text(), "staticadm check manifests/examples")
+    env = _environment(tmp_path)
+    commands = script.replace("\\\n", " ").splitlines()
+    assert len(commands) == 4
+    codes = []
+    for command in commands:
+        completed = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                   timeout=120)
+        assert "Traceback" not in completed.stderr and "cannot read" not in completed.stderr, completed.stderr
+        codes.append((completed.returncode, completed.stdout.strip().splitlines()[-1]))
+    assert codes[0][0] == 0 and codes[1][0] == 3 and codes[2][0] == 3
+    assert codes[3] == (0, "false")

@@ -172,7 +172,7 @@ def test_native_engine_works_under_memory_deny_write_execute(tmp_path: Path) -> 
     assert (tmp_path / "tls" / "serving.key").exists()
 
 
-@pytest.mark.parametrize("command", [["serve"], ["check"], ["review"], ["diff"], ["test"], ["certs"],
+@pytest.mark.parametrize("command", [["serve"], ["check"], ["review"], ["diff"], ["test"], ["audit"], ["certs"],
                                      ["webhook-config"], ["cel", "eval"]])
 def test_every_command_help_carries_an_example(command: list[str]) -> None:
     result = run_subprocess(*command, "--help")

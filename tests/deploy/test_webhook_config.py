@@ -367,3 +367,35 @@ def test_out_dir_writes_one_file_per_configuration_and_removes_what_is_no_longer
     assert result.code == 0
     assert sorted(p.name for p in (tmp_path / "api").iterdir()) == ["mutating-staticadm.yaml",
                                                                      "validating-staticadm.yaml"]
+
+
+
+def test_a_rule_another_rule_covers_is_left_out(tmp_path: Path) -> None:
+    """Rules are OR-ed: pods CREATE adds nothing to pods and pods/* CREATE and UPDATE in every version."""
+    def vap(name: str, *rules: dict[str, Any]) -> str:
+        return yaml.safe_dump_all([
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": name}, "spec": {"matchConstraints": {"resourceRules": list(rules)},
+                                                  "validations": [{"expression": "true"}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}}])
+
+    def rule(operations: list[str], resources: list[str], versions: list[str] | None = None,
+             scope: str = "*") -> dict[str, Any]:
+        return {"operations": operations, "apiGroups": [""], "apiVersions": versions or ["v1"],
+                "resources": resources, "scope": scope}
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    wide = rule(["CREATE", "UPDATE"], ["pods", "pods/*"], ["*"])
+    (manifests / "a.yaml").write_text(vap("a.static.k8s.io", rule(["CREATE"], ["pods"]),
+                                          rule(["UPDATE"], ["pods/status"], scope="Namespaced")))
+    (manifests / "b.yaml").write_text(vap("b.static.k8s.io", wide, rule(["CREATE"], ["services"])))
+    (manifests / "c.yaml").write_text(vap("c.static.k8s.io", rule(["UPDATE", "CREATE"], ["pods", "pods/*"], ["*"])))
+    assert run_cli("certs", "--out-dir", str(tmp_path / "tls")).code == 0
+    result = run_cli("webhook-config", "--manifests", str(manifests), "--url", "https://127.0.0.1:8443",
+                     "--ca-file", str(tmp_path / "tls" / "ca.crt"))
+    assert result.code == 0, result.stderr
+    rules = next(yaml.safe_load_all(result.stdout))["webhooks"][0]["rules"]
+    # c's rule is b's first one with its operations in another order: the same rule, kept once.
+    assert rules == [wide, rule(["CREATE"], ["services"])]

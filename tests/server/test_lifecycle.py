@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import socket
@@ -204,7 +205,11 @@ def test_request_metrics_and_log_lines_after_known_traffic(make_daemon: DaemonFa
         assert line["policy"] == "deny-label.static.k8s.io" and line["binding"] == "deny-label.static.k8s.io"
         assert line["allowed"] is False and line["action"] == "deny" and line["level"] == "info"
         assert line["kind"] == "v1/Pod" and line["object"] == "default/web" and line["user"] == "alice"
-        assert "latency_ms" in line and "ts" in line
+        assert "latency_ms" in line
+        # RFC 3339, UTC: readable by every log tool without knowing it is an epoch.
+        stamp = datetime.datetime.fromisoformat(line["ts"])
+        assert line["ts"].endswith("Z") and stamp.tzinfo is not None
+        assert abs((datetime.datetime.now(datetime.UTC) - stamp).total_seconds()) < 600
     assert not any(str(line.get("uid")).startswith("allow-") for line in lines)
     rejected = [line for line in lines if line.get("msg") == "rejected admission request"]
     assert sorted(line["code"] for line in rejected) == [400, 400]
