@@ -318,6 +318,13 @@ def _named_policy(name: str) -> str:
                     f"object.metadata.name.startsWith('{name}')\"\n")
 
 
+def _sighup_handled(pid: int) -> bool:
+    """Whether the process has set SIGHUP to ignored or caught (``SigIgn``/``SigCgt`` in /proc)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    mask = 1 << (signal.SIGHUP - 1)
+    return bool((int(fields["SigIgn"], 16) | int(fields["SigCgt"], 16)) & mask)
+
+
 def test_sighup_during_start_up_does_not_kill_the_daemon(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon(start=False)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -325,7 +332,14 @@ def test_sighup_during_start_up_does_not_kill_the_daemon(make_daemon: DaemonFact
     with daemon.log_path.open("ab") as log:
         process = subprocess.Popen(command, cwd=daemon.workdir, env=env, stdout=log, stderr=log)
     daemon.process = process
-    for delay in (0.05, 0.1, 0.2, 0.3):
+    # Before the interpreter runs our first line no process can handle a signal (SIGHUP's default action
+    # ends it); the claim is about every moment after launch.py has set its disposition, so the signals
+    # start the instant the kernel shows SIGHUP ignored or caught, then keep coming through start-up.
+    deadline = time.monotonic() + 30
+    while not _sighup_handled(process.pid):
+        assert process.poll() is None and time.monotonic() < deadline, daemon.log()
+        time.sleep(0.001)
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.3):
         time.sleep(delay)
         process.send_signal(signal.SIGHUP)
     daemon.wait_ready()
