@@ -476,15 +476,16 @@ class _Daemon:
                 # open one answered, idle connections closed (their clients reconnect to the other workers).
                 # A connection accepted just before the listeners closed gets its first request answered too:
                 # a client cannot tell it from one the other workers would have taken.
-                guard.draining = True
+                # aiohttp's own shutdown would drop a request arriving on an idle keep-alive connection and
+                # then wait out its timeout: idle connections are closed at once instead (Go's Shutdown).
                 for site in list(runner.sites):
                     await site.stop()
-                if not await guard.settle(self.config.header_timeout):
-                    self.log.warning("retiring with connections that sent no complete request in time",
-                                     connections=guard.unsettled())
-                assert runner.server is not None
-                await runner.server.shutdown(self.config.shutdown_grace)
-                self.log.info("worker retired: its connections are closed")
+                left = await guard.drain(self.config.header_timeout + self.config.shutdown_grace,
+                                         first_requests=True)
+                if left:
+                    self.log.warning("retiring with connections still open; closing them", connections=left)
+                else:
+                    self.log.info("worker retired: its connections are closed")
             state.shutting_down = True
             state.first_load_done.set()
             self.notifier.stopping()
@@ -504,11 +505,13 @@ class _Daemon:
             self.log.debug("shutdown: background tasks stopped")
             # Stop accepting first, then let running requests finish. aiohttp's own graceful shutdown
             # stops reading from connections at once, which would cut off a body still arriving, so the
-            # wait for in-flight requests happens before it.
+            # wait for in-flight requests happens before it; idle connections are closed at once.
             for site in list(runner.sites):
                 await site.stop()
             self.log.debug("shutdown: listeners closed", in_flight=state.in_flight)
-            if not await wait_idle(state, self.config.shutdown_grace):
+            grace_ends = time.monotonic() + self.config.shutdown_grace
+            await guard.drain(self.config.shutdown_grace, first_requests=False)
+            if not await wait_idle(state, max(0.0, grace_ends - time.monotonic())):
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
             await runner.cleanup()

@@ -326,3 +326,123 @@ def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_faile
     log = daemon.log()
     assert "replacing a worker that grew past its memory allowance" in log and "replaced worker stopped" in log
     assert "worker died" not in log and daemon.metric("staticadm_worker_restarts_total") == 0
+
+
+# -- retiring: idle keep-alive connections --------------------------------------------------------------
+
+
+def _send_review(connection: socket.socket, uid: str) -> None:
+    body = orjson.dumps(review({"app": "web"}, uid=uid))
+    connection.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def _read_answer(connection: socket.socket) -> tuple[bytes, dict[str, Any]] | None:
+    """One HTTP answer on a keep-alive connection: (head, decoded body); None when the connection ends, or
+    nothing arrives within the socket's timeout, before it is complete."""
+    received = b""
+    try:
+        while b"\r\n\r\n" not in received:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return None
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        assert found is not None, head
+        while len(body) < int(found.group(1)):
+            chunk = connection.recv(65536)
+            if not chunk:
+                return None
+            body += chunk
+    except (TimeoutError, ConnectionError, ssl.SSLError):
+        return None
+    return head, orjson.loads(body)
+
+
+def _closed_by_server(connection: ssl.SSLSocket) -> bool:
+    """Whether the server has closed this idle connection: what Go's transport notices (its read loop sees
+    the end) before it reuses a pooled connection."""
+    connection.setblocking(False)
+    try:
+        return connection.recv(1) == b""
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return False
+    except (ConnectionError, ssl.SSLError):
+        return True
+    finally:
+        connection.setblocking(True)
+
+
+def _keep_alive_pool(daemon: Daemon, size: int) -> list[ssl.SSLSocket]:
+    """``size`` HTTPS connections, each answered once and kept open: kube-apiserver's pool between requests."""
+    context = daemon.ssl_context()
+    context.check_hostname = False
+    pool = []
+    for index in range(size):
+        connection = context.wrap_socket(socket.create_connection(("127.0.0.1", daemon.port or 0), timeout=20))
+        _send_review(connection, f"warm-{index}")
+        answer = _read_answer(connection)
+        assert answer is not None and answer[0].startswith(b"HTTP/1.1 200 ")
+        pool.append(connection)
+    return pool
+
+
+def _held_by(pid: int, port: int, pool: list[ssl.SSLSocket]) -> list[ssl.SSLSocket]:
+    remote_ports = {remote for remote, _ in _held_sockets(pid, port)}
+    return [connection for connection in pool if connection.getsockname()[1] in remote_ports]
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
+def test_requests_on_idle_keep_alive_connections_are_answered_while_a_worker_retires(
+        make_daemon: DaemonFactory) -> None:
+    # aiohttp's shutdown stopped reading idle keep-alive connections but kept them open until its timeout:
+    # a request sent on one meanwhile was never answered, and kube-apiserver does not retry a POST. Now a
+    # retiring worker answers every request that has reached it and closes its idle connections at once,
+    # which a client sees before it reuses them, as Go's transport does.
+    daemon, serving = _start_workers(make_daemon)
+    port = daemon.port or 0
+    pool = _keep_alive_pool(daemon, 12)
+    try:
+        retiring = max(serving, key=lambda pid: len(_held_by(pid, port, pool)))
+        theirs = _held_by(retiring, port, pool)
+        assert len(theirs) >= 2, "the kernel gave one worker all the connections"
+        early, late = theirs[::2], theirs[1::2]
+        # Requests that reached the worker before it acts on its retirement: the worker is stopped while
+        # they are sent and told to retire, then resumed with both waiting for it.
+        os.kill(retiring, signal.SIGSTOP)
+        try:
+            for index, connection in enumerate(early):
+                _send_review(connection, f"early-{index}")
+            os.kill(retiring, signal.SIGUSR1)
+        finally:
+            os.kill(retiring, signal.SIGCONT)
+        for index, connection in enumerate(early):
+            answer = _read_answer(connection)
+            assert answer is not None, f"early request {index} was not answered"
+            head, decoded = answer
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert decoded["response"] == {"uid": f"early-{index}", "allowed": True}
+        # Requests on idle connections while it retires: a connection it has closed is replaced first.
+        assert wait_for(lambda: all(state != _LISTEN for _, state in _held_sockets(retiring, port)), timeout=10)
+        time.sleep(1.0)
+        context = daemon.ssl_context()
+        context.check_hostname = False
+        reconnected = 0
+        for index, connection in enumerate(late):
+            if _closed_by_server(connection):
+                connection.close()
+                connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20))
+                pool.append(connection)
+                reconnected += 1
+            connection.settimeout(5)
+            _send_review(connection, f"late-{index}")
+            answer = _read_answer(connection)
+            assert answer is not None, f"late request {index} was not answered"
+            assert answer[1]["response"] == {"uid": f"late-{index}", "allowed": True}
+        assert reconnected == len(late)
+        assert wait_for(lambda: not _alive(retiring), timeout=20), daemon.log()
+        assert "worker retired: its connections are closed" in daemon.log()
+    finally:
+        for connection in pool:
+            connection.close()
