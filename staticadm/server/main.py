@@ -86,6 +86,10 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
                     config=effective_options(config))
+    if config.workers == 1:
+        daemon.log.warning("one process (--workers 1): nothing replaces it while the memory the CEL engine keeps "
+                           "grows (README, Known gaps); with 2 or more, a worker that grows is replaced without "
+                           "failing a request")
     try:
         return asyncio.run(daemon.run())
     finally:
