@@ -445,7 +445,12 @@ class _Daemon:
                 self.watcher.start()
                 load: asyncio.Future[ReloadResult | None] = loop.run_in_executor(None, self.source.reload, "startup")
             else:
-                load = asyncio.ensure_future(link.first_load(self.source, self._on_disk_problem, self._apply_shadow))
+                # From the start: the supervisor's heartbeats and scrapes are answered during the first load.
+                background.append(supervised("control-channel", lambda: link.run(
+                    self.source, on_result=self._on_worker_load, on_disk_problem=self._on_disk_problem,
+                    on_shadow=self._apply_shadow, metrics=self.metrics.report)))
+                state.scrape = link.scrape
+                load = asyncio.ensure_future(link.first_load())
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -462,10 +467,6 @@ class _Daemon:
                 background.append(supervised("manifest-source", self.watcher.run))
             else:
                 self._on_worker_load(first)
-                background.append(supervised("control-channel",
-                                             lambda: link.run(self.source, self._on_worker_load,
-                                                              self._on_disk_problem, self._apply_shadow)))
-                background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
                 background.append(supervised("memory-allowance", lambda: link.watch_memory(
                     self.config.worker_memory_growth << 20, self.log)))
             state.first_load_done.set()
@@ -530,6 +531,9 @@ class _Daemon:
                 self.shadow_watcher.close()
             self._type_check_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
+            if self.link is not None:
+                # Every request has been answered: what this worker counted reaches the supervisor's total.
+                await self.link.report_last(self.metrics.report())
             self.log.info("stopped")
 
 
@@ -612,7 +616,8 @@ class _Supervisor(_Daemon):
             # Generated (or checked) once here, so workers do not race to create the same files.
             config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
         pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
-                                      self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc)
+                                      self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc,
+                                      self.metrics.report)
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
@@ -630,6 +635,7 @@ class _Supervisor(_Daemon):
             await pool.start()
             background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
                               for index in range(pool.count))
+            background.append(supervised("worker-heartbeat", pool.heartbeat))
             load = loop.run_in_executor(None, self.source.reload, "startup")
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
