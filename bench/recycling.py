@@ -36,48 +36,23 @@ from typing import Any
 import orjson
 
 from bench.daemons import Server, free_port
+from tests.policy_text import validating_policy_yaml
+from tests.server.harness import review
 
 #: Each request calls three library functions implemented in Python on values from the request.
-POLICY = """apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: libraries.static.k8s.io
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["pods"]
-  validations:
+POLICY = validating_policy_yaml("libraries", validations="""\
   - expression: "quantity(object.metadata.annotations['memory']).isLessThan(quantity('1Ti'))"
   - expression: "url(object.metadata.annotations['endpoint']).getHost() != ''"
   - expression: "ip(object.metadata.annotations['address']).family() == 4"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: libraries.static.k8s.io
-spec:
-  policyName: libraries.static.k8s.io
-  validationActions: [Deny]
-"""
+""")
 
 
 def review_body(index: int) -> bytes:
-    uid = f"recycling-{index}"
-    annotations = {"memory": f"{index % 1000 + 1}Mi", "endpoint": f"https://svc-{index % 997}.example.com:8443/x",
-                   "address": f"10.{index % 250}.{index // 250 % 250}.{index % 7 + 1}"}
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": f"pod-{index}", "namespace": "default", "annotations": annotations},
-           "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:v1"}]}}
-    return orjson.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-                    "name": f"pod-{index}", "namespace": "default", "userInfo": {"username": "bench"},
-                    "object": pod}})
+    document = review(uid=f"recycling-{index}", name=f"pod-{index}")
+    document["request"]["object"]["metadata"]["annotations"] = {
+        "memory": f"{index % 1000 + 1}Mi", "endpoint": f"https://svc-{index % 997}.example.com:8443/x",
+        "address": f"10.{index % 250}.{index // 250 % 250}.{index % 7 + 1}"}
+    return orjson.dumps(document)
 
 
 @dataclass
