@@ -136,8 +136,6 @@ def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 
 def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     import os
-    import shutil
-    import tempfile
 
     from staticadm.server.config import ConfigError, resolve
 
@@ -146,18 +144,14 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     except ConfigError as error:
         stderr.write(f"staticadm serve: {error}\n")
         return EXIT_USAGE
-    owned_metrics_directory = None
-    if config.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # Before prometheus_client is imported: it picks its multiprocess mode from the environment.
-        owned_metrics_directory = tempfile.mkdtemp(prefix="staticadm-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned_metrics_directory
+    # Before prometheus_client is imported: set, these would make it keep every series in memory-mapped
+    # files there, and a full file system would then kill whoever updates one (SIGBUS). Metrics stay in
+    # each process's memory; the supervisor adds them up (staticadm.server.metrics).
+    for name in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):
+        os.environ.pop(name, None)
     from staticadm.server.main import serve
 
-    try:
-        return serve(config, stderr)
-    finally:
-        if owned_metrics_directory is not None:
-            shutil.rmtree(owned_metrics_directory, ignore_errors=True)
+    return serve(config, stderr)
 
 
 # -- diff -------------------------------------------------------------------------------------------

@@ -76,6 +76,8 @@ class ServerState:
     shadow: ShadowEvaluator | None = None
     #: Lines /readyz?verbose adds as notes without affecting readiness (the cluster view's state).
     ready_notes: dict[str, Callable[[], str]] = field(default_factory=dict)
+    #: A worker of ``serve --workers``: /metrics is every process's sum, from the supervisor.
+    scrape: Callable[[], Awaitable[bytes]] | None = None
     _review_slots: asyncio.Semaphore | None = None
 
     def review_slots(self) -> asyncio.Semaphore:
@@ -440,7 +442,15 @@ def _readiness(state: ServerState) -> list[tuple[str, bool]]:
 async def _metrics(request: web.Request) -> web.StreamResponse:
     if request.method not in ("GET", "HEAD"):
         raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; use GET")
-    body = request.app[STATE].metrics.exposition()
+    state = request.app[STATE]
+    if state.scrape is None:
+        body = state.metrics.exposition()
+    else:
+        try:
+            body = await state.scrape()
+        except (TimeoutError, ConnectionError) as error:
+            raise BadRequest(503, "ServiceUnavailable", "the supervisor did not answer with every worker's "
+                             "metrics in time") from error
     response = web.Response(body=body, status=200)
     response.headers["Content-Type"] = METRICS_CONTENT_TYPE
     return response

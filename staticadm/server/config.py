@@ -167,8 +167,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
              f"connection is closed (default: {DEFAULT_MAX_CONNECTIONS})")
     add("--workers", metavar="N", default=None,
         help="processes answering requests on the same sockets, under one supervisor that owns reloads and "
-             "systemd notifications; 'auto' is the node's cores, at most 4; 1 is a single process "
-             "(default: auto)")
+             "systemd notifications; 'auto' is the node's cores, at least 2 and at most 4; 1 is a single "
+             "process, which nothing replaces when the CEL engine's memory grows (default: auto)")
     add("--worker-memory-growth", metavar="MIB", default=None,
         help=f"with --workers: a worker that has grown this many MiB beyond its size after loading its "
              f"snapshot is replaced by a new one (which starts first; the old one then drains), bounding the "
@@ -283,10 +283,12 @@ def format_listen(address: tuple[str, int]) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def default_workers() -> int:
-    """The node's cores, at most 4: each worker holds its own compiled snapshot (about 90 MB at 100
-    policies, 135 MB at 1000), and the shipped unit caps the service at 1 GiB."""
-    return max(1, min(os.cpu_count() or 1, 4))
+def default_workers(cores: int | None = None) -> int:
+    """The node's cores, at least 2 and at most 4. At least 2: only workers are replaced when they grow
+    (the CEL engine keeps memory with each call of a library in Python: README, Known gaps), and replacing
+    one fails no request only while another serves. At most 4: each worker holds its own compiled snapshot
+    (about 90 MB at 100 policies, 135 MB at 1000), and the shipped unit caps the service at 1 GiB."""
+    return max(2, min(cores if cores is not None else os.cpu_count() or 1, 4))
 
 
 def parse_listen(text: str) -> tuple[str, int]:

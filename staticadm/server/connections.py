@@ -12,8 +12,9 @@ both listeners with a thousand idle connections. Here:
 - accept errors (EMFILE and the like) are logged once per interval with a count, not once per attempt
   with a traceback;
 - memory freed by closed TLS connections is handed back to the system (``malloc_trim``) after a burst;
-- a worker that retires answers every connection it has accepted, handshakes still running included,
-  before it closes them (:meth:`ConnectionGuard.settle`).
+- stopping, idle connections are closed at once and every request that has arrived is answered first; a
+  worker that retires also answers the first request of every connection it has accepted, handshakes
+  still running included (:meth:`ConnectionGuard.drain`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import resource
+import sys
+import termios
 import time
 import weakref
 from collections.abc import Callable
@@ -119,27 +123,34 @@ class ConnectionGuard:
         """A connection was accepted; it reaches :meth:`opened` when its handshake is done."""
         self._handshaking.add(connection)
 
-    # -- retiring ---------------------------------------------------------------------------------
+    # -- stopping ---------------------------------------------------------------------------------
 
-    def unsettled(self, now: float | None = None) -> int:
-        """Connections a client may still be sending a request on: handshakes still running (within their
-        timeout), connections that never had a request, and requests whose headers are arriving.
-
-        A connection that was answered and is idle counts as settled: closing it is what any keep-alive
-        server does, and a client does not expect an answer on it."""
-        now = time.monotonic() if now is None else now
+    def _waiting_for(self, now: float, first_requests: bool) -> int:
+        """Connections :meth:`drain` still waits for: any open one, and with ``first_requests`` the TLS
+        handshakes still running within their timeout (a connection accepted before the listeners closed is
+        this worker's to answer)."""
         handshaking = sum(1 for c in self._handshaking if now - c.accepted_at <= self.header_timeout)
-        return handshaking + sum(1 for c in self.connections if not c.settled)
+        return len(self.connections) + (handshaking if first_requests else 0)
 
-    async def settle(self, timeout: float, interval: float = 0.05) -> bool:
-        """Waits until :meth:`unsettled` is 0 (True) or ``timeout`` passes (False). Called after the
-        listeners stopped accepting, so nothing new can arrive meanwhile."""
+    async def drain(self, timeout: float, *, first_requests: bool, interval: float = 0.01) -> int:
+        """Closes every connection as soon as it is idle, as Go's ``Server.Shutdown`` does: answered, with
+        nothing of a next request received, not even in the kernel's buffer. A request that has arrived is
+        answered first, and every answer now closes its connection (``draining``). With ``first_requests``
+        (a retiring worker, whose clients cannot know it is leaving) a connection that has not sent its first
+        request yet gets its header timeout for it; otherwise (shutting down) it is closed too. Called once
+        the listeners are closed; returns how many connections are left when ``timeout`` passes (0: none)."""
+        self.draining = True
         deadline = time.monotonic() + timeout
-        while self.unsettled():
-            if time.monotonic() >= deadline:
-                return False
+        while True:
+            for connection in list(self.connections):
+                if connection.idle(fresh_too=not first_requests):
+                    self.closed(connection)
+                    connection.close_now()
+            now = time.monotonic()
+            left = self._waiting_for(now, first_requests)
+            if not left or now >= deadline:
+                return left
             await asyncio.sleep(interval)
-        return True
 
     # -- the sweeper ------------------------------------------------------------------------------
 
@@ -202,11 +213,16 @@ class GuardedRequestHandler(RequestHandler):
         self.busy = False
         self.idle_since = time.monotonic()
 
-    @property
-    def settled(self) -> bool:
-        """Has had a request, and is not receiving the headers of another. A request being handled is left
-        to the shutdown that follows, which waits for it; its answer closes the connection (draining)."""
-        return self._request_count > 0 and self.header_started is None
+    def idle(self, *, fresh_too: bool = False) -> bool:
+        """Waiting for a next request of which nothing has arrived (with ``fresh_too``, or for a first one):
+        its last answer was written whole (aiohttp's handler waits for a message), no request is queued or
+        half received, and the kernel holds no unread byte of one. Bytes still on their way can always
+        meet a close; Go's server has the same window, this one is as narrow as it gets."""
+        waiter = getattr(self, "_waiter", None)
+        if (not fresh_too and self._request_count == 0) or self.busy or self.header_started is not None \
+                or waiter is None or waiter.done() or getattr(self, "_messages", None):
+            return False
+        return _unread_bytes(self.transport) == 0
 
     def expired(self, now: float, header_timeout: float, idle_timeout: float) -> bool:
         if self.busy:
@@ -290,6 +306,18 @@ class AcceptErrorLimiter:
         repeated = self._suppressed.pop(key, 0)
         self._logger.error("event loop error", msg_detail=message, err=str(error) if error else None,
                            repeated_since_last_report=repeated)
+
+
+def _unread_bytes(transport: asyncio.BaseTransport | None) -> int:
+    """Bytes received by the kernel on ``transport``'s socket and not read yet (0 when it cannot tell)."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    return int.from_bytes(answer, sys.byteorder)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

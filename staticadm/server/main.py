@@ -86,6 +86,10 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
                     config=effective_options(config))
+    if config.workers == 1:
+        daemon.log.warning("one process (--workers 1): nothing replaces it while the memory the CEL engine keeps "
+                           "grows (README, Known gaps); with 2 or more, a worker that grows is replaced without "
+                           "failing a request")
     try:
         return asyncio.run(daemon.run())
     finally:
@@ -441,7 +445,12 @@ class _Daemon:
                 self.watcher.start()
                 load: asyncio.Future[ReloadResult | None] = loop.run_in_executor(None, self.source.reload, "startup")
             else:
-                load = asyncio.ensure_future(link.first_load(self.source, self._on_disk_problem, self._apply_shadow))
+                # From the start: the supervisor's heartbeats and scrapes are answered during the first load.
+                background.append(supervised("control-channel", lambda: link.run(
+                    self.source, on_result=self._on_worker_load, on_disk_problem=self._on_disk_problem,
+                    on_shadow=self._apply_shadow, metrics=self.metrics.report)))
+                state.scrape = link.scrape
+                load = asyncio.ensure_future(link.first_load())
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
             if not load.done():
@@ -458,10 +467,6 @@ class _Daemon:
                 background.append(supervised("manifest-source", self.watcher.run))
             else:
                 self._on_worker_load(first)
-                background.append(supervised("control-channel",
-                                             lambda: link.run(self.source, self._on_worker_load,
-                                                              self._on_disk_problem, self._apply_shadow)))
-                background.append(supervised("metrics-refresh", self.metrics.refresh_loop))
                 background.append(supervised("memory-allowance", lambda: link.watch_memory(
                     self.config.worker_memory_growth << 20, self.log)))
             state.first_load_done.set()
@@ -476,15 +481,16 @@ class _Daemon:
                 # open one answered, idle connections closed (their clients reconnect to the other workers).
                 # A connection accepted just before the listeners closed gets its first request answered too:
                 # a client cannot tell it from one the other workers would have taken.
-                guard.draining = True
+                # aiohttp's own shutdown would drop a request arriving on an idle keep-alive connection and
+                # then wait out its timeout: idle connections are closed at once instead (Go's Shutdown).
                 for site in list(runner.sites):
                     await site.stop()
-                if not await guard.settle(self.config.header_timeout):
-                    self.log.warning("retiring with connections that sent no complete request in time",
-                                     connections=guard.unsettled())
-                assert runner.server is not None
-                await runner.server.shutdown(self.config.shutdown_grace)
-                self.log.info("worker retired: its connections are closed")
+                left = await guard.drain(self.config.header_timeout + self.config.shutdown_grace,
+                                         first_requests=True)
+                if left:
+                    self.log.warning("retiring with connections still open; closing them", connections=left)
+                else:
+                    self.log.info("worker retired: its connections are closed")
             state.shutting_down = True
             state.first_load_done.set()
             self.notifier.stopping()
@@ -504,11 +510,13 @@ class _Daemon:
             self.log.debug("shutdown: background tasks stopped")
             # Stop accepting first, then let running requests finish. aiohttp's own graceful shutdown
             # stops reading from connections at once, which would cut off a body still arriving, so the
-            # wait for in-flight requests happens before it.
+            # wait for in-flight requests happens before it; idle connections are closed at once.
             for site in list(runner.sites):
                 await site.stop()
             self.log.debug("shutdown: listeners closed", in_flight=state.in_flight)
-            if not await wait_idle(state, self.config.shutdown_grace):
+            grace_ends = time.monotonic() + self.config.shutdown_grace
+            await guard.drain(self.config.shutdown_grace, first_requests=False)
+            if not await wait_idle(state, max(0.0, grace_ends - time.monotonic())):
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
             await runner.cleanup()
@@ -523,6 +531,9 @@ class _Daemon:
                 self.shadow_watcher.close()
             self._type_check_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
+            if self.link is not None:
+                # Every request has been answered: what this worker counted reaches the supervisor's total.
+                await self.link.report_last(self.metrics.report())
             self.log.info("stopped")
 
 
@@ -605,7 +616,8 @@ class _Supervisor(_Daemon):
             # Generated (or checked) once here, so workers do not race to create the same files.
             config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
         pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
-                                      self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc)
+                                      self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc,
+                                      self.metrics.report)
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
@@ -623,6 +635,7 @@ class _Supervisor(_Daemon):
             await pool.start()
             background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
                               for index in range(pool.count))
+            background.append(supervised("worker-heartbeat", pool.heartbeat))
             load = loop.run_in_executor(None, self.source.reload, "startup")
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]

@@ -4,24 +4,22 @@ A private :class:`CollectorRegistry` (not the process-global default) keeps test
 seeing each other's series and keeps the exposition to what we define. Names mirror kube-apiserver's
 so that dashboards written for in-process static admission carry over with the prefix swapped.
 
-With ``serve --workers N`` every process writes its series into ``$PROMETHEUS_MULTIPROC_DIR``
-(prometheus_client's multiprocess mode, chosen when that variable is set before the library is
-imported) and the exposition is the sum over the supervisor and every worker, live or dead.
+With ``serve --workers N`` every process keeps its series in memory, where updating one costs what it
+costs a single process. A scrape, whichever worker it reaches, is answered by the supervisor from the
+reports of every process (:class:`ProcessSum`): counters and histograms are summed over the supervisor,
+every worker and every worker that has gone (whose last report is kept, folded into one total so that
+replaced workers cost no memory), and each gauge is combined as its :data:`GaugeMode` says. Nothing is
+written to a file: no file system, full or read-only, can fail a request or a worker.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-
-MULTIPROCESS_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
-#: How often a worker refreshes gauges whose value is read from elsewhere (dropped log lines).
-REFRESH_INTERVAL = 5.0
 
 PREFIX = "staticadm"
 
@@ -33,14 +31,113 @@ LATENCY_BUCKETS = (
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+#: How a gauge's values in several processes make the exported value (prometheus_client's multiprocess
+#: names): ``sum``/``max`` over every process, gone ones included; ``livemin``/``livemax`` over the running
+#: ones; ``liveall``: one series per running process, labelled with its ``pid``.
+GaugeMode = Literal["sum", "max", "liveall", "livemin", "livemax"]
+
+#: (sample name, labels in their declared order, value).
+Sample = tuple[str, tuple[tuple[str, str], ...], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family's samples in one process (or summed over several), as a worker reports them."""
+
+    name: str
+    kind: str
+    documentation: str
+    #: A gauge's :data:`GaugeMode`; "sum" for counters and histograms.
+    mode: str
+    samples: tuple[Sample, ...]
+
+
+#: Everything one process exports, in registration order.
+ProcessMetrics = tuple[Family, ...]
+
+
+def _combine(mode: str, old: float, new: float) -> float:
+    if mode.endswith("max"):
+        return max(old, new)
+    if mode.endswith("min"):
+        return min(old, new)
+    return old + new
+
+
+def combine(parts: Iterable[tuple[str | None, ProcessMetrics]]) -> ProcessMetrics:
+    """The series of several processes as one: ``parts`` are (pid, metrics) of running processes, and
+    (None, metrics) for what gone processes left (their live-only gauges are not part of it)."""
+    families: dict[str, tuple[Family, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
+    for pid, metrics in parts:
+        for family in metrics:
+            values = families.setdefault(family.name, (family, {}))[1]
+            live_only = family.mode.startswith("live")
+            if live_only and pid is None:
+                continue
+            for name, labels, value in family.samples:
+                if family.mode == "liveall":
+                    labels = (*labels, ("pid", str(pid)))
+                key = (name, labels)
+                old = values.get(key)
+                values[key] = value if old is None else _combine(family.mode, old, value)
+    return tuple(Family(family.name, family.kind, family.documentation, family.mode,
+                        tuple((name, labels, value) for (name, labels), value in values.items()))
+                 for family, values in families.values())
+
+
+class _Reported:
+    """A collector exporting reported families as they are."""
+
+    def __init__(self, metrics: ProcessMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._metrics:
+            metric = Metric(family.name, family.documentation, family.kind)
+            for name, labels, value in family.samples:
+                metric.add_sample(name, dict(labels), value)
+            yield metric
+
+
+def render(metrics: ProcessMetrics) -> bytes:
+    """The Prometheus text exposition of ``metrics``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Reported(metrics))
+    return generate_latest(registry)
+
+
+class ProcessSum:
+    """The supervisor's record of what every worker counted: each running worker's latest report, and one
+    total of the last reports of workers that have gone.
+
+    Each report a scrape shows is kept before it is shown, so no exported counter ever goes down, even when
+    a worker dies or does not answer in time (its latest report stands in for it). A worker that dies loses
+    only what it counted after its latest report; one that is replaced or stopped reports last on its way
+    out."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, ProcessMetrics] = {}
+        self.gone: ProcessMetrics = ()
+
+    def report(self, pid: int, metrics: ProcessMetrics) -> None:
+        self.running[pid] = metrics
+
+    def departed(self, pid: int) -> None:
+        metrics = self.running.pop(pid, None)
+        if metrics is not None:
+            self.gone = combine([(None, self.gone), (None, metrics)])
+
+    def total(self, own_pid: int, own: ProcessMetrics) -> ProcessMetrics:
+        return combine([(str(own_pid), own), *((str(pid), metrics) for pid, metrics in self.running.items()),
+                        (None, self.gone)])
+
 
 class Metrics:
     """Every series the daemon exports; one instance per process (or per test)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIRECTORY))
-        self._dropped: Callable[[], float] | None = None
+        self._modes: dict[str, GaugeMode] = {}
         self._request_children: dict[tuple[str, int, str], tuple[Any, Any]] = {}
         self._check_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
         self._mutation_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -74,10 +171,10 @@ class Metrics:
             "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and "
             "binding; mirrors apiserver_mutating_admission_policy_check_duration_seconds.",
             mutation_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self._log_drops = Gauge(
+        self._log_drops = self._gauge(
             f"{PREFIX}_log_lines_dropped",
             "Log lines dropped since start because the log reader (journald, the container runtime) did not "
-            "keep up; logging never blocks admission.", registry=self.registry, multiprocess_mode="sum")
+            "keep up; logging never blocks admission.", mode="sum")
         self.connection_events = Counter(
             f"{PREFIX}_connections_closed_total",
             "Connections closed by the daemon: timeout (headers or idle past their limit), shed (idle, to make "
@@ -97,19 +194,18 @@ class Metrics:
             f"{reload_prefix}_automatic_reloads_total",
             "Total number of manifest directory reload attempts that ended with the given status.",
             ("status",), registry=self.registry)
-        self.reload_timestamp = Gauge(
+        self.reload_timestamp = self._gauge(
             f"{reload_prefix}_automatic_reload_last_timestamp_seconds",
             "Unix time of the last manifest directory reload with the given status.",
-            ("status",), registry=self.registry, multiprocess_mode="max")
-        self.config_info = Gauge(
+            ("status",), mode="max")
+        self.config_info = self._gauge(
             f"{reload_prefix}_last_config_info",
-            "The content hash of the manifest directory currently served: 1 (with --workers, hashes served "
-            "earlier stay listed at 0).",
-            ("hash",), registry=self.registry, multiprocess_mode="max")
-        self.worker_config_info = Gauge(
+            "The content hash of the manifest directory currently served: 1.",
+            ("hash",), mode="max")
+        self.worker_config_info = self._gauge(
             f"{PREFIX}_worker_config_info",
             "With --workers: the content hash each worker serves (1), by worker process id.",
-            ("hash",), registry=self.registry, multiprocess_mode="liveall")
+            ("hash",), mode="liveall")
         self._worker_hash: str | None = None
         self.worker_restarts = Counter(
             f"{PREFIX}_worker_restarts_total",
@@ -133,14 +229,14 @@ class Metrics:
             f"{PREFIX}_cluster_watch_restarts_total",
             "Relists of the cluster view after a watch ended abnormally: expired (410 Gone) or error.",
             ("resource", "reason"), registry=self.registry)
-        self.cluster_cache_synced = Gauge(
+        self.cluster_cache_synced = self._gauge(
             f"{PREFIX}_cluster_cache_synced",
             "1 once the cluster view's cache of the resource has listed (with workers: the least of them).",
-            ("resource",), registry=self.registry, multiprocess_mode="livemin")
-        self.cluster_cache_objects = Gauge(
+            ("resource",), mode="livemin")
+        self.cluster_cache_objects = self._gauge(
             f"{PREFIX}_cluster_cache_objects",
             "Objects in the cluster view's cache of the resource.",
-            ("resource",), registry=self.registry, multiprocess_mode="livemax")
+            ("resource",), mode="livemax")
         self.shadow_evaluations = Counter(
             f"{PREFIX}_shadow_evaluations_total",
             "Requests evaluated again against --shadow-manifests, by endpoint.",
@@ -159,10 +255,10 @@ class Metrics:
             f"{PREFIX}_shadow_reloads_total",
             "Reload attempts of the --shadow-manifests directory by status.",
             ("status",), registry=self.registry)
-        self.shadow_config_info = Gauge(
+        self.shadow_config_info = self._gauge(
             f"{PREFIX}_shadow_config_info",
             "The content hash of the shadow directory being evaluated: 1 (earlier hashes 0).",
-            ("hash",), registry=self.registry, multiprocess_mode="max")
+            ("hash",), mode="max")
         self._shadow_hash: str | None = None
         self.authorizer_cache_lookups = Counter(
             f"{PREFIX}_cluster_authorizer_cache_total",
@@ -172,22 +268,18 @@ class Metrics:
         for status in ("success", "failure"):
             self.reloads.labels(status=status)
 
-    def watch_log_drops(self, dropped: Callable[[], float]) -> None:
-        """Exports the log writer's dropped-line count (read at scrape time; with workers, refreshed by
-        :meth:`refresh_loop`, because a scrape reads the other processes' files, not their memory)."""
-        self._dropped = dropped
-        if not self.multiprocess:
-            self._log_drops.set_function(dropped)
+    def _gauge(self, name: str, documentation: str, labels: tuple[str, ...] = (), *, mode: GaugeMode) -> Gauge:
+        gauge = Gauge(name, documentation, labels, registry=self.registry)
+        self._modes[name] = mode
+        return gauge
 
-    async def refresh_loop(self) -> None:
-        while True:
-            if self._dropped is not None:
-                self._log_drops.set(self._dropped())
-            await asyncio.sleep(REFRESH_INTERVAL)
+    def watch_log_drops(self, dropped: Callable[[], float]) -> None:
+        """Exports the log writer's dropped-line count, read at scrape time."""
+        self._log_drops.set_function(dropped)
 
     def set_worker_hash(self, content_hash: str) -> None:
         if self._worker_hash is not None and self._worker_hash != content_hash:
-            self.worker_config_info.labels(hash=self._worker_hash).set(0)
+            self.worker_config_info.remove(self._worker_hash)
         self._worker_hash = content_hash
         self.worker_config_info.labels(hash=content_hash).set(1)
 
@@ -200,11 +292,7 @@ class Metrics:
     def set_config_hash(self, content_hash: str) -> None:
         # Exactly one series at a time: an old hash left at 1 would look like drift between replicas.
         if self._config_hash is not None and self._config_hash != content_hash:
-            if self.multiprocess:
-                # A series written to the shared files cannot be removed, only set.
-                self.config_info.labels(hash=self._config_hash).set(0)
-            else:
-                self.config_info.remove(self._config_hash)
+            self.config_info.remove(self._config_hash)
         self._config_hash = content_hash
         self.config_info.labels(hash=content_hash).set(1)
 
@@ -263,12 +351,16 @@ class Metrics:
         self.authorizer_cache_lookups.labels("hit" if hit else "miss").inc()
 
     def exposition(self) -> bytes:
-        if not self.multiprocess:
-            return generate_latest(self.registry)
-        from prometheus_client import multiprocess
+        """This process's series (the whole daemon's with one process; see :class:`ProcessSum`)."""
+        return generate_latest(self.registry)
 
-        if self._dropped is not None:
-            self._log_drops.set(self._dropped())
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry)
+    def report(self) -> ProcessMetrics:
+        """This process's series, for the supervisor to add up. ``_created`` samples are left out: the time a
+        series was created in one worker says nothing about a sum over workers that come and go."""
+        families = []
+        for metric in self.registry.collect():
+            samples = tuple((sample.name, tuple(sample.labels.items()), sample.value) for sample in metric.samples
+                            if not sample.name.endswith("_created"))
+            families.append(Family(metric.name, metric.type, metric.documentation,
+                                   self._modes.get(metric.name, "sum"), samples))
+        return tuple(families)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -262,6 +263,20 @@ def status_of(raw: bytes) -> int:
 
 def body_of(raw: bytes) -> bytes:
     return raw.partition(b"\r\n\r\n")[2]
+
+
+def mount_namespace(setup: str) -> list[str] | None:
+    """A launcher that runs the daemon in a private mount namespace once the shell commands ``setup`` (mounts)
+    have run there: ``unshare -m`` as root, else in a user namespace (``unshare -rm``) where the kernel allows
+    one; None when neither can (the caller skips). The daemon keeps the launcher's pid (both exec)."""
+    if shutil.which("unshare") is None:
+        return None
+    for flags in ([["-m"]] if os.geteuid() == 0 else []) + [["-r", "-m"]]:
+        probe = subprocess.run(["unshare", *flags, "sh", "-c", f"{setup} && exec true"], capture_output=True,
+                               check=False, timeout=30)
+        if probe.returncode == 0:
+            return ["unshare", *flags, "sh", "-c", f'{setup} && exec "$@"', "sh"]
+    return None
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = EVENT_WAIT) -> bool:

@@ -20,6 +20,7 @@ from staticadm.server.config import (
     ConfigError,
     ServeConfig,
     add_serve_arguments,
+    default_workers,
     resolve,
 )
 from tests.server.harness import REPO_ROOT, DaemonFactory, denied_message, review
@@ -132,7 +133,7 @@ def test_defaults_without_flags_or_file() -> None:
     assert config.shutdown_grace == DEFAULT_SHUTDOWN_GRACE and config.body_timeout == DEFAULT_BODY_TIMEOUT
     assert config.allow_world_writable_manifests is False
     assert config.log_format == "json" and config.log_level == "info"
-    assert config.workers == min(os.cpu_count() or 1, 4)
+    assert config.workers == max(2, min(os.cpu_count() or 1, 4))
     assert config.socket is not None and config.socket.name == "staticadm.sock"
     # '' disables a listener, from the file as from a flag.
     assert _parse("--socket", "", "--listen", "").socket is None
@@ -228,3 +229,8 @@ def test_a_bad_worker_count_names_the_option(value: str) -> None:
 def test_namespaces_and_kubeconfig_are_one_or_the_other(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="two sources of namespaces"):
         _parse("--namespaces", "/a.yaml", "--kubeconfig", "/kubeconfig")
+
+
+def test_auto_workers_are_at_least_two_so_that_growing_ones_can_be_replaced() -> None:
+    # One process grows with the CEL engine's kept memory until MemoryMax kills it, failing what it serves.
+    assert [default_workers(cores) for cores in (1, 2, 3, 4, 16)] == [2, 2, 3, 4, 4]

@@ -18,6 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
+from staticadm.deploy.certs import ensure_self_signed
+from staticadm.server.config import default_workers
+from staticadm.server.workers import HEARTBEAT_TIMEOUT
 from tests.cluster.policies import policy
 from tests.server.harness import (
     REQUESTS,
@@ -26,6 +29,7 @@ from tests.server.harness import (
     denied_message,
     free_port,
     metric_value,
+    mount_namespace,
     policy_yaml,
     review,
     wait_for,
@@ -42,7 +46,7 @@ _SERIES = re.compile(r'^staticadm_worker_config_info\{hash="([^"]+)",pid="(\d+)"
 
 def _serving(daemon: Daemon) -> dict[int, str]:
     """pid -> content hash, for every live worker (from any worker's /metrics)."""
-    text = daemon.get("/metrics").body.decode()
+    text = daemon.get("/metrics", via="unix" if daemon.socket_path else "https").body.decode()
     return {int(pid): content_hash for content_hash, pid in _SERIES.findall(text)}
 
 
@@ -310,10 +314,13 @@ def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_faile
     assert serving is not None
     content_hash = next(iter(serving.values()))
     failures = []
+    sent = 0
 
     def replaced() -> bool:
+        nonlocal sent
         for index in range(20):
             answer = daemon.validate(review({"app": "web"}, uid=f"r{index}"), via="https" if index % 2 else "unix")
+            sent += 1
             if answer.status != 200 or answer.json()["response"]["allowed"] is not True:
                 failures.append(answer.body)
         now = _all_serving(daemon, 2)
@@ -326,3 +333,220 @@ def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_faile
     log = daemon.log()
     assert "replacing a worker that grew past its memory allowance" in log and "replaced worker stopped" in log
     assert "worker died" not in log and daemon.metric("staticadm_worker_restarts_total") == 0
+    # A replaced worker reports what it counted on its way out: every request stays counted.
+    assert daemon.metric(REQUESTS, {"endpoint": "validate"}) == sent
+
+
+# -- no file written: full and read-only file systems ------------------------------------------------------
+
+
+def _deny_label_traffic(daemon: Daemon, count: int) -> None:
+    """``count`` reviews over both listeners (or HTTPS alone), each answered with the policy's decision."""
+    for index in range(count):
+        via = "unix" if daemon.socket_path and index % 2 else "https"
+        answer = daemon.validate(review({"deny": "true"}, uid=f"t{index}"), via=via)
+        assert answer.status == 200, answer.body
+        assert answer.json()["response"]["allowed"] is False
+
+
+def test_a_full_file_system_fails_no_request_and_stops_no_worker(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    # Metrics used to be memory-mapped files in TMPDIR (or PROMETHEUS_MULTIPROC_DIR): on a full file system
+    # the first write to a new page killed its process with SIGBUS, workers in a loop, the supervisor too.
+    full = tmp_path / "full"
+    full.mkdir()
+    launcher = mount_namespace(f"mount -t tmpfs -o size=256k tmpfs {full} && mkdir {full}/metrics && "
+                               f"{{ dd if=/dev/zero of={full}/fill bs=4k 2>/dev/null; true; }}")
+    if launcher is None:
+        pytest.skip("needs a private mount namespace (unshare) to mount a small tmpfs")
+    daemon = make_daemon(start=False, args=["--workers", "2"],
+                         env={"TMPDIR": str(full), "PROMETHEUS_MULTIPROC_DIR": str(full / "metrics")})
+    daemon.launcher = launcher
+    daemon.start(wait=False)
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    _deny_label_traffic(daemon, 40)
+    assert daemon.metric(REQUESTS, {"endpoint": "validate"}) == 40
+    assert daemon.metric("staticadm_worker_restarts_total") == 0
+    assert "worker died" not in daemon.log()
+    assert daemon.process is not None and daemon.process.poll() is None
+
+
+def test_workers_start_with_nothing_writable(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    # The shipped static pod: read-only root file system, no writable /tmp, certificates given, no unix
+    # socket, --workers auto. It used to exit 1 ("No usable temporary directory") before serving anything.
+    launcher = mount_namespace("mount -o remount,bind,ro /")
+    if launcher is None:
+        pytest.skip("needs a private mount namespace (unshare) to make the root file system read-only")
+    generated = ensure_self_signed(tmp_path / "pki")
+    daemon = make_daemon(start=False, unix=False, env={"TMPDIR": str(tmp_path)},
+                         args=["--workers", "auto", "--tls-cert", str(generated.cert),
+                               "--tls-key", str(generated.key)])
+    daemon.launcher = launcher
+    daemon.ca_file = generated.ca_cert
+    daemon.start(wait=False)
+    workers = default_workers()
+    assert wait_for(lambda: _all_serving(daemon, workers) is not None, timeout=60), daemon.log()
+    _deny_label_traffic(daemon, 10)
+    assert daemon.metric(REQUESTS, {"endpoint": "validate"}, via="https") == 10
+    assert daemon.stop() == 0, daemon.log()
+
+
+# -- retiring: idle keep-alive connections --------------------------------------------------------------
+
+
+def _send_review(connection: socket.socket, uid: str) -> None:
+    body = orjson.dumps(review({"app": "web"}, uid=uid))
+    connection.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def _read_answer(connection: socket.socket) -> tuple[bytes, dict[str, Any]] | None:
+    """One HTTP answer on a keep-alive connection: (head, decoded body); None when the connection ends, or
+    nothing arrives within the socket's timeout, before it is complete."""
+    received = b""
+    try:
+        while b"\r\n\r\n" not in received:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return None
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        assert found is not None, head
+        while len(body) < int(found.group(1)):
+            chunk = connection.recv(65536)
+            if not chunk:
+                return None
+            body += chunk
+    except (TimeoutError, ConnectionError, ssl.SSLError):
+        return None
+    return head, orjson.loads(body)
+
+
+def _closed_by_server(connection: ssl.SSLSocket) -> bool:
+    """Whether the server has closed this idle connection: what Go's transport notices (its read loop sees
+    the end) before it reuses a pooled connection."""
+    connection.setblocking(False)
+    try:
+        return connection.recv(1) == b""
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return False
+    except (ConnectionError, ssl.SSLError):
+        return True
+    finally:
+        connection.setblocking(True)
+
+
+def _keep_alive_pool(daemon: Daemon, size: int) -> list[ssl.SSLSocket]:
+    """``size`` HTTPS connections, each answered once and kept open: kube-apiserver's pool between requests."""
+    context = daemon.ssl_context()
+    context.check_hostname = False
+    pool = []
+    for index in range(size):
+        connection = context.wrap_socket(socket.create_connection(("127.0.0.1", daemon.port or 0), timeout=20))
+        _send_review(connection, f"warm-{index}")
+        answer = _read_answer(connection)
+        assert answer is not None and answer[0].startswith(b"HTTP/1.1 200 ")
+        pool.append(connection)
+    return pool
+
+
+def _held_by(pid: int, port: int, pool: list[ssl.SSLSocket]) -> list[ssl.SSLSocket]:
+    remote_ports = {remote for remote, _ in _held_sockets(pid, port)}
+    return [connection for connection in pool if connection.getsockname()[1] in remote_ports]
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
+def test_requests_on_idle_keep_alive_connections_are_answered_while_a_worker_retires(
+        make_daemon: DaemonFactory) -> None:
+    # aiohttp's shutdown stopped reading idle keep-alive connections but kept them open until its timeout:
+    # a request sent on one meanwhile was never answered, and kube-apiserver does not retry a POST. Now a
+    # retiring worker answers every request that has reached it and closes its idle connections at once,
+    # which a client sees before it reuses them, as Go's transport does.
+    daemon, serving = _start_workers(make_daemon)
+    port = daemon.port or 0
+    pool = _keep_alive_pool(daemon, 12)
+    try:
+        retiring = max(serving, key=lambda pid: len(_held_by(pid, port, pool)))
+        theirs = _held_by(retiring, port, pool)
+        assert len(theirs) >= 2, "the kernel gave one worker all the connections"
+        early, late = theirs[::2], theirs[1::2]
+        # Requests that reached the worker before it acts on its retirement: the worker is stopped while
+        # they are sent and told to retire, then resumed with both waiting for it.
+        os.kill(retiring, signal.SIGSTOP)
+        try:
+            for index, connection in enumerate(early):
+                _send_review(connection, f"early-{index}")
+            os.kill(retiring, signal.SIGUSR1)
+        finally:
+            os.kill(retiring, signal.SIGCONT)
+        for index, connection in enumerate(early):
+            answer = _read_answer(connection)
+            assert answer is not None, f"early request {index} was not answered"
+            head, decoded = answer
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert decoded["response"] == {"uid": f"early-{index}", "allowed": True}
+        # Requests on idle connections while it retires: a connection it has closed is replaced first.
+        assert wait_for(lambda: all(state != _LISTEN for _, state in _held_sockets(retiring, port)), timeout=10)
+        time.sleep(1.0)
+        context = daemon.ssl_context()
+        context.check_hostname = False
+        reconnected = 0
+        for index, connection in enumerate(late):
+            if _closed_by_server(connection):
+                connection.close()
+                connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20))
+                pool.append(connection)
+                reconnected += 1
+            connection.settimeout(5)
+            _send_review(connection, f"late-{index}")
+            answer = _read_answer(connection)
+            assert answer is not None, f"late request {index} was not answered"
+            assert answer[1]["response"] == {"uid": f"late-{index}", "allowed": True}
+        assert reconnected == len(late)
+        assert wait_for(lambda: not _alive(retiring), timeout=20), daemon.log()
+        assert "worker retired: its connections are closed" in daemon.log()
+    finally:
+        for connection in pool:
+            connection.close()
+
+
+# -- heartbeat -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
+def test_a_stopped_worker_is_killed_and_replaced(make_daemon: DaemonFactory) -> None:
+    # A worker stopped by SIGSTOP (or with its event loop stuck) kept its keep-alive connections for ever:
+    # requests on them waited as long as it was stopped, and the supervisor did not notice.
+    daemon, serving = _start_workers(make_daemon)
+    port = daemon.port or 0
+    pool = _keep_alive_pool(daemon, 8)
+    try:
+        victim = max(serving, key=lambda pid: len(_held_by(pid, port, pool)))
+        waiting = _held_by(victim, port, pool)[0]
+        counted = daemon.metric(REQUESTS, {"endpoint": "validate"})
+        assert counted >= 8
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            waiting.settimeout(HEARTBEAT_TIMEOUT + 15)
+            _send_review(waiting, "waiting")
+            # Meanwhile the other worker answers new connections, and scrapes (the victim counted from its
+            # previous report: no counter goes down).
+            _deny_label_traffic(daemon, 4)
+            assert daemon.metric(REQUESTS, {"endpoint": "validate"}) >= counted + 4
+            # The victim is killed: its connection ends (unanswered: it was stopped) instead of waiting on.
+            assert _read_answer(waiting) is None
+            assert time.monotonic() - stopped < HEARTBEAT_TIMEOUT + 10
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+        assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and victim not in now, timeout=30), \
+            daemon.log()
+        assert not _alive(victim)
+        log = daemon.log()
+        assert "worker stopped answering; killing it to replace it" in log and "killed by SIGKILL" in log
+        assert daemon.metric("staticadm_worker_restarts_total") == 1
+        assert daemon.metric(REQUESTS, {"endpoint": "validate"}) >= counted + 4
+    finally:
+        for connection in pool:
+            connection.close()
