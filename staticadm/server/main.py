@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from staticadm import __version__
+from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
@@ -186,9 +187,11 @@ class _Daemon:
 
         async def apply() -> None:
             loop = asyncio.get_running_loop()
+            # The supervisor counted this reload (staticadm_shadow_reloads_total): a worker applying the bytes
+            # it validated is the same reload, not another one. What each worker evaluates is its own gauge.
             result = await loop.run_in_executor(None, source.apply, message.reason, message.contents)
             if result.status is ReloadStatus.SUCCESS and result.served is not None:
-                self.metrics.record_shadow_reload("success", result.served.content_hash)
+                self.metrics.set_worker_shadow_hash(result.served.content_hash)
 
         self._in_background(apply())
 
@@ -385,6 +388,7 @@ class _Daemon:
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         if self.shadow_source is not None:
             state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
+        self.metrics.export_from_start(ENDPOINTS, shadow=self.shadow_source is not None, cluster=cluster is not None)
         guard = ConnectionGuard(
             max_connections=connection_cap(self.config.max_connections, soft_limit),
             header_timeout=self.config.header_timeout, idle_timeout=self.config.idle_timeout,
@@ -426,6 +430,7 @@ class _Daemon:
             loop.add_signal_handler(RETIRE_SIGNAL, retire)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+            self.metrics.background_task(name)
             return asyncio.create_task(supervise(
                 name, run, logger=self.log, health=self.health,
                 on_failure=lambda task: self.metrics.background_task_failures.labels(task=task).inc()), name=name)
@@ -624,6 +629,7 @@ class _Supervisor(_Daemon):
         loop.add_signal_handler(signal.SIGHUP, self._reload_all)
 
         def supervised(name: str, run: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+            self.metrics.background_task(name)
             return asyncio.create_task(supervise(
                 name, run, logger=self.log, health=self.health,
                 on_failure=lambda task: self.metrics.background_task_failures.labels(task=task).inc()), name=name)

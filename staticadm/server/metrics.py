@@ -18,8 +18,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from staticadm.admission.comparison import DifferenceKind
+from staticadm.admission.vocabulary import RequestDecision
 
 PREFIX = "staticadm"
 
@@ -30,6 +33,21 @@ LATENCY_BUCKETS = (
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+#: What :class:`prometheus_client.ProcessCollector` exports (counters by their name without ``_total``).
+PROCESS_FAMILIES = ("process_virtual_memory_bytes", "process_resident_memory_bytes", "process_start_time_seconds",
+                    "process_cpu_seconds", "process_open_fds", "process_max_fds")
+#: The ``reason`` label of ``staticadm_connections_closed_total``.
+CONNECTION_CLOSE_REASONS = ("timeout", "shed", "rejected")
+#: The ``decision`` label values an endpoint answers with 200 (errors carry their own code).
+ENDPOINT_DECISIONS = {
+    "validate": tuple(decision.value for decision in RequestDecision
+                      if decision not in (RequestDecision.MUTATE, RequestDecision.ERROR)),
+    "mutate": tuple(decision.value for decision in RequestDecision if decision is not RequestDecision.ERROR),
+}
+SHADOW_DIFFERENCES = tuple(kind.value for kind in DifferenceKind)
+SHADOW_SKIP_REASONS = ("busy", "no_configuration", "error")
+CLUSTER_OPERATIONS = ("list", "watch", "get", "sar")
 
 #: How a gauge's values in several processes make the exported value (prometheus_client's multiprocess
 #: names): ``sum``/``max`` over every process, gone ones included; ``livemin``/``livemax`` over the running
@@ -206,7 +224,13 @@ class Metrics:
             f"{PREFIX}_worker_config_info",
             "With --workers: the content hash each worker serves (1), by worker process id.",
             ("hash",), mode="liveall")
-        self._worker_hash: str | None = None
+        self.worker_shadow_config_info = self._gauge(
+            f"{PREFIX}_worker_shadow_config_info",
+            "With --workers and --shadow-manifests: the content hash of the shadow directory each worker "
+            "evaluates (1), by worker process id.",
+            ("hash",), mode="liveall")
+        #: The one hash each ``*_config_info`` gauge shows now, by gauge name.
+        self._current_hash: dict[str, str] = {}
         self.worker_restarts = Counter(
             f"{PREFIX}_worker_restarts_total",
             "With --workers: workers that died (a native crash included) and were replaced.",
@@ -215,7 +239,6 @@ class Metrics:
             f"{PREFIX}_worker_recycles_total",
             "With --workers: workers replaced because they grew past --worker-memory-growth.",
             registry=self.registry)
-        self._config_hash: str | None = None
         self.cluster_api_requests = Counter(
             f"{PREFIX}_cluster_api_requests_total",
             "Calls to kube-apiserver for the cluster view (--kubeconfig) by operation (list, watch, get, sar) "
@@ -264,9 +287,47 @@ class Metrics:
             f"{PREFIX}_cluster_authorizer_cache_total",
             "authorizer checks looked up in the SubjectAccessReview decision cache, by result (hit, miss).",
             ("result",), registry=self.registry)
-        # Pre-create the status series so a scrape shows 0 rather than nothing before the first failure.
+        # Memory, CPU and open descriptors of each process: with workers, one series per running process
+        # (labelled pid), since a sum of resident sizes or descriptor counts says nothing about any limit.
+        ProcessCollector(registry=self.registry)
+        self._modes.update(dict.fromkeys(PROCESS_FAMILIES, "liveall"))
+        # Series whose label values are known in advance are exported at 0 from the start, so a rate or
+        # an alert on them works before the first event, not only after it.
         for status in ("success", "failure"):
             self.reloads.labels(status=status)
+        for reason in CONNECTION_CLOSE_REASONS:
+            self.connection_events.labels(reason=reason)
+
+    def export_from_start(self, endpoints: Iterable[str], *, shadow: bool, cluster: bool) -> None:
+        """Creates at 0 every series of the families this daemon's configuration uses whose label values
+        are known before any request (per-policy series appear with the policies' first checks)."""
+        for endpoint in endpoints:
+            self.request_duration.labels(endpoint)
+            self.evaluation_timeouts.labels(endpoint=endpoint)
+            for decision in ENDPOINT_DECISIONS.get(endpoint, ()):
+                self.requests.labels(endpoint, "200", decision)
+            if shadow:
+                self.shadow_evaluations.labels(endpoint)
+                for difference in SHADOW_DIFFERENCES:
+                    self.shadow_differences.labels(endpoint, difference)
+        if shadow:
+            for status in ("success", "failure"):
+                self.shadow_reloads.labels(status=status)
+            for reason in SHADOW_SKIP_REASONS:
+                self.shadow_skipped.labels(reason)
+        if cluster:
+            for operation in CLUSTER_OPERATIONS:
+                self.cluster_api_duration.labels(operation)
+                for result in ("ok", "error"):
+                    self.cluster_api_requests.labels(operation, result)
+            for reason in ("expired", "error"):
+                self.cluster_watch_restarts.labels("namespaces", reason)
+            for result in ("hit", "miss"):
+                self.authorizer_cache_lookups.labels(result)
+
+    def background_task(self, task: str) -> None:
+        """A background task this process runs: its failure count is exported (at 0) from its start."""
+        self.background_task_failures.labels(task=task)
 
     def _gauge(self, name: str, documentation: str, labels: tuple[str, ...] = (), *, mode: GaugeMode) -> Gauge:
         gauge = Gauge(name, documentation, labels, registry=self.registry)
@@ -277,11 +338,19 @@ class Metrics:
         """Exports the log writer's dropped-line count, read at scrape time."""
         self._log_drops.set_function(dropped)
 
+    def _show_only(self, gauge: Gauge, name: str, content_hash: str) -> None:
+        # Exactly one series at a time: an old hash left at 1 would look like drift between replicas.
+        previous = self._current_hash.get(name)
+        if previous is not None and previous != content_hash:
+            gauge.remove(previous)
+        self._current_hash[name] = content_hash
+        gauge.labels(hash=content_hash).set(1)
+
     def set_worker_hash(self, content_hash: str) -> None:
-        if self._worker_hash is not None and self._worker_hash != content_hash:
-            self.worker_config_info.remove(self._worker_hash)
-        self._worker_hash = content_hash
-        self.worker_config_info.labels(hash=content_hash).set(1)
+        self._show_only(self.worker_config_info, "worker", content_hash)
+
+    def set_worker_shadow_hash(self, content_hash: str) -> None:
+        self._show_only(self.worker_shadow_config_info, "worker-shadow", content_hash)
 
     def record_reload(self, status: str, timestamp: float, content_hash: str | None = None) -> None:
         self.reloads.labels(status=status).inc()
@@ -290,11 +359,7 @@ class Metrics:
             self.set_config_hash(content_hash)
 
     def set_config_hash(self, content_hash: str) -> None:
-        # Exactly one series at a time: an old hash left at 1 would look like drift between replicas.
-        if self._config_hash is not None and self._config_hash != content_hash:
-            self.config_info.remove(self._config_hash)
-        self._config_hash = content_hash
-        self.config_info.labels(hash=content_hash).set(1)
+        self._show_only(self.config_info, "config", content_hash)
 
     def record_shadow_reload(self, status: str, content_hash: str | None) -> None:
         self.shadow_reloads.labels(status=status).inc()

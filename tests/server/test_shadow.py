@@ -26,6 +26,13 @@ def _differences(daemon: Any) -> list[dict[str, Any]]:
     return found
 
 
+def _workers_shadowing(daemon: Any) -> int:
+    """Workers that evaluate the shadow directory (each one's ``staticadm_worker_shadow_config_info``)."""
+    text = daemon.get("/metrics").body.decode()
+    return sum(1 for line in text.splitlines()
+               if line.startswith("staticadm_worker_shadow_config_info{") and line.endswith(" 1.0"))
+
+
 def _start(make_daemon: DaemonFactory, tmp_path: Path, shadow_policy: str, workers: str = "1") -> Any:
     shadow = tmp_path / "shadow"
     shadow.mkdir()
@@ -42,10 +49,12 @@ def test_a_stricter_shadow_set_reports_new_denials_without_changing_answers(
     stricter = policy_yaml("live rule") + "---\n" + policy_yaml("strict pods are denied", name="strict",
                                                                 label="strict")
     daemon = _start(make_daemon, tmp_path, stricter, workers)
-    # The supervisor's load, then (with workers) each worker's: until then a worker skips shadowing.
-    loads = 1 if workers == "1" else 1 + int(workers)
-    assert wait_for(lambda: daemon.metric("staticadm_shadow_reloads_total", {"status": "success"}) >= loads,
-                    timeout=15)
+    # The supervisor's load (counted once), then with workers each worker's: until then a worker skips
+    # shadowing.
+    assert wait_for(lambda: daemon.metric("staticadm_shadow_reloads_total", {"status": "success"}) >= 1, timeout=15)
+    if workers != "1":
+        assert wait_for(lambda: _workers_shadowing(daemon) == int(workers), timeout=15)
+    assert daemon.metric("staticadm_shadow_reloads_total", {"status": "success"}) == 1
     answer = daemon.validate(review({"strict": "true"}, uid="shadowed-1")).json()["response"]
     assert answer["allowed"] is True  # the live answer is the live directory's
     assert wait_for(lambda: daemon.metric(SHADOW_DIFFERENCES, {"endpoint": "validate",
