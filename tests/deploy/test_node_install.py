@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, reroot
 from tests.kube_apiserver.test_kubeadm_steps import readme_block
@@ -236,3 +238,80 @@ def test_socket_activation_answers_the_first_request(installed: ControlPlaneNode
     finally:
         receiver.close()
         node.stop()
+
+
+#: Node paths the shipped files name that no step of the README creates, and who provides each.
+PROVIDED_ELSEWHERE = {
+    "/etc/kubernetes/manifests": "the kubelet's static pod directory (kubeadm); the pod is copied there",
+    "/etc/kubernetes/manifests/kube-apiserver.yaml": "kubeadm's kube-apiserver static pod",
+    "/etc/staticadm/tls": "the static pod's alternative to the state directory: its header's `staticadm certs`",
+    "/etc/staticadm/tls/ca.crt": "the static pod's CA, made by its header's `staticadm certs`",
+    "/etc/staticadm/kubeconfig": "optional cluster view: README, Cluster view (`kubeadm kubeconfig user`)",
+    "/run/credentials/staticadm.service/kubeconfig": "systemd's LoadCredential= of that kubeconfig",
+    "/etc/staticadm/namespaces.yaml": "optional --namespaces file, written by the operator",
+    "/etc/staticadm/shadow": "optional --shadow-manifests directory, made by the operator",
+    "/run/staticadm/staticadm.sock": "exists while the daemon runs (checked by the unit test above)",
+}
+_SHIPPED = ["systemd/staticadm.service", "systemd/staticadm.socket", "systemd/staticadm.yaml",
+            *sorted(str(path.relative_to(REPO_ROOT))
+                    for path in (REPO_ROOT / "manifests/kube-apiserver").rglob("*.yaml"))]
+_NODE_PATH = re.compile(r"(?<![\w.:/-])(/(?:etc|var|run|opt|usr/local)/[\w./@-]*[\w@-])")
+
+
+def _readme_deployment() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    return text[text.index("## Deployment"):text.index("## Commands")]
+
+
+def test_every_node_path_a_shipped_file_names_is_made_by_the_steps(installed: ControlPlaneNode) -> None:
+    node = installed
+    # The rest of the README's steps on this node, with the installed staticadm: its CA, then kube-apiserver's
+    # files (tests/kube_apiserver/test_kubeadm_steps.py runs them against the daemon too).
+    staticadm = str(node.path("/usr/local/bin/staticadm"))
+    subprocess.run([staticadm, "certs", "--out-dir", str(node.path("/var/lib/staticadm/tls"))], check=False,
+                   capture_output=True)
+    script = reroot(readme_block("install -d -m 0755 /etc/kubernetes/admission/"), node.root, node.port)
+    completed = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True,
+                               text=True, check=False, timeout=120,
+                               env={**os.environ, "PATH": f"{node.path('/usr/local/bin')}:/usr/bin:/bin"})
+    assert completed.returncode == 0, completed.stderr
+    named: dict[str, set[str]] = {}
+    for name in _SHIPPED:
+        for path in _NODE_PATH.findall((REPO_ROOT / name).read_text()):
+            named.setdefault(path.rstrip("."), set()).add(name)
+    for path in _NODE_PATH.findall(_readme_deployment()):
+        named.setdefault(path.rstrip("."), set()).add("README.md")
+    missing = {path: sorted(sources) for path, sources in named.items()
+               if not node.path(path).exists() and path not in PROVIDED_ELSEWHERE}
+    assert not missing, f"named by shipped files but made by no step: {missing}"
+
+
+def test_shipped_files_name_only_readme_sections_that_exist() -> None:
+    headings = {line.lstrip("#").strip() for line in (REPO_ROOT / "README.md").read_text().splitlines()
+                if line.startswith("#")}
+    for name in [*_SHIPPED, "Containerfile"]:
+        for section in re.findall(r'README(?:\.md)?,? "([^"]+)"', (REPO_ROOT / name).read_text()):
+            assert any(heading.startswith(section) for heading in headings), f"{name}: README has no {section!r}"
+
+
+def test_container_paths_agree_between_the_image_and_the_pod() -> None:
+    containerfile = (REPO_ROOT / "Containerfile").read_text()
+    pod_manifest = yaml.safe_load((REPO_ROOT / "manifests/kube-apiserver/staticadm-pod.yaml").read_text())
+    [container] = pod_manifest["spec"]["containers"]
+    runtime = re.search(r"RUNTIME_DIRECTORY=(\S+)", containerfile)
+    state = re.search(r"STATE_DIRECTORY=(\S+)", containerfile)
+    assert runtime and state
+    socket_path = f"{runtime.group(1)}/staticadm.sock"
+    assert f"--socket={socket_path}" in container["args"]
+    assert f"--state-dir={state.group(1)}" in container["args"]
+    assert f"s.connect('{socket_path}')" in containerfile  # the HEALTHCHECK asks the same socket
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert {runtime.group(1), state.group(1)} <= mounts
+    uid = pod_manifest["spec"]["securityContext"]["runAsUser"]
+    assert f"USER {uid}:{uid}" in containerfile
+    readme = _readme_deployment()
+    assert f"-t {container['image']} " in readme and f"{container['image']}" in readme
+    for arg in container["args"]:
+        if arg.startswith(("--tls-cert=", "--tls-key=", "--client-ca=", "--manifests=")):
+            path = arg.split("=", 1)[1]
+            assert any(path == mount or path.startswith(mount + "/") for mount in mounts), arg
