@@ -6,7 +6,6 @@ run them, with what the request's client and the audit log get out of it."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Mapping
@@ -27,39 +26,22 @@ from tests.kube_apiserver.statuses import (
     timeout,
     webhook_denied,
 )
+from tests.kube_audit import check_key_format as key_format_problems
 
 VALIDATING_FAILED_OPEN = "failed-open.validating.webhook.admission.k8s.io/"
 MUTATION = "mutation.webhook.admission.k8s.io/"
 MUTATION_FAILED_OPEN = "failed-open." + MUTATION
 PATCH = "patch.webhook.admission.k8s.io/"
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-
-
 def check_key_format(key: str) -> str | None:
-    """``checkKeyFormat`` (admission/attributes.go): the error for an audit annotation key, None if it is kept."""
-    parts = key.split("/")
-    if len(parts) != 2:
-        return ("annotation key has invalid format, the right format is a DNS subdomain prefix and '/' and key "
-                "name. (e.g. 'podsecuritypolicy.admission.k8s.io/admit-policy')")
-    prefix, name = parts
-    problems = []
-    if not prefix:
-        problems.append("prefix part must be non-empty")
-    elif len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix):
-        problems.append("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                        "characters, '-' or '.', and must start and end with an alphanumeric character")
-    if not name:
-        problems.append("name part must be non-empty")
-    elif len(name) > 63:
-        problems.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME.fullmatch(name):
-        problems.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
-                        "end with an alphanumeric character")
-    if problems:
-        return (f"annotation key has invalid format {','.join(problems)}. A qualified name like "
-                "'podsecuritypolicy.admission.k8s.io/admit-policy' is required.")
-    return None
+    """``checkKeyFormat`` (admission/attributes.go): the error kube-apiserver logs for an audit annotation key
+    it drops, None if it keeps it (the rules are ported once, in tests/kube_audit.py)."""
+    problems = key_format_problems(key)
+    if not problems:
+        return None
+    if len(key.split("/")) != 2:
+        return f"{problems[0]}. (e.g. 'podsecuritypolicy.admission.k8s.io/admit-policy')"
+    return (f"annotation key has invalid format {','.join(problems)}. A qualified name like "
+            "'podsecuritypolicy.admission.k8s.io/admit-policy' is required.")
 
 
 @dataclass

@@ -133,7 +133,6 @@ def test_warnings_and_dry_run_reach_kube_apiserver(node: ControlPlaneNode, tmp_p
     assert outcome.exchanges[0].request["request"]["dryRun"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="audit annotation keys: issue 29 item 7")
 def test_kube_apiserver_keeps_every_audit_annotation_the_daemon_returns(node: ControlPlaneNode,
                                                                          tmp_path: Path) -> None:
     manifests = tmp_path / "audited"
