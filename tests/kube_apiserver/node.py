@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import yaml
 from tests.kube_apiserver.admission import KubeApiserver
 from tests.kube_apiserver.matching import Attributes, GroupVersionKind, GroupVersionResource
 from tests.pki import make_ca, make_leaf, write_ca
-from tests.server.harness import READY_TIMEOUT, REPO_ROOT, free_port
+from tests.server.harness import READY_TIMEOUT, REPO_ROOT, free_port, stop_process
 
 SHIPPED_PORT = 8443
 #: The absolute paths the shipped files name live under these; they are re-rooted in the tests.
@@ -127,16 +126,7 @@ class ControlPlaneNode:
         raise AssertionError(f"staticadm not ready within {timeout} s:\n{self.log()}")
 
     def stop(self) -> int:
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
     # -- kube-apiserver's side ------------------------------------------------------------------------
 
