@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def validating_policy_yaml(name: str, *, validations: str, group: str = "", resource: str = "pods",
                            operations: str = '["CREATE"]', failure_policy: str | None = "Fail", variables: str = "",
-                           binding_match: str = "") -> str:
+                           binding_match: str = "", actions: str = "[Deny]") -> str:
     """``validations``, ``variables`` and ``binding_match`` are YAML as it stands under ``spec`` (two-space
     indent); ``name`` gets the ``.static.k8s.io`` suffix; no ``failure_policy`` leaves Kubernetes' default."""
     full = f"{name}.static.k8s.io"
@@ -30,7 +30,7 @@ metadata:
   name: {full}
 spec:
   policyName: {full}
-  validationActions: [Deny]
+  validationActions: {actions}
 {binding_match}"""
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Sequence
 from typing import TextIO
 
 import yaml
 
-from staticadm.compiled import mentions_namespace_object, policy_expression_sources
+from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, cluster_reads
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
 from staticadm.manifests.typecheck import load_type_warnings
@@ -199,27 +198,20 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         out.write(f"  warning: {warning}\n")
 
 
-_AUTHORIZER = re.compile(r"\bauthorizer\b")
+_CLUSTER_SOURCES = {
+    NAMESPACE_OBJECT: "namespaceObject (from kube-apiserver with serve --kubeconfig, or a --namespaces file)",
+    AUTHORIZER: "authorizer checks (SubjectAccessReview, with serve --kubeconfig)",
+}
 
 
 def _cluster_data_warnings(result: LoadResult) -> list[ManifestError]:
     """Policies that read what only kube-apiserver knows: namespaceObject and authorizer checks."""
-    bindings: dict[tuple[str, str], list[str]] = {}
-    for binding in result.bindings:
-        bindings.setdefault((binding.KIND.removesuffix("Binding"), binding.spec.policy_name), []).append(
-            binding.name)
+    policies = {(policy.KIND, policy.name): policy for policy in result.policies}
     warnings = []
-    for policy in result.policies:
-        sources = policy_expression_sources(policy)
-        needs = []
-        if mentions_namespace_object(sources):
-            needs.append("namespaceObject (from kube-apiserver with serve --kubeconfig, or a --namespaces file)")
-        if any(_AUTHORIZER.search(source) for source in sources):
-            needs.append("authorizer checks (SubjectAccessReview, with serve --kubeconfig)")
-        if not needs:
-            continue
-        bound = bindings.get((policy.KIND, policy.name))
-        through = f" (bound by {', '.join(sorted(bound))})" if bound else ""
-        warnings.append(_warn(policy, f"the policy{through} reads {' and '.join(needs)}; without them its "
-                                      "expressions fail and the failurePolicy decides"))
+    for entry in cluster_reads([*result.policies, *result.bindings]):
+        through = f" (bound by {', '.join(entry.bindings)})" if entry.bindings else ""
+        needs = " and ".join(_CLUSTER_SOURCES[read] for read in entry.reads)
+        warnings.append(_warn(policies[(entry.kind, entry.policy)], f"the policy{through} reads {needs}; without "
+                                                                    "them its expressions fail and the failurePolicy "
+                                                                    "decides"))
     return warnings

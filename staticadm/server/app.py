@@ -415,7 +415,8 @@ def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) 
                 if state.disk_problem is not None:
                     text += f"note: {state.disk_problem}\n"
                 for note_name, note in state.ready_notes.items():
-                    text += f"note: {note_name}: {note()}\n"
+                    if line := note():
+                        text += f"note: {note_name}: {line}\n"
         else:
             failed = [check for check, ok in results if not ok]
             text = "ok" if healthy else f"{name} check failed: {', '.join(failed)}\n"

@@ -12,7 +12,8 @@ import os
 import socket
 import ssl
 import stat
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,70 @@ __all__ = ["GeneratedTls", "Listener", "ListenerError", "ServingTls", "bind_tcp_
 #: How often certificate files are checked for changes; stat() is cheap and, unlike inotify, follows
 #: the symlink swaps Kubernetes uses for Secret volumes without extra bookkeeping.
 TLS_CHECK_INTERVAL = 1.0
+
+
+#: How often refused TLS handshakes are logged for one reason (the line counts those not logged).
+HANDSHAKE_LOG_INTERVAL = 10.0
+#: OpenSSL's reasons for a refused handshake, in the operator's terms.
+_HANDSHAKE_HINTS = {
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client presented no certificate, and client-ca requires one "
+                                         "(kube-apiserver: the AdmissionConfiguration's kubeConfigFile; curl: --cert "
+                                         "and --key, or use the unix socket)",
+    "CERTIFICATE_VERIFY_FAILED": "the client's certificate is not signed by client-ca (or has expired)",
+    "NO_SHARED_CIPHER": "the client offers none of the TLS 1.2 ECDHE AES-GCM/CHACHA20 suites",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than 1.2",
+    "WRONG_VERSION_NUMBER": "the client did not speak TLS (plain HTTP to the HTTPS port?)",
+    "HTTP_REQUEST": "the client sent plain HTTP to the HTTPS port",
+}
+
+
+class HandshakeFailures:
+    """Refused TLS handshakes: each counted by reason, logged at most once per interval per reason."""
+
+    def __init__(self, logger: Any, count: Callable[[str], None], interval: float = HANDSHAKE_LOG_INTERVAL) -> None:
+        self._log = logger
+        self._count = count
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def __call__(self, error: ssl.SSLError) -> None:
+        reason = error.reason or type(error).__name__
+        self._count(reason)
+        now = time.monotonic()
+        if now - self._last.get(reason, -self._interval) < self._interval:
+            self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+            return
+        self._last[reason] = now
+        self._log.warning("refused a TLS handshake", reason=reason,
+                          hint=_HANDSHAKE_HINTS.get(reason, "see the TLS error"), err=str(error),
+                          not_logged_since_last=self._suppressed.pop(reason, 0))
+
+
+def _reporting_ssl_object(report: Callable[[ssl.SSLError], None]) -> type[ssl.SSLObject]:
+    """An SSLObject class that reports the handshakes it refuses (asyncio drops those errors silently)."""
+
+    class ReportingSSLObject(ssl.SSLObject):
+        #: The handshake error, once OpenSSL has refused the client.
+        refused: ssl.SSLError | None = None
+
+        def do_handshake(self) -> None:
+            if self.refused is not None:
+                raise self.refused
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as error:
+                report(error)
+                # asyncio closes a failed handshake without writing the alert OpenSSL queued for the client
+                # ("certificate required", "unknown ca"), so the client sees only a closed connection. Said
+                # to want more input first, it writes what is queued; the next call (the client's next bytes
+                # or its close) fails for real, and the handshake timeout bounds the wait.
+                self.refused = error
+                raise ssl.SSLWantReadError(str(error)) from error
+
+    return ReportingSSLObject
 
 
 #: Mozilla's "intermediate" TLS 1.2 suites, which kube-apiserver as a webhook client offers.
@@ -177,13 +242,15 @@ class ServingTls:
     without touching the one serving.
     """
 
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None, logger: Any) -> None:
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None, logger: Any,
+                 count_refused: Callable[[str], None] = lambda _reason: None) -> None:
         self.cert = cert
         self.key = key
         self.client_ca = client_ca
         self._log = logger
         self.context = self._new_context()
         self._load_into(self.context)
+        self.context.sslobject_class = _reporting_ssl_object(HandshakeFailures(logger, count_refused))
         self._seen = _fingerprint(self._paths())
 
     def _paths(self) -> list[Path]:

@@ -32,6 +32,7 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.cluster.view import ClusterView
+from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
 from staticadm.manifests.typecheck import changed_policies_type_warnings
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
@@ -70,7 +71,7 @@ from staticadm.server.workers import (
     WorkerSpec,
     load_message,
 )
-from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
+from staticadm.source import ManifestSource, ReloadResult, ReloadStatus, Served
 from staticadm.watch import DirectoryWatcher
 
 EXIT_OK = 0
@@ -137,6 +138,8 @@ class _Daemon:
         self.metrics = Metrics()
         self.notifier = Notifier()
         self.health = TaskHealth()
+        #: (content hash, policies whose cluster reads this daemon cannot answer) of the last snapshot looked at.
+        self._cluster_gaps: tuple[str, list[ClusterReads]] | None = None
         #: READY=1 has been sent: set by the first successful load, never unset.
         self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
@@ -263,9 +266,43 @@ class _Daemon:
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
         self._type_check_later(result)
+        self._report_missing_cluster_view(result)
         if self.state is not None:
             self.state.disk_problem = disk_problem(result)
         self._notify(result)
+
+    def _missing_cluster_view(self, served: Served | None) -> list[ClusterReads]:
+        """Policies of ``served`` reading namespaceObject or calling authorizer that this daemon cannot answer."""
+        if served is None:
+            return []
+        if self._cluster_gaps is None or self._cluster_gaps[0] != served.content_hash:
+            missing = unanswerable(cluster_reads(served.objects.values()),
+                                   kubeconfig=self.config.kubeconfig is not None,
+                                   namespaces_file=self.config.namespaces is not None)
+            self._cluster_gaps = (served.content_hash, missing)
+        return self._cluster_gaps[1]
+
+    def _report_missing_cluster_view(self, result: ReloadResult) -> None:
+        """At every load and reload: the policies whose cluster reads will fail, logged and counted."""
+        if result.status is not ReloadStatus.SUCCESS:
+            return
+        missing = self._missing_cluster_view(result.served)
+        for entry in missing:
+            self.log.warning("policy reads the cluster view, which this daemon does not have: its expressions fail "
+                             "and its failurePolicy decides every request it matches",
+                             kind=entry.kind, policy=entry.policy, bindings=list(entry.bindings),
+                             reads=list(entry.reads),
+                             hint="serve --kubeconfig (README, Cluster view); namespaceObject also from --namespaces")
+        for read in (NAMESPACE_OBJECT, AUTHORIZER):
+            self.metrics.missing_cluster_view.labels(reads=read).set(
+                sum(1 for entry in missing if read in entry.reads))
+
+    def _missing_cluster_view_note(self) -> str:
+        missing = self._missing_cluster_view(self.source.current)
+        if not missing:
+            return ""
+        return ("; ".join(entry.describe() for entry in missing) + " without the cluster view (serve "
+                "--kubeconfig): those expressions fail and the failurePolicy decides")
 
     def _record_reload(self, result: ReloadResult) -> None:
         if result.status is not ReloadStatus.UNCHANGED:
@@ -353,7 +390,8 @@ class _Daemon:
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
                           ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
-        return ServingTls(cert, key, self.config.client_ca, self.log)
+        return ServingTls(cert, key, self.config.client_ca, self.log,
+                          lambda reason: self.metrics.tls_handshake_failures.labels(reason=reason).inc())
 
     # -- run ---------------------------------------------------------------------------------------
 
@@ -385,6 +423,7 @@ class _Daemon:
             state.fetch_namespace = cluster.namespaces.fetch
             state.authorizer = cluster.authorizer
             state.ready_notes["cluster-view"] = cluster.namespaces.describe
+        state.ready_notes["missing-cluster-view"] = self._missing_cluster_view_note
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         if self.shadow_source is not None:
             state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
@@ -577,6 +616,7 @@ class _Supervisor(_Daemon):
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._record_reload(result)
         self._type_check_later(result)
+        self._report_missing_cluster_view(result)
         if self.pool is not None and self.source.current is not None:
             self._send(DiskState(disk_problem(result)))
         message = load_message(result)

@@ -29,13 +29,19 @@ def _stages() -> list[Stage]:
     # Join continuation lines, drop comments, as the builder does.
     logical = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
     stages: list[Stage] = []
+    #: ARGs declared before the first FROM, with their defaults: what FROM lines may name.
+    arguments: dict[str, str] = {}
     for line in logical.splitlines():
         if not line.strip():
             continue
         keyword, _, argument = line.strip().partition(" ")
         keyword = keyword.upper()
+        if keyword == "ARG" and not stages:
+            name, _, default = argument.strip().partition("=")
+            arguments[name] = default
+            continue
         if keyword == "FROM":
-            words = argument.split()
+            words = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: arguments[m.group(1) or m.group(2)], argument).split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             stages.append(Stage(words[0], name))
         else:
@@ -52,6 +58,14 @@ def test_multi_stage_with_a_slim_glibc_base() -> None:
         assert "alpine" not in stage.base and "slim" in stage.base, stage.base
     final = stages[-1]
     assert any(f"--from={stages[0].name}" in copy for copy in final.all("COPY"))
+
+
+def test_the_base_is_a_build_argument_defaulting_to_python_slim() -> None:
+    # Where docker.io cannot be reached the image is built from another base (README, Container image).
+    text = (REPO_ROOT / "Containerfile").read_text()
+    assert "ARG BASE=docker.io/library/python:3.12-slim-bookworm" in text
+    assert [stage.base for stage in _stages()] == ["docker.io/library/python:3.12-slim-bookworm"] * 2
+    assert text.count("FROM ${BASE} AS ") == 2
 
 
 def test_final_stage_runs_as_non_root() -> None:

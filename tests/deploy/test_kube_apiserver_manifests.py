@@ -80,11 +80,27 @@ def test_kubeadm_static_pod_runs_the_sidecar_unprivileged() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert "--listen=127.0.0.1:8443" in container["args"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # HTTPS requires a client certificate (--client-ca) the kubelet's probes do not present: they ask the
+    # unix socket, in the pod's runtime directory.
+    assert "--socket=/run/staticadm/staticadm.sock" in container["args"]
+    for probe, path in (("startupProbe", "/livez"), ("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        command = " ".join(container[probe]["exec"]["command"])
+        assert "'/run/staticadm/staticadm.sock'" in command and f"GET {path} HTTP" in command, probe
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     assert mounts["manifests"]["readOnly"] is True
     assert {volume["name"] for volume in spec["volumes"]} == set(mounts)
+    # Writable: exactly the state and runtime directories, emptyDirs; everything from the host read-only.
+    writable = {mount["mountPath"] for mount in mounts.values() if not mount.get("readOnly")}
+    assert writable == {"/var/lib/staticadm", "/run/staticadm"}
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert all("emptyDir" in volumes[name] for name, mount in mounts.items() if not mount.get("readOnly"))
+    assert "--state-dir=/var/lib/staticadm" in container["args"]
+    # The memory limit follows from --workers (README): (workers + 1) x 135 MB + workers x 64 MiB.
+    [workers] = [int(arg.split("=")[1]) for arg in container["args"] if arg.startswith("--workers=")]
+    limit_mib = int(container["resources"]["limits"]["memory"].removesuffix("Mi"))
+    needed_mib = ((workers + 1) * 135e6) / 2**20 + workers * 64
+    assert needed_mib <= limit_mib < needed_mib + 128, (workers, limit_mib, needed_mib)
+    assert container["image"] == "localhost/staticadm:0.1.0" and container["imagePullPolicy"] == "Never"
 
 
 def test_kubeadm_cluster_configuration_passes_the_admission_config_file() -> None:

@@ -148,16 +148,7 @@ class Daemon:
         raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
 
     def stop(self) -> int:
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
     # -- clients -------------------------------------------------------------------------------------
 
@@ -206,6 +197,20 @@ class Daemon:
     def metric(self, name: str, labels: dict[str, str] | None = None, *, via: str = "unix") -> float:
         text = self.get("/metrics", via=via).body.decode()
         return metric_value(text, name, labels or {})
+
+
+def stop_process(process: subprocess.Popen[bytes] | None) -> int:
+    """SIGTERM, as systemd stops the service; killed if it has not exited within 20 s. Its exit status."""
+    if process is None:
+        return 0
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def metric_value(text: str, name: str, labels: dict[str, str]) -> float:
