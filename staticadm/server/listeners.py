@@ -33,7 +33,7 @@ TLS_CHECK_INTERVAL = 1.0
 #: How often refused TLS handshakes are logged for one reason (the line counts those not logged).
 HANDSHAKE_LOG_INTERVAL = 10.0
 #: OpenSSL's reasons for a refused handshake, in the operator's terms.
-_HANDSHAKE_HINTS = {
+HANDSHAKE_HINTS = {
     "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client presented no certificate, and client-ca requires one "
                                          "(kube-apiserver: the AdmissionConfiguration's kubeConfigFile; curl: --cert "
                                          "and --key, or use the unix socket)",
@@ -64,7 +64,7 @@ class HandshakeFailures:
             return
         self._last[reason] = now
         self._log.warning("refused a TLS handshake", reason=reason,
-                          hint=_HANDSHAKE_HINTS.get(reason, "see the TLS error"), err=str(error),
+                          hint=HANDSHAKE_HINTS.get(reason, "see the TLS error"), err=str(error),
                           not_logged_since_last=self._suppressed.pop(reason, 0))
 
 

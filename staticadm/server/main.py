@@ -46,6 +46,7 @@ from staticadm.server.connections import (
     raise_open_file_limit,
 )
 from staticadm.server.listeners import (
+    HANDSHAKE_HINTS,
     Listener,
     ListenerError,
     ServingTls,
@@ -390,6 +391,8 @@ class _Daemon:
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
                           ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
+        for reason in HANDSHAKE_HINTS:
+            self.metrics.tls_handshake_failures.labels(reason=reason)
         return ServingTls(cert, key, self.config.client_ca, self.log,
                           lambda reason: self.metrics.tls_handshake_failures.labels(reason=reason).inc())
 

@@ -288,11 +288,11 @@ class Metrics:
             "TLS handshakes the HTTPS listener refused, by OpenSSL's reason (PEER_DID_NOT_RETURN_A_CERTIFICATE: "
             "no client certificate; CERTIFICATE_VERIFY_FAILED: not signed by client-ca).",
             ("reason",), registry=self.registry)
-        self.missing_cluster_view = Gauge(
+        self.missing_cluster_view = self._gauge(
             f"{PREFIX}_policies_missing_cluster_view",
             "Policies served that read namespaceObject or call authorizer (reads) while this daemon has no "
             "cluster view for it (serve --kubeconfig): their expressions fail and their failurePolicy decides.",
-            ("reads",), registry=self.registry, multiprocess_mode="livemax")
+            ("reads",), mode="livemax")
         self.authorizer_cache_lookups = Counter(
             f"{PREFIX}_cluster_authorizer_cache_total",
             "authorizer checks looked up in the SubjectAccessReview decision cache, by result (hit, miss).",
