@@ -21,8 +21,11 @@ EXAMPLES = REPO_ROOT / "manifests" / "examples"
 
 
 def test_ctrl_c_exits_130_with_one_line_and_no_traceback() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no handler for it; a
+    # terminal's Ctrl-C reaches a process that has SIGINT at its default, so the command starts with that.
     process = subprocess.Popen([sys.executable, "-m", "staticadm", "cel", "eval", "--jsonl"], cwd=REPO_ROOT,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write('{"expr": "1 + 1"}\n')
     process.stdin.flush()
