@@ -179,6 +179,7 @@ class TypeCheck:
 
 
 _STEPPED = frozenset({("@stepped", "")})
+_DIAGNOSTIC = ("@diagnostic", "")
 _OBJECT_READS = frozenset({("@object-reads", "")})
 
 
@@ -227,16 +228,25 @@ class CompiledExpression:
 
     def with_failed_variables(self, failures: Mapping[str, str]) -> Any:
         """This expression's program with the given variables linked as errors with those messages."""
+        return self._relinked_program(failures, diagnostic=False)
+
+    def diagnostic(self, failures: Mapping[str, str]) -> Any:
+        """``with_failed_variables(failures)`` in the form that words errors as cel-go does where the engine's
+        words lack the key (``rewrite.diagnostic``), built when an error first needs it."""
+        return self._relinked_program(failures, diagnostic=True)
+
+    def _relinked_program(self, failures: Mapping[str, str], *, diagnostic: bool) -> Any:
         names = {name for name, _ in self.linked_variables}
         relevant = frozenset((name, message) for name, message in failures.items() if name in names)
-        if not relevant:
+        if not relevant and not diagnostic:
             return self.program
-        program = self._relinked.get(relevant)
+        key = relevant | {_DIAGNOSTIC} if diagnostic else relevant
+        program = self._relinked.get(key)
         if program is None:
             assert self.environment is not None
-            program = self.environment.link_program(self, dict(relevant))
+            program = self.environment.link_program(self, dict(relevant), diagnostic=diagnostic)
             if len(self._relinked) < 64:
-                self._relinked[relevant] = program
+                self._relinked[key] = program
         return program
 
 
@@ -699,8 +709,10 @@ class CelEnvironment:
     def deserialize_runtime(self, serialized: bytes) -> Any:
         return self._runtime.deserialize(serialized)
 
-    def link_program(self, expression: CompiledExpression, failures: Mapping[str, str]) -> Any:
-        """The program of ``expression`` over its linked variables, the ``failures`` linked as errors."""
+    def link_program(self, expression: CompiledExpression, failures: Mapping[str, str], *,
+                     diagnostic: bool = False) -> Any:
+        """The program of ``expression`` over its linked variables, the ``failures`` linked as errors; with
+        ``diagnostic``, in the form that only words errors (``rewrite.diagnostic``)."""
         components: list[tuple[str, linking.LinkedVariable]] = []
         for name, value in expression.linked_variables:
             if name in failures:
@@ -708,6 +720,8 @@ class CelEnvironment:
             else:
                 components.append((name, _linkable(value)))
         linked = linking.link(expression.prepared, components)
+        if diagnostic:
+            linked = rewrite.diagnostic(linked)
         boundary.guard(linked, self._python_functions)
         return self._runtime.deserialize(ast.encode(linked))
 
