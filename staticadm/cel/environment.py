@@ -609,21 +609,25 @@ class CelEnvironment:
             *validators.check_literal_arguments(checked, self._literal_error),
             *validators.check_typed_variables(checked, None if variable_names is None or kind is
                                               ExpressionKind.MATCH_CONDITION else frozenset(variable_names)),
-            *(validators.check_undeclared_variables(checked) if kind is ExpressionKind.MATCH_CONDITION else ()),
+            *(validators.check_undeclared(checked, "variables") if kind is ExpressionKind.MATCH_CONDITION else ()),
+            *(validators.check_undeclared(checked, "authorizer") if kind is ExpressionKind.MESSAGE_EXPRESSION
+              else ()),
             *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
         ]
         if issues:
             rendered = []
             for issue in sorted(issues, key=lambda i: ast.position_of(checked, i.node_id)):
                 line, column = ast.position_of(checked, issue.node_id)
-                rendered.append(validators.format_issue(rewritten.text, line, column, issue.message))
+                rendered.append(validators.format_issue(rewritten.text, line, column - issue.shift, issue.message))
             return CompileError(rewritten.restore_errors("\n".join(rendered)))
         result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]
         if allowed is not None and result_type not in allowed:
+            # Kubernetes types an Object.<path>{...} creation by its path; here it is dyn.
+            shown = structs.creation_type(checked.expr) or result_type
             if len(allowed) == 1:
-                return CompileError(f"must evaluate to {allowed[0]} but got {result_type}")
-            return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
+                return CompileError(f"must evaluate to {allowed[0]} but got {shown}")
+            return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {shown}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)

@@ -23,7 +23,7 @@ comments are never touched, and it keeps every character of the source outside t
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from staticadm.cel import lexer
 
@@ -142,6 +142,16 @@ def _field_of_creation(tokens: list[lexer.Token], closing: int, type_name: str, 
         replacements[opening][2] = f"{function}({replacements[opening][2]}"
         suffix = f', "{field_name}")'
     replacements.append([tokens[closing + 1].start, tokens[closing + 2].end, suffix])
+
+
+def creation_type(expr: Any) -> str | None:
+    """The type name of an ``Object.<path>{...}`` creation (a checked expression node), which Kubernetes gives it."""
+    if expr.WhichOneof("expr_kind") != "call_expr" or expr.call_expr.function != OBJECT_PART_FUNCTION:
+        return None
+    name = expr.call_expr.args[0] if expr.call_expr.args else None
+    if name is None or name.WhichOneof("expr_kind") != "const_expr":
+        return None
+    return str(name.const_expr.string_value) or None
 
 
 def rewrite_struct_creation(source: str) -> str:
