@@ -66,6 +66,20 @@ def has_kind(group: str, version: str, kind: str) -> bool:
     return f"{group}/{version}/{kind}" in _catalog()["kinds"]
 
 
+@functools.cache
+def _kind_versions() -> dict[tuple[str, str], tuple[str, ...]]:
+    versions: dict[tuple[str, str], list[str]] = {}
+    for key in _catalog()["kinds"]:
+        group, version, kind = key.split("/")
+        versions.setdefault((group, kind), []).append(version)
+    return {key: tuple(found) for key, found in versions.items()}
+
+
+def kind_versions(group: str, kind: str) -> tuple[str, ...]:
+    """The versions of ``group`` that serve a built-in ``kind`` (empty for any other kind)."""
+    return _kind_versions().get((group, kind), ())
+
+
 def kind_definition(group: str, version: str, kind: str) -> tuple[str, Mapping[str, Any]] | None:
     """The definition name of a built-in kind and every definition (the ``kinds.json.gz`` format), or None."""
     catalog = _catalog()
