@@ -5,7 +5,8 @@
 constraints select, as kube-apiserver's ``TypeChecker`` does with ``common.SchemaDeclType`` over the
 resolved OpenAPI schema. This keeps what that conversion reads: object properties, ``additionalProperties``
 maps, array items, and the scalar type with the formats that change it (``byte`` -> bytes, ``date`` and
-``date-time`` -> timestamp, ``duration`` -> duration); ``Quantity`` is a string and ``IntOrString``
+``date-time`` -> timestamp, ``duration`` -> duration; an integer's ``int32``/``int64``, which CEL reads as int and
+the decoding of mutation results as the Go type); ``Quantity`` is a string and ``IntOrString``
 (``x-kubernetes-int-or-string``) and schemas without a type (or with a choice of types) are ``dyn``.
 
 Input: ``_definitions.json`` of the ``kubernetes-validate`` PyPI package (the Kubernetes OpenAPI
@@ -18,7 +19,7 @@ definitions of a release as JSON Schema)::
 
 Output (``format: 1``): ``{"meta": {...}, "kinds": {"<group>/<version>/<Kind>": "<definition>"},
 "definitions": {"<definition>": type}}`` with
-``type := "string" | "int" | "double" | "bool" | "bytes" | "timestamp" | "duration" | "dyn"
+``type := "string" | "int" | "int32" | "int64" | "double" | "bool" | "bytes" | "timestamp" | "duration" | "dyn"
 | {"ref": name} | {"list": type} | {"map": type} | {"object": {property: type}}``.
 """
 
@@ -41,7 +42,10 @@ def _scalar(kind: str, schema: dict[str, Any]) -> Any:
     if kind == "string":
         return {"byte": "bytes", "date": "timestamp", "date-time": "timestamp",
                 "duration": "duration"}.get(schema.get("format", ""), "string")
-    return {"integer": "int", "number": "double", "boolean": "bool"}.get(kind, "dyn")
+    if kind == "integer":
+        # The Go type's width, for the errors of decoding into it (``staticadm/patch/decode.py``); CEL's is int.
+        return {"int32": "int32", "int64": "int64"}.get(schema.get("format", ""), "int")
+    return {"number": "double", "boolean": "bool"}.get(kind, "dyn")
 
 
 def convert(schema: Any) -> Any:

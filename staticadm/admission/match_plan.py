@@ -24,6 +24,8 @@ when someone reads it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
 
 from staticadm.admission.matching import (
     NIL_CONSTRAINTS,
@@ -43,8 +45,18 @@ NOT_MATCHED = 0
 MATCHED_ORIGINAL = 1
 #: Matched as the resource and kind the webhook received (matchPolicy Equivalent).
 MATCHED_EQUIVALENT = 2
-#: A plan's outcome: one of the three above, or the text of the configuration error.
-PlanOutcome = int | str
+
+
+@dataclass(frozen=True, slots=True)
+class MatchedVersion:
+    """Matched (matchPolicy Equivalent) as another version of a built-in kind than either the request has."""
+
+    resource: GroupVersionResource
+    kind: GroupVersionKind
+
+
+#: A plan's outcome: one of the three ints above, another version matched, or the text of a configuration error.
+PlanOutcome = int | MatchedVersion | str
 
 #: Shapes remembered per plan; a cluster sends a few hundred (operation x resource x subresource), and a
 #: full memo is dropped rather than evicted piecemeal (it refills from the same deterministic function).
@@ -93,7 +105,7 @@ class MatchPlan:
 
     def __init__(self, match: MatchResources | None, *, is_policy: bool) -> None:
         self._match = match
-        self._by_shape: dict[tuple[str, ...], int] = {}
+        self._by_shape: dict[tuple[str, ...], int | MatchedVersion] = {}
         #: The outcome that does not depend on the request, if there is one.
         self._static: PlanOutcome | None = None
         self._namespace_selector: LabelSelector | None = None
@@ -137,7 +149,7 @@ class MatchPlan:
                 return NOT_MATCHED
         return rules
 
-    def _rules(self, request: AdmissionRequest) -> int:
+    def _rules(self, request: AdmissionRequest) -> int | MatchedVersion:
         match = self._match
         assert match is not None
         if match.exclude_resource_rules and rules_match(match.exclude_resource_rules, match.match_policy,
@@ -148,11 +160,20 @@ class MatchPlan:
         found = rules_match(match.resource_rules, match.match_policy, request)
         if not found.matched:
             return NOT_MATCHED
-        return MATCHED_ORIGINAL if found.resource is request.original_resource else MATCHED_EQUIVALENT
+        if found.resource is request.original_resource:
+            return MATCHED_ORIGINAL
+        if found.resource is request.resource:
+            return MATCHED_EQUIVALENT
+        assert found.resource is not None and found.kind is not None
+        return MatchedVersion(found.resource, found.kind)
 
 
-def matched_as(outcome: int, request: AdmissionRequest) -> tuple[GroupVersionResource, GroupVersionKind]:
+def matched_as(outcome: int | MatchedVersion,
+               request: AdmissionRequest) -> tuple[GroupVersionResource, GroupVersionKind]:
     """The (resource, kind) a matched outcome stands for."""
+    if outcome.__class__ is MatchedVersion:
+        matched = cast(MatchedVersion, outcome)
+        return matched.resource, matched.kind
     if outcome == MATCHED_EQUIVALENT:
         return request.resource, request.kind
     return request.original_resource, request.original_kind

@@ -1,9 +1,11 @@
 """Does a MatchResources (a policy's matchConstraints or a binding's matchResources) match a request?
 
 A transcription of ``policy/matching.Matches`` and the ``webhook/predicates`` (rules, namespace,
-object). The one thing a webhook cannot reproduce is ``EquivalentResourcesFor``: the only equivalent
-resource we know is the version kube-apiserver sent us (``request.resource``), so a rule naming a
-third version of the same resource does not match (see the known gaps).
+object). ``EquivalentResourcesFor`` (matchPolicy Equivalent) is the version kube-apiserver sent us
+(``request.resource``) and, for a built-in kind, every other version of its group that serves that kind
+(autoscaling/v1 and v2 HorizontalPodAutoscalers); a policy matched as one of those needs the object
+converted, which a webhook cannot do, and fails with an error naming that (``dispatch.conversion_error``;
+see the known gaps). Subresources and the equivalences between groups are not known.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from staticadm.admission.request import (
     GroupVersionKind,
     GroupVersionResource,
 )
+from staticadm.cel.schema_types import kind_versions
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
 
 #: ``exclusion.Excluded()``: never sent through any admission hook, static or API.
@@ -141,13 +144,27 @@ def rules_match(rules: Sequence[NamedRuleWithOperations], match_policy: str | No
             return RulesMatch(True, original, request.original_kind)
     if match_policy is None or match_policy == "Exact":
         return RulesMatch(False)
-    equivalent = request.resource
-    if equivalent == original:
-        return RulesMatch(False)
-    for rule in rules:
-        if rule_matches(rule, request, equivalent) and _name_matches(rule, request):
-            return RulesMatch(True, equivalent, request.kind)
+    received = request.resource
+    equivalents = [] if received == original else [(received, request.kind)]
+    equivalents += builtin_equivalents(request)
+    for equivalent, kind in equivalents:
+        for rule in rules:
+            if rule_matches(rule, request, equivalent) and _name_matches(rule, request):
+                return RulesMatch(True, equivalent, kind)
     return RulesMatch(False)
+
+
+def builtin_equivalents(request: AdmissionRequest) -> list[tuple[GroupVersionResource, GroupVersionKind]]:
+    """The other versions of the request's built-in kind (its group's, as served), but the two it came with."""
+    original, kind = request.original_resource, request.original_kind
+    if request.original_sub_resource:
+        return []
+    found = []
+    for version in kind_versions(kind.group, kind.kind):
+        resource = GroupVersionResource(original.group, version, original.resource)
+        if resource != original and resource != request.resource:
+            found.append((resource, GroupVersionKind(kind.group, version, kind.kind)))
+    return found
 
 
 # -- selectors --------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_po
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
-from staticadm.admission.request import AdmissionRequest
+from staticadm.admission.request import AdmissionRequest, GroupVersionKind
 from staticadm.admission.response import review_response
 from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType
 from staticadm.cel import admission_environment
@@ -41,6 +41,7 @@ from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_ob
 from staticadm.cel.reads import Reads
 from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
+from staticadm.patch.decode import decoding_error
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
 from staticadm.snapshot import Snapshot
@@ -62,6 +63,16 @@ class _PolicyError:
         if self.binding is not None:
             return f"policy '{self.policy}' with binding '{self.binding}' denied request: {self.message}"
         return f'policy "{self.policy}" denied request: {self.message}'
+
+
+class _InternalError(Exception):
+    """``apierrors.NewInternalError`` from a patcher: the dispatcher returns it as the request's answer at once,
+    whatever the failurePolicy (mutating/dispatcher.go: ``errors.As(err, &statusError)``)."""
+
+    def status(self) -> dict[str, Any]:
+        cause = str(self)
+        return {"status": "Failure", "message": f"Internal error occurred: {cause}", "reason": "InternalError",
+                "details": {"causes": [{"message": cause}]}, "code": 500}
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,19 +182,24 @@ def _patch_operations(value: Any) -> tuple[list[dict[str, Any]] | None, str]:
     return operations, ""
 
 
-def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any) -> tuple[Any, str]:
-    """(the mutated object, "") or (None, Kubernetes' error text)."""
+def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind) -> tuple[Any, str]:
+    """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
+    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``)."""
     if mutation.mutation.patch_type == "JSONPatch":
         operations, problem = _patch_operations(value)
         if operations is None:
             return None, problem
         try:
-            return apply_patch(current, operations), ""
+            patched = apply_patch(current, operations)
         except JSONPatchTestFailed:
             # A failed test operation means the patch must not be applied: a silent no-op.
             return current, ""
         except JSONPatchError as error:
-            return None, f"JSONPath: {error}"
+            return None, f"JSON Patch: {error}"
+        refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
+        if refused is not None:
+            raise _InternalError(refused)
+        return patched, ""
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
     type_errors: list[str] = []
@@ -217,7 +233,13 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
         value, failure = run_program(mutation.expression, mutation.source, context)
         problem = ""
         if failure is None:
-            mutated, problem = _apply_mutation(mutation, value, current)
+            try:
+                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind)
+            except _InternalError as error:
+                state.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY,
+                                                    ErrorType.INVALID_ERROR, str(error),
+                                                    seconds=time.perf_counter() - started))
+                raise
         seconds = time.perf_counter() - started
         if failure is None and problem:
             failure = ExpressionFailure(problem, ErrorType.INVALID_ERROR)
@@ -324,6 +346,7 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     state = _Dispatch(steps=[] if explain else None)
     excluded = is_excluded(request)
     final = request.object
+    internal: dict[str, Any] | None = None
     if not excluded and snapshot.mutating:
         positions = policy_candidates(snapshot, request, mutating=True)
         view = RequestMatch(request, namespaces)
@@ -332,11 +355,14 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
                                                       ConversionCheck.PER_BINDING)
                        for invocation in policy.invocations()]
         if invocations:
-            final = _dispatch(state, invocations, request, view, deadline,
-                              snapshot.candidate_reads(positions, mutating=True) if prune_objects else None,
-                              share_evaluations)
+            try:
+                final = _dispatch(state, invocations, request, view, deadline,
+                                  snapshot.candidate_reads(positions, mutating=True) if prune_objects else None,
+                                  share_evaluations)
+            except _InternalError as error:
+                internal = error.status()
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]
-    status = _denial_status(request, failing) if failing else None
+    status = internal if internal is not None else _denial_status(request, failing) if failing else None
     patch: list[dict[str, Any]] = [] if status is not None or final == request.object else create_patch(
         request.object, final)
     response = review_response(request.review_api_version, request.uid, allowed=status is None, status=status)

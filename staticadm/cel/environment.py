@@ -179,6 +179,7 @@ class TypeCheck:
 
 
 _STEPPED = frozenset({("@stepped", "")})
+_DIAGNOSTIC = ("@diagnostic", "")
 _OBJECT_READS = frozenset({("@object-reads", "")})
 
 
@@ -227,16 +228,25 @@ class CompiledExpression:
 
     def with_failed_variables(self, failures: Mapping[str, str]) -> Any:
         """This expression's program with the given variables linked as errors with those messages."""
+        return self._relinked_program(failures, diagnostic=False)
+
+    def diagnostic(self, failures: Mapping[str, str]) -> Any:
+        """``with_failed_variables(failures)`` in the form that words errors as cel-go does where the engine's
+        words lack the key (``rewrite.diagnostic``), built when an error first needs it."""
+        return self._relinked_program(failures, diagnostic=True)
+
+    def _relinked_program(self, failures: Mapping[str, str], *, diagnostic: bool) -> Any:
         names = {name for name, _ in self.linked_variables}
         relevant = frozenset((name, message) for name, message in failures.items() if name in names)
-        if not relevant:
+        if not relevant and not diagnostic:
             return self.program
-        program = self._relinked.get(relevant)
+        key = relevant | {_DIAGNOSTIC} if diagnostic else relevant
+        program = self._relinked.get(key)
         if program is None:
             assert self.environment is not None
-            program = self.environment.link_program(self, dict(relevant))
+            program = self.environment.link_program(self, dict(relevant), diagnostic=diagnostic)
             if len(self._relinked) < 64:
-                self._relinked[relevant] = program
+                self._relinked[key] = program
         return program
 
 
@@ -599,21 +609,25 @@ class CelEnvironment:
             *validators.check_literal_arguments(checked, self._literal_error),
             *validators.check_typed_variables(checked, None if variable_names is None or kind is
                                               ExpressionKind.MATCH_CONDITION else frozenset(variable_names)),
-            *(validators.check_undeclared_variables(checked) if kind is ExpressionKind.MATCH_CONDITION else ()),
+            *(validators.check_undeclared(checked, "variables") if kind is ExpressionKind.MATCH_CONDITION else ()),
+            *(validators.check_undeclared(checked, "authorizer") if kind is ExpressionKind.MESSAGE_EXPRESSION
+              else ()),
             *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
         ]
         if issues:
             rendered = []
             for issue in sorted(issues, key=lambda i: ast.position_of(checked, i.node_id)):
                 line, column = ast.position_of(checked, issue.node_id)
-                rendered.append(validators.format_issue(rewritten.text, line, column, issue.message))
+                rendered.append(validators.format_issue(rewritten.text, line, column - issue.shift, issue.message))
             return CompileError(rewritten.restore_errors("\n".join(rendered)))
         result_type = ast.type_name(checked.type_map[checked.expr.id]) if checked.expr.id in checked.type_map else "dyn"
         allowed = RESULT_TYPES[kind]
         if allowed is not None and result_type not in allowed:
+            # Kubernetes types an Object.<path>{...} creation by its path; here it is dyn.
+            shown = structs.creation_type(checked.expr) or result_type
             if len(allowed) == 1:
-                return CompileError(f"must evaluate to {allowed[0]} but got {result_type}")
-            return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {result_type}")
+                return CompileError(f"must evaluate to {allowed[0]} but got {shown}")
+            return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {shown}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)
@@ -699,8 +713,10 @@ class CelEnvironment:
     def deserialize_runtime(self, serialized: bytes) -> Any:
         return self._runtime.deserialize(serialized)
 
-    def link_program(self, expression: CompiledExpression, failures: Mapping[str, str]) -> Any:
-        """The program of ``expression`` over its linked variables, the ``failures`` linked as errors."""
+    def link_program(self, expression: CompiledExpression, failures: Mapping[str, str], *,
+                     diagnostic: bool = False) -> Any:
+        """The program of ``expression`` over its linked variables, the ``failures`` linked as errors; with
+        ``diagnostic``, in the form that only words errors (``rewrite.diagnostic``)."""
         components: list[tuple[str, linking.LinkedVariable]] = []
         for name, value in expression.linked_variables:
             if name in failures:
@@ -708,6 +724,8 @@ class CelEnvironment:
             else:
                 components.append((name, _linkable(value)))
         linked = linking.link(expression.prepared, components)
+        if diagnostic:
+            linked = rewrite.diagnostic(linked)
         boundary.guard(linked, self._python_functions)
         return self._runtime.deserialize(ast.encode(linked))
 

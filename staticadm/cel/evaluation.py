@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cel_expr_python import cel
 
-from staticadm.cel import cost, messages, stepping
+from staticadm.cel import cost, messages, rewrite, stepping
 
 if TYPE_CHECKING:
     from staticadm.cel.environment import CompiledExpression
@@ -35,6 +35,9 @@ ENGINE_ITERATION_LIMIT_TEXT = "Iteration budget exceeded"
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX = re.compile(r" \[[A-Z_]+\]$")
 _DEADLINE_CHECK_INTERVAL = 1024
+#: The engine's texts where cel-go's name what failed: a selection or index of a value that is no map or list
+#: (cel-go names the key), a loop over one (its type), a call charged by its operand's size (the call).
+_UNKEYED = re.compile(r"no such key|Invalid container type: '[^']*'|no such overload(: size)?")
 BODY = -1
 
 
@@ -273,7 +276,7 @@ class EvaluationContext:
         # expression of every request, so each step here is paid ~35 times per request.
         result, run = self._engine_eval(compiled.program)
         if result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or self._deadline_exceeded:
-            outcome, run = self._evaluate(compiled.program, compiled, first=(result, run))
+            outcome, run = self._evaluate(compiled, first=(result, run))
             return self._settle(compiled, budget, outcome, run)
         if compiled.result_type != "bool":
             return self._settle(compiled, budget, to_python(result, compiled.result_type), run)
@@ -347,6 +350,8 @@ class EvaluationContext:
             # A variable went past its own per-call limit: its loop was cut short there, so what the expression
             # made of it is no value. In Kubernetes that variable fails with the cost error when read.
             outcome = self._explain_variable_error(compiled, outcome, cut_short=True)
+        else:
+            outcome = self._keyed(compiled, None, outcome)
         if budget is not None:
             spent = compiled.static_cost + run.body
             if run.variables:
@@ -360,10 +365,12 @@ class EvaluationContext:
             budget.remaining -= spent
         return outcome
 
-    def _evaluate(self, program: Any, compiled: CompiledExpression, *, run: _RunCost | None = None,
-                  first: tuple[Any, _RunCost] | None = None) -> tuple[Any, _RunCost]:
-        """One evaluation with everything that can go wrong handled; ``first`` is the outcome of an
-        evaluation already made (``run``'s fast path), to finish instead of evaluating again."""
+    def _evaluate(self, compiled: CompiledExpression, failures: Mapping[str, str] | None = None, *,
+                  run: _RunCost | None = None, first: tuple[Any, _RunCost] | None = None) -> tuple[Any, _RunCost]:
+        """One evaluation of ``compiled`` (with ``failures``: its variables of those names linked as those errors)
+        with everything that can go wrong handled; ``first`` is the outcome of an evaluation already made
+        (``run``'s fast path), to finish instead of evaluating again."""
+        program = compiled.with_failed_variables(failures) if failures else compiled.program
         own_run = run is None
         if first is not None:
             result, run = first
@@ -396,10 +403,23 @@ class EvaluationContext:
                 else:
                     run.needs_steps = False
                 return self._evaluate_stepped(compiled, run), run
-            return to_python(result, compiled.result_type), run
+            return self._keyed(compiled, failures, to_python(result, compiled.result_type)), run
         finally:
             self._state.leave(previous)
             self._run = saved
+
+    def _keyed(self, compiled: CompiledExpression, failures: Mapping[str, str] | None, outcome: Any) -> Any:
+        """``outcome``, or when it is an error the engine worded without what cel-go's words name (``_UNKEYED``),
+        that error in cel-go's words: the expression's diagnostic form (``rewrite.diagnostic``) is run for them,
+        its cost counted nowhere (the evaluation that failed was charged)."""
+        if outcome.__class__ is not EvalError or not _UNKEYED.fullmatch(outcome.message):
+            return outcome
+        result, _ = self._engine_eval(compiled.diagnostic(failures or {}))
+        if result.__class__ is _ENGINE_VALUE:
+            worded = to_python(result, compiled.result_type)
+            if worded.__class__ is EvalError and rewrite.STEP_MESSAGE not in worded.message:
+                return worded
+        return outcome
 
     def _evaluate_stepped(self, compiled: CompiledExpression, run: _RunCost) -> Any:
         try:
@@ -484,7 +504,7 @@ class EvaluationContext:
                 message = variable.message if variable is not None else "not defined"
                 value: Any = EvalError(f'composited variable "{name}" fails to compile: {message}')
             else:
-                value, _ = self._evaluate(variable.program, variable, run=self._run)
+                value, _ = self._evaluate(variable, run=self._run)
                 if variable.declaration_index in self._run.exceeded:
                     value = EvalError(f'composited variable "{name}" fails to evaluate: {COST_LIMIT_MESSAGE}')
                 elif isinstance(value, EvalError):
@@ -510,11 +530,12 @@ class EvaluationContext:
             if failure is not None:
                 failures[name] = failure
         if not failures:
-            return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True) if cut_short else outcome
-        program = compiled.with_failed_variables(failures)
+            if cut_short:
+                return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
+            return self._keyed(compiled, None, outcome)
         budget, self.budget = self.budget, None
         try:
-            explained, _ = self._evaluate(program, compiled)
+            explained, _ = self._evaluate(compiled, failures)
         finally:
             self.budget = budget
         return explained if cut_short or isinstance(explained, EvalError) else outcome
@@ -529,8 +550,7 @@ class EvaluationContext:
         if not isinstance(variable, CompiledExpression):
             failure: str | None = f'composited variable "{name}" fails to compile: {variable.message}'
         else:
-            program = variable.with_failed_variables(earlier) if earlier else variable.program
-            outcome, run = self._evaluate(program, variable)
+            outcome, run = self._evaluate(variable, earlier)
             if variable.declaration_index in run.exceeded:
                 failure = f'composited variable "{name}" fails to evaluate: {COST_LIMIT_MESSAGE}'
             elif isinstance(outcome, EvalError):

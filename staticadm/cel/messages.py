@@ -43,8 +43,7 @@ _RUNTIME_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]],
     (re.compile(r"Index error: index=(-?\d+) size=\d+"), lambda m: f"index out of bounds: {m.group(1)}"),
     (re.compile(r"Index error: expected integer type, got (\w+)"),
      lambda m: f"unsupported index type '{m.group(1)}' in list"),
-    # cel-go's dynamic dispatch answers Int.Add(String) etc. with the bare "no such overload".
-    (re.compile(r"No matching overloads found : .*", re.S), lambda m: "no such overload"),
+    (re.compile(r"No matching overloads found : (.*)", re.S), lambda m: _no_overload(m.group(1))),
     (re.compile(r"cannot convert string to (int|uint|double)"),
      lambda m: f"type conversion error from 'string' to '{m.group(1)}'"),
     (re.compile(r"Type conversion error from '([^']*)' to '([^']*)'"),
@@ -55,6 +54,51 @@ _RUNTIME_PATTERNS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]],
      lambda m: m.group(1)),
     (re.compile(r"sort\(\): unsupported type \S+"), lambda m: "list elements must be comparable"),
 )
+
+
+#: cel-cpp's type names in its overload errors, as cel-go's ``TypeName()`` spells them.
+_TYPE_NAMES = {"int64": "int", "uint64": "uint"}
+#: The standard functions cel-go implements once for every type (``decls.Singleton*Binding``): the operand's
+#: type must have the trait, and when the first does not, the error names the function alone. Here each with the
+#: types (cel-cpp's names) that have its trait.
+_NUMBERS = frozenset({"int64", "uint64", "double"})
+_TIMES = frozenset({"google.protobuf.Timestamp", "google.protobuf.Duration"})
+_SINGLETONS: dict[str, frozenset[str]] = {
+    "size": frozenset(),
+    "matches": frozenset({"string"}),
+    "-_": frozenset({"int64", "double", "bool"}),
+    **dict.fromkeys(("_<_", "_<=_", "_>_", "_>=_"), _NUMBERS | _TIMES | {"string", "bytes", "bool"}),
+    "_+_": _NUMBERS | _TIMES | {"string", "bytes", "list"},
+    "_-_": _NUMBERS | _TIMES,
+    **dict.fromkeys(("_*_", "_/_"), _NUMBERS),
+    "_%_": frozenset({"int64", "uint64"}),
+}
+_GLOBAL_CALL = re.compile(r"(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
+_MEMBER_CALL = re.compile(r"\((?P<receiver>[^()]*)\)\.(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
+
+
+def _no_overload(call: str) -> str:
+    """cel-go's words where cel-cpp found no overload for ``call`` (``f(t1, t2)``, ``(t1).f(t2)`` or a bare name).
+
+    cel-go (interpreter/interpretable.go, common/decls) answers a call of a function declared once for every
+    type with ``no such overload: f`` when the first argument lacks the trait it needs (``size(null)``,
+    ``null < 1``), and with the bare ``no such overload`` when the first argument's own method refused the
+    second (``1 < null``, ``Int.Add(String)``), as do ``in``, ``!``, ``&&``, ``||`` and ``?:``; a call of any other
+    function is ``no such overload: f(t1, t2)``, the receiver first."""
+    match = _GLOBAL_CALL.fullmatch(call) or _MEMBER_CALL.fullmatch(call)
+    if match is None:
+        return "no such overload"
+    receiver = match.groupdict().get("receiver")
+    types = [part.strip() for part in match.group("arguments").split(",") if part.strip()]
+    if receiver is not None:
+        types.insert(0, receiver.strip())
+    function = match.group("function")
+    if function in _SINGLETONS:
+        return f"no such overload: {function}" if not types or types[0] not in _SINGLETONS[function] \
+            else "no such overload"
+    if function.startswith("@") or function.startswith("_") or function.startswith("!"):
+        return "no such overload"
+    return f"no such overload: {function}({', '.join(_TYPE_NAMES.get(t, t) for t in types)})"
 
 
 #: The binding quotes Python reprs (with heap addresses and values) in some errors: never pass them on.

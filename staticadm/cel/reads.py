@@ -46,6 +46,10 @@ def _chain(node: Any) -> tuple[str, tuple[str, ...]] | None:
             continue
         if kind == "call_expr":
             call = node.call_expr
+            if call.function == "value" and call.HasField("target") and not call.args:
+                # An optional's value is the value its chain selected.
+                node = call.target
+                continue
             if (call.function in _CHAIN_CALLS and not call.HasField("target") and len(call.args) == 2
                     and call.args[1].WhichOneof("expr_kind") == "const_expr"
                     and call.args[1].const_expr.WhichOneof("constant_kind") == "string_value"):
@@ -104,6 +108,12 @@ def _collect(expr: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPa
     stack = [expr]
     while stack:
         node = stack.pop()
+        if node.WhichOneof("expr_kind") == "select_expr" and node.select_expr.test_only:
+            # has(x.f) needs the key there, none of its value.
+            read = _resolved(_chain(node.select_expr.operand), scope)
+            if read is not None:
+                found[read[0]].add(read[1] + (node.select_expr.field, NOTHING))
+                continue
         chain = _chain(node)
         if chain is not None:
             # The longest chain from the top: its inner nodes are parts of it, not reads of their own.
@@ -116,11 +126,11 @@ def _collect(expr: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPa
             _comprehension(node.comprehension_expr, scope, found)
             continue
         if kind == "call_expr":
-            sized = _sized_chain(node.call_expr)
-            if sized is not None:
-                read = _resolved(sized, scope)
+            shape = _shape_read(node.call_expr)
+            if shape is not None:
+                read = _resolved(shape[0], scope)
                 if read is not None:
-                    found[read[0]].add(read[1] + (EACH, NOTHING))
+                    found[read[0]].add(read[1] + shape[1])
                 continue
         stack.extend(ast.children(node))
 
@@ -133,14 +143,23 @@ def _resolved(chain: tuple[str, tuple[str, ...]] | None, scope: Mapping[str, _Bo
     return (bound[0], bound[1] + chain[1]) if bound is not None else None
 
 
-def _sized_chain(call: Any) -> tuple[str, tuple[str, ...]] | None:
-    """The chain ``size(x)`` or ``x.size()`` measures, when that is all the call is: a list's size needs its
-    elements but none of their content (a map's or string's needs the whole value: see ``_prune``)."""
-    if call.function != "size":
+def _shape_read(call: Any) -> tuple[tuple[str, tuple[str, ...]], ReadPath] | None:
+    """A call that reads no more of a chain than its shape, and what it reads below it: ``size(x)`` or
+    ``x.size()`` a list's elements but none of their content (a map's or string's size needs the whole value: see
+    ``_prune``); ``type(x)`` and an optional's ``hasValue()`` nothing (pruning keeps a map a map, a list a list,
+    and the keys on every path read)."""
+    member = call.HasField("target")
+    below: ReadPath
+    if call.function == "size" and (not call.args if member else len(call.args) == 1):
+        operand, below = (call.target if member else call.args[0]), (EACH, NOTHING)
+    elif call.function == "type" and not member and len(call.args) == 1:
+        operand, below = call.args[0], (NOTHING,)
+    elif call.function == "hasValue" and member and not call.args:
+        operand, below = call.target, (NOTHING,)
+    else:
         return None
-    if call.HasField("target"):
-        return _chain(call.target) if not call.args else None
-    return _chain(call.args[0]) if len(call.args) == 1 else None
+    chain = _chain(operand)
+    return (chain, below) if chain is not None else None
 
 
 def _comprehension(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:

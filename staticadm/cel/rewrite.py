@@ -6,14 +6,17 @@
 - ``lists.range(n)`` gets its argument bounded, since it allocates natively before any loop runs;
 - identifiers of Kubernetes value types and ``type()`` of such values become constants;
 - ``Object{...}`` and ``JSONPatch{...}`` creations (calls after ``structs.py``) become the tagged map
-  literals their functions return, evaluated natively.
+  literals their functions return, evaluated natively;
+- presence tests and optional selections of values that may not be maps (``dyn``, null, objects, and
+  anything selected through an optional) get cel-go's answer where cel-cpp errors (``_qualified``);
+  ``diagnostic`` makes the form run only to word an error (``no such key: <key>``).
 
 ``variables.<name>`` stays as it is here; ``linking.py`` binds it to the variable's own expression.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,12 @@ DIRECT_FUNCTION = "@staticadm.direct"
 #: Appends a loop that builds a list may make natively; longer ones run in slices of this (``stepping.py``).
 APPEND_SLICE = 256
 STEP_MESSAGE = "@staticadm: evaluated in steps"
+#: The Go types of cel-go's values (``%T``), which its error for a comprehension over a value it cannot iterate
+#: names.
+_GO_VALUE_TYPES = (("null_type", "types.Null"), ("string", "types.String"), ("int", "types.Int"),
+                   ("uint", "types.Uint"), ("double", "types.Double"), ("bool", "types.Bool"),
+                   ("bytes", "types.Bytes"), ("google.protobuf.Duration", "types.Duration"),
+                   ("google.protobuf.Timestamp", "types.Timestamp"))
 TYPE_CONSTANT_PREFIX = "@type:"
 #: The accumulator of the comprehensions the rewrite uses as ``let`` bindings (an empty range: no
 #: iteration, so they neither tick nor count toward the engine's iteration limit).
@@ -205,6 +214,257 @@ class Prepared:
     multiplies: bool
 
 
+# -- qualification of values that are not maps ------------------------------------------------------
+#
+# cel-go qualifies an attribute (interpreter/attributes.go, ``refQualify``): a map by key, a list by index, and any
+# other value (null above all: a CREATE's oldObject, ``selector: null``) as having no key, so that a presence test
+# is false (``has(oldObject.metadata)``), an optional selection or index is ``optional.none()``, and a plain one
+# fails with ``no such key: <key>``. On a list, a field name fails with ``unsupported index type 'string' in
+# list``, in a presence test too. Once a chain has passed an optional selection, every later selection and index
+# of it is a presence test of that kind (``x.?a.b`` is none when ``x.a`` is null). cel-cpp fails on all of these
+# ("Applying SELECT to non-message type", no overload of ``_?._`` for null).
+
+def _may_not_be_map(type_name: str) -> bool:
+    """Whether a value of this checked type can be something other than a map or a list at run time: ``dyn``,
+    null, and the Kubernetes object types (``namespaceObject`` is null for a cluster-scoped request)."""
+    return type_name in ("dyn", "null_type") or (
+        "." in type_name and "(" not in type_name and not type_name.startswith("google.protobuf."))
+
+
+def _is_optional(type_name: str) -> bool:
+    return type_name.startswith("optional_type(")
+
+
+#: One access of a chain: (the operand, whether a field (else an index), the key, whether written optional).
+_Link = tuple[Any, bool, Any, bool]
+
+
+def _link(node: Any, kind: str | None, references: Any) -> _Link | None:
+    if kind == "select_expr":
+        if node.select_expr.test_only or node.id in references:
+            return None
+        key = ast.Expr(id=-1)
+        key.const_expr.string_value = node.select_expr.field
+        return node.select_expr.operand, True, key, False
+    if kind == "call_expr" and not node.call_expr.HasField("target") and len(node.call_expr.args) == 2:
+        function = node.call_expr.function
+        if function in ("_?._", "_[?_]", "_[_]"):
+            return node.call_expr.args[0], function == "_?._", node.call_expr.args[1], function != "_[_]"
+    return None
+
+
+def inner_links(checked: Any) -> frozenset[int]:
+    """The accesses that are the operand of another access: ``_qualified`` rewrites a chain from its last one."""
+    references = checked.reference_map
+    inner = set()
+    for node in ast.walk(checked.expr):
+        link = _link(node, node.WhichOneof("expr_kind"), references)
+        if link is not None and _link(link[0], link[0].WhichOneof("expr_kind"), references) is not None:
+            inner.add(link[0].id)
+    return frozenset(inner)
+
+
+def _qualified(node: Any, kind: str | None, types: Mapping[int, str], ids: Ids, references: Any,
+               inner: frozenset[int]) -> Any:
+    """cel-go's form of a presence test or of a chain with an optional access (see above), or None when ``node``
+    is neither."""
+    if kind == "select_expr" and node.select_expr.test_only:
+        select = node.select_expr
+        if not _may_not_be_map(types.get(select.operand.id, "dyn")):
+            return None
+        return _with_value(select.operand, ids, references, lambda value: _by_kind(
+            ids, value, _select(ids, value(), select.field, test_only=True),
+            call(ids(), "_==_", _list_field_error(ids, select.field), _null(ids)),
+            bool_constant(ids(), False)))
+    if node.id in inner:
+        return None
+    links: list[_Link] = []
+    root = node
+    while (link := _link(root, root.WhichOneof("expr_kind"), references)) is not None:
+        links.append(link)
+        root = link[0]
+    if not links:
+        return None
+    links.reverse()
+    root_optional = _is_optional(types.get(root.id, "dyn"))
+    optional_at = [i for i, link in enumerate(links) if link[3]]
+    if not root_optional and not optional_at:
+        return None
+    first = 0 if root_optional else optional_at[0]
+
+    def chain(value: Callable[[], Any]) -> Any:
+        prefix = value
+        for operand_link in links[:first]:
+            prefix = _accessor(prefix, operand_link, ids, references)
+        return _with_value(prefix(), ids, references, lambda start: _optional_steps(start, links[first:], ids,
+                                                                                   references))
+
+    if not root_optional:
+        return _with_value(root, ids, references, chain)
+    return _with_value(root, ids, references, lambda optional: call(
+        ids(), "_?_:_", call(ids(), "hasValue", target=optional()),
+        chain(lambda: call(ids(), "value", target=optional())), _none(ids)))
+
+
+def _accessor(value: Callable[[], Any], link: _Link, ids: Ids, references: Any) -> Callable[[], Any]:
+    """The plain access ``link`` makes of ``value``, as a factory of copies."""
+    _, is_field, key, _ = link
+
+    def access() -> Any:
+        if is_field:
+            return _select(ids, value(), key.const_expr.string_value)
+        return call(ids(), "_[_]", value(), renumbered(key, ids, references))
+    return access
+
+
+def _optional_steps(value: Callable[[], Any], links: Sequence[_Link], ids: Ids, references: Any) -> Any:
+    """``links`` (the first of them optional) applied to ``value`` as cel-go does after an optional access:
+    each one a presence test (a map by key, a list by index, anything else absent), the result an optional."""
+    _, is_field, key, _ = links[0]
+    if not is_field and key.WhichOneof("expr_kind") not in ("const_expr", "ident_expr"):
+        # A computed key is evaluated once.
+        name = f"@k{ids()}"
+        bound_key = ast.Expr()
+        bound_key.CopyFrom(key)
+        return bind(ids, name, bound_key, _optional_steps(
+            value, [(links[0][0], False, ident(ids(), name), True), *links[1:]], ids, references))
+    if is_field:
+        present = call(ids(), "_?._", value(), _string(ids(), key.const_expr.string_value))
+    else:
+        present = call(ids(), "_[?_]", value(), renumbered(key, ids, references))
+    if len(links) > 1:
+        rest = _with_value(_accessor(value, links[0], ids, references)(), ids, references,
+                           lambda following: _optional_steps(following, links[1:], ids, references))
+        # On a map (the branch this is in for a field) a presence test is the engine's own, not a call.
+        found = (_select(ids, value(), key.const_expr.string_value, test_only=True) if is_field
+                 else call(ids(), "hasValue", target=present))
+        present = call(ids(), "_?_:_", found, rest, _none(ids))
+    if is_field:
+        return _by_kind(ids, value, present, _list_field_error(ids, key.const_expr.string_value), _none(ids))
+    container = call(ids(), "_||_", _is_kind(ids, value(), "map"), _is_kind(ids, value(), "list"))
+    return call(ids(), "_?_:_", container, present, _none(ids))
+
+
+def _is_chain(expr: Any) -> bool:
+    """An access chain cheap to evaluate twice: identifiers, field selections, constant indexes, optionals'
+    values; the object pruning (``reads.py``) follows it."""
+    kind = expr.WhichOneof("expr_kind")
+    if kind in ("const_expr", "ident_expr"):
+        return True
+    if kind == "select_expr":
+        return not expr.select_expr.test_only and _is_chain(expr.select_expr.operand)
+    if kind != "call_expr":
+        return False
+    call_node = expr.call_expr
+    if call_node.function == "value" and call_node.HasField("target") and not call_node.args:
+        return _is_chain(call_node.target)
+    return (call_node.function == "_[_]" and not call_node.HasField("target") and len(call_node.args) == 2
+            and call_node.args[1].WhichOneof("expr_kind") == "const_expr" and _is_chain(call_node.args[0]))
+
+
+def _with_value(operand: Any, ids: Ids, references: Any, body: Callable[[Callable[[], Any]], Any]) -> Any:
+    """``body`` over ``operand``, which it may read several times: a chain is copied for each read, anything
+    else is bound once."""
+    if _is_chain(operand):
+        return body(lambda: renumbered(operand, ids, references))
+    name = f"@q{ids()}"
+    value = ast.Expr()
+    value.CopyFrom(operand)
+    return bind(ids, name, value, body(lambda: ident(ids(), name)))
+
+
+def _by_kind(ids: Ids, value: Callable[[], Any], on_map: Any, on_list: Any, on_other: Any) -> Any:
+    return call(ids(), "_?_:_", _is_kind(ids, value(), "map"), on_map,
+                call(ids(), "_?_:_", _is_kind(ids, value(), "list"), on_list, on_other))
+
+
+def _list_field_error(ids: Ids, field_name: str) -> Any:
+    """cel-go's error for a field of a list, ``unsupported index type 'string' in list``: the engine's for a
+    string index of one (``messages.py`` words it), of an empty list so that the object pruning reads nothing."""
+    return call(ids(), "_[_]", list_of(ids()), _string(ids(), field_name))
+
+
+def _is_kind(ids: Ids, value: Any, kind: str) -> Any:
+    return call(ids(), "_==_", call(ids(), "type", value), ident(ids(), kind))
+
+
+def _select(ids: Ids, operand: Any, field_name: str, test_only: bool = False) -> Any:
+    node = ast.Expr(id=ids())
+    node.select_expr.operand.CopyFrom(operand)
+    node.select_expr.field = field_name
+    node.select_expr.test_only = test_only
+    return node
+
+
+def _null(ids: Ids) -> Any:
+    node = ast.Expr(id=ids())
+    node.const_expr.null_value = 0
+    return node
+
+
+def _none(ids: Ids) -> Any:
+    return call(ids(), "optional.none")
+
+
+def diagnostic(checked: Any) -> Any:
+    """``checked`` (a runtime form, its variables linked) with every plain selection and index of a value that is
+    neither a map nor a list failing with cel-go's words, ``no such key: <key>`` (cel-cpp names no key). Slower
+    than the form it is made from and otherwise the same: it is run only to word an error that one gave."""
+    result = ast.CheckedExpr()
+    result.CopyFrom(checked)
+    ids = Ids(ast.max_id(result))
+    references = result.reference_map
+    for node in reversed(list(ast.walk(result.expr))):
+        kind = node.WhichOneof("expr_kind")
+        if kind == "select_expr" and not node.select_expr.test_only and node.id not in references:
+            def selected(value: Callable[[], Any], field_name: str = node.select_expr.field) -> Any:
+                return _by_kind(ids, value, _select(ids, value(), field_name),
+                                call(ids(), "_[_]", value(), _string(ids(), field_name)),
+                                call(ids(), "@staticadm.fail", _string(ids(), f"no such key: {field_name}")))
+
+            guarded = _with_value(node.select_expr.operand, ids, references, selected)
+        elif (kind == "call_expr" and node.call_expr.function == "_[_]" and not node.call_expr.HasField("target")
+              and len(node.call_expr.args) == 2):
+            key = node.call_expr.args[1]
+
+            def indexed(value: Callable[[], Any], key: Any = key) -> Any:
+                container = call(ids(), "_||_", _is_kind(ids, value(), "map"), _is_kind(ids, value(), "list"))
+                message = call(ids(), "_+_", _string(ids(), "no such key: "),
+                               call(ids(), "string", renumbered(key, ids, references)))
+                return call(ids(), "_?_:_", container, call(ids(), "_[_]", value(), renumbered(key, ids, references)),
+                            call(ids(), "@staticadm.fail", message))
+
+            guarded = _with_value(node.call_expr.args[0], ids, references, indexed)
+        elif (kind == "call_expr" and node.call_expr.function == "size" and node.id not in references
+              and len(node.call_expr.args) == 1):
+            # A size the cost rewrites measure: on a value that has none the call measured fails with its own
+            # words (cel-go charges a call after making it).
+            guarded = _with_value(node.call_expr.args[0], ids, references, lambda value: call(
+                ids(), "_?_:_", call(ids(), "@in", call(ids(), "type", value()), list_of(
+                    ids(), *(ident(ids(), name) for name in ("string", "bytes", "list", "map")))),
+                call(ids(), "size", value()), int_constant(ids(), 0)))
+        elif kind == "comprehension_expr" and not is_binding(node.comprehension_expr):
+            loop = node.comprehension_expr
+            go_type: Any = _string(ids(), "types.Unknown")
+            for cel_type, go_name in reversed(_GO_VALUE_TYPES):
+                go_type = call(ids(), "_?_:_", call(ids(), "_==_", call(ids(), "type", ident(ids(), "@range")),
+                                                    ident(ids(), cel_type)), _string(ids(), go_name), go_type)
+            message = call(ids(), "_+_", _string(ids(), "got '"),
+                           call(ids(), "_+_", go_type, _string(ids(), "', expected iterable type")))
+            checked_range = bind(ids, "@range", ast.Expr(), call(
+                ids(), "_?_:_", call(ids(), "_||_", _is_kind(ids, ident(ids(), "@range"), "map"),
+                                     _is_kind(ids, ident(ids(), "@range"), "list")),
+                ident(ids(), "@range"), call(ids(), "@staticadm.fail", message)))
+            checked_range.comprehension_expr.accu_init.CopyFrom(loop.iter_range)
+            loop.iter_range.CopyFrom(checked_range)
+            continue
+        else:
+            continue
+        guarded.id = node.id
+        node.CopyFrom(guarded)
+    return result
+
+
 def _make_type_constant(node: Any, type_name: str) -> None:
     # The runtime represents every Kubernetes value as a map, so type(x) cannot tell them apart there;
     # the checker already knows the static type, which is all type(x) can be for these values.
@@ -269,6 +529,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     # Collect first: rewriting while walking would visit the nodes we insert. Children are rewritten
     # before their parents (reversed pre-order), so a wrapper copies already rewritten operands.
     nodes = list(ast.walk(result.expr))
+    inner = inner_links(result)
     for node in reversed(nodes):
         kind = node.WhichOneof("expr_kind")
         reference = result.reference_map.get(node.id) if node.id in result.reference_map else None
@@ -284,6 +545,12 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             if checked_type.startswith("type(") and checked_type[5:-1] in opaque_types:
                 _make_type_constant(node, checked_type[5:-1])
                 continue
+        qualified = _qualified(node, kind, types, ids, result.reference_map, inner)
+        if qualified is not None:
+            # Keeps the node's id: a parent finds its operand's checked type by it.
+            qualified.id = node.id
+            node.CopyFrom(qualified)
+            continue
         if kind == "comprehension_expr":
             comprehension = node.comprehension_expr
             condition = ast.Expr()

@@ -17,6 +17,7 @@ import functools
 import gzip
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -27,8 +28,9 @@ _RESERVED = frozenset({"true", "false", "null", "in", "as", "break", "const", "c
                        "if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while"})
 _ESCAPES = re.compile(r"(__|[-./]|[^a-zA-Z0-9\-./_])")
 _FIELD = descriptor_pb2.FieldDescriptorProto
-_SCALARS = {"string": _FIELD.TYPE_STRING, "int": _FIELD.TYPE_INT64, "double": _FIELD.TYPE_DOUBLE,
-            "bool": _FIELD.TYPE_BOOL, "bytes": _FIELD.TYPE_BYTES}
+_SCALARS = {"string": _FIELD.TYPE_STRING, "int": _FIELD.TYPE_INT64, "int32": _FIELD.TYPE_INT64,
+            "int64": _FIELD.TYPE_INT64, "double": _FIELD.TYPE_DOUBLE, "bool": _FIELD.TYPE_BOOL,
+            "bytes": _FIELD.TYPE_BYTES}
 _WELL_KNOWN = {"timestamp": ".google.protobuf.Timestamp", "duration": ".google.protobuf.Duration",
                "dyn": ".google.protobuf.Value"}
 
@@ -62,6 +64,27 @@ def _catalog() -> dict[str, Any]:
 
 def has_kind(group: str, version: str, kind: str) -> bool:
     return f"{group}/{version}/{kind}" in _catalog()["kinds"]
+
+
+@functools.cache
+def _kind_versions() -> dict[tuple[str, str], tuple[str, ...]]:
+    versions: dict[tuple[str, str], list[str]] = {}
+    for key in _catalog()["kinds"]:
+        group, version, kind = key.split("/")
+        versions.setdefault((group, kind), []).append(version)
+    return {key: tuple(found) for key, found in versions.items()}
+
+
+def kind_versions(group: str, kind: str) -> tuple[str, ...]:
+    """The versions of ``group`` that serve a built-in ``kind`` (empty for any other kind)."""
+    return _kind_versions().get((group, kind), ())
+
+
+def kind_definition(group: str, version: str, kind: str) -> tuple[str, Mapping[str, Any]] | None:
+    """The definition name of a built-in kind and every definition (the ``kinds.json.gz`` format), or None."""
+    catalog = _catalog()
+    name = catalog["kinds"].get(f"{group}/{version}/{kind}")
+    return (name, catalog["definitions"]) if name is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,20 @@ creation into a call the environment declares::
 
 The root ``Object`` call is typed ``Object`` and ``JSONPatch`` is typed ``JSONPatch`` (abstract types), so
 Kubernetes' result-type rules (``Object`` for ApplyConfiguration, ``list(JSONPatch)`` for JSONPatch)
-hold; nested ``Object.<path>`` values are ``dyn``. The rewrite works on tokens, so string literals and
+hold; nested ``Object.<path>`` values are ``dyn``. A field of a creation, which the engine's checker refuses on
+an abstract type, becomes a call as well (Kubernetes types ``op``, ``path`` and ``from`` of a JSONPatch
+``string``, any other field ``dyn``)::
+
+    JSONPatch{op: "add"}.op        ->  __staticadm_jsonpatch_text__(__staticadm_jsonpatch__({"op": "add"}), "op")
+    Object{spec: s}.spec           ->  __staticadm_struct_field__(__staticadm_object__("Object", {"spec": s}), "spec")
+    has(JSONPatch{}.value)         ->  __staticadm_struct_has__(__staticadm_jsonpatch__({}), "value")
+ The rewrite works on tokens, so string literals and
 comments are never touched, and it keeps every character of the source outside the struct syntax.
 """
 
 from __future__ import annotations
+
+from typing import Any, cast
 
 from staticadm.cel import lexer
 
@@ -22,6 +31,10 @@ OBJECT_FUNCTION = "__staticadm_object__"
 OBJECT_PART_FUNCTION = "__staticadm_object_part__"
 JSONPATCH_FUNCTION = "__staticadm_jsonpatch__"
 RESERVED_NAMES = (OBJECT_FUNCTION, OBJECT_PART_FUNCTION, JSONPATCH_FUNCTION)
+STRUCT_FIELD_FUNCTION = "__staticadm_struct_field__"
+JSONPATCH_TEXT_FUNCTION = "__staticadm_jsonpatch_text__"
+STRUCT_HAS_FUNCTION = "__staticadm_struct_has__"
+FIELD_FUNCTIONS = (STRUCT_FIELD_FUNCTION, JSONPATCH_TEXT_FUNCTION, STRUCT_HAS_FUNCTION)
 
 OBJECT_TYPE = "Object"
 JSONPATCH_TYPE = "JSONPatch"
@@ -55,10 +68,11 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
     """Edits turning every ``Object``/``JSONPatch`` creation into a declared call."""
     tokens = lexer.tokens(source)
     for token in tokens:
-        if token.kind == "ident" and token.text in RESERVED_NAMES:
+        if token.kind == "ident" and token.text in RESERVED_NAMES + FIELD_FUNCTIONS:
             raise StructSyntaxError(f"undeclared reference to '{token.text}'")
-    replacements: list[tuple[int, int, str]] = []
-    # Open brackets: (closing char, struct type name or None, whether a field name may come next).
+    replacements: list[list[int | str]] = []
+    # Open brackets: (closing char, struct type name or None, whether a field name may come next, the index of
+    # the struct's opening replacement, the index of its first token).
     stack: list[list[object]] = []
     index = 0
     while index < len(tokens):
@@ -72,8 +86,8 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
                 opening = f'{OBJECT_FUNCTION}("{type_name}", {{'
             else:
                 opening = f'{OBJECT_PART_FUNCTION}("{type_name}", {{'
-            replacements.append((token.start, tokens[brace].end, opening))
-            stack.append(["}", type_name, True])
+            replacements.append([token.start, tokens[brace].end, opening])
+            stack.append(["}", type_name, True, len(replacements) - 1, index])
             index = brace + 1
             continue
         if token.kind == "punct" and token.text in "([{":
@@ -82,7 +96,9 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
             if stack and stack[-1][0] == token.text:
                 closed = stack.pop()
                 if closed[1] is not None:
-                    replacements.append((token.start, token.end, "})"))
+                    replacements.append([token.start, token.end, "})"])
+                    _field_of_creation(tokens, index, str(closed[1]), cast(int, closed[3]), cast(int, closed[4]),
+                                       replacements)
         elif stack and stack[-1][1] is not None:
             top = stack[-1]
             if token.kind == "punct" and token.text == ",":
@@ -93,12 +109,49 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
                 elif token.kind == "ident" and index + 1 < len(tokens) and tokens[index + 1].text == ":":
                     if top[1] == JSONPATCH_TYPE and token.text not in JSONPATCH_FIELDS:
                         raise StructSyntaxError(f"undefined field '{token.text}'")
-                    replacements.append((token.start, token.end, f'"{token.text}"'))
+                    replacements.append([token.start, token.end, f'"{token.text}"'])
                     top[2] = False
                 else:
                     top[2] = False
         index += 1
-    return [lexer.Edit(start, end, text) for start, end, text in replacements]
+    return [lexer.Edit(cast(int, start), cast(int, end), str(text)) for start, end, text in replacements]
+
+
+def _field_of_creation(tokens: list[lexer.Token], closing: int, type_name: str, opening: int, first: int,
+                       replacements: list[list[int | str]]) -> None:
+    """When the creation that ``tokens[closing]`` ends is the operand of a field selection (``S.f``, not a
+    method call ``S.f()``), the selection becomes a call of the field function (``has(S.f)`` of the presence
+    one) around the creation's call."""
+    if not (closing + 2 < len(tokens) and tokens[closing + 1].text == "." and tokens[closing + 1].kind == "punct"
+            and tokens[closing + 2].kind == "ident"):
+        return
+    follows = tokens[closing + 3] if closing + 3 < len(tokens) else None
+    if follows is not None and follows.text == "(" and follows.kind == "punct":
+        return
+    field_name = tokens[closing + 2].text
+    if type_name == JSONPATCH_TYPE and field_name not in JSONPATCH_FIELDS:
+        raise StructSyntaxError(f"undefined field '{field_name}'")
+    tested = (first >= 2 and tokens[first - 1].text == "(" and tokens[first - 2].text == "has"
+              and tokens[first - 2].kind == "ident" and follows is not None and follows.text == ")")
+    if tested:
+        replacements.append([tokens[first - 2].start, tokens[first - 2].end, STRUCT_HAS_FUNCTION])
+        suffix = f', "{field_name}"'
+    else:
+        function = (JSONPATCH_TEXT_FUNCTION if type_name == JSONPATCH_TYPE and field_name != "value"
+                    else STRUCT_FIELD_FUNCTION)
+        replacements[opening][2] = f"{function}({replacements[opening][2]}"
+        suffix = f', "{field_name}")'
+    replacements.append([tokens[closing + 1].start, tokens[closing + 2].end, suffix])
+
+
+def creation_type(expr: Any) -> str | None:
+    """The type name of an ``Object.<path>{...}`` creation (a checked expression node), which Kubernetes gives it."""
+    if expr.WhichOneof("expr_kind") != "call_expr" or expr.call_expr.function != OBJECT_PART_FUNCTION:
+        return None
+    name = expr.call_expr.args[0] if expr.call_expr.args else None
+    if name is None or name.WhichOneof("expr_kind") != "const_expr":
+        return None
+    return str(name.const_expr.string_value) or None
 
 
 def rewrite_struct_creation(source: str) -> str:

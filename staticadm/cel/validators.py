@@ -23,6 +23,8 @@ Schema = Mapping[str, "Schema | None"]
 class Issue:
     node_id: int
     message: str
+    #: Columns before the node's position where cel-go reports it (the root of a resolved qualified name).
+    shift: int = 0
 
 
 def check_homogeneous_literals(checked: Any) -> list[Issue]:
@@ -131,11 +133,31 @@ def check_typed_variables(checked: Any, variable_names: frozenset[str] | None) -
     return issues
 
 
-def check_undeclared_variables(checked: Any) -> list[Issue]:
-    """Kubernetes compiles match conditions without ``variables`` declared at all."""
-    return [Issue(node.id, "undeclared reference to 'variables' (in container '')")
-            for node in ast.walk(checked.expr)
-            if node.WhichOneof("expr_kind") == "ident_expr" and node.ident_expr.name == "variables"]
+def check_undeclared(checked: Any, name: str) -> list[Issue]:
+    """Kubernetes compiles some expressions without a variable declared at all: match conditions without
+    ``variables``, messageExpressions without ``authorizer`` (``HasAuthorizer: false``). A read of it there, also
+    as the qualified ``authorizer.requestResource``, is cel-go's undeclared reference (a loop variable of that
+    name is no such read)."""
+    issues: list[Issue] = []
+    pending: list[tuple[Any, bool]] = [(checked.expr, False)]
+    while pending:
+        node, shadowed = pending.pop()
+        kind = node.WhichOneof("expr_kind")
+        if kind == "ident_expr":
+            read = node.ident_expr.name
+            if not shadowed and (read == name or read.startswith(name + ".")):
+                # The checker resolved ``authorizer.requestResource`` at its last dot; cel-go reports the root.
+                shift = read.rfind(".") if read != name else 0
+                issues.append(Issue(node.id, f"undeclared reference to '{name}' (in container '')", shift))
+            continue
+        if kind == "comprehension_expr":
+            loop = node.comprehension_expr
+            inner = shadowed or name in (loop.iter_var, loop.iter_var2, loop.accu_var)
+            pending += [(loop.iter_range, shadowed), (loop.accu_init, shadowed), (loop.loop_condition, inner),
+                        (loop.loop_step, inner), (loop.result, inner)]
+            continue
+        pending += [(child, shadowed) for child in ast.children(node)]
+    return issues
 
 
 def uses_of_variables(checked: Any) -> frozenset[str]:

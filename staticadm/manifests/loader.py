@@ -257,7 +257,9 @@ class _Load:
         elif api_version == API_VERSION and kind in OBJECT_KINDS:
             self._object(OBJECT_KINDS[kind], value, origin)
         else:
-            self._error(origin, _unsupported(api_version, kind), kind=kind, name=_name_of(value))
+            # kube-apiserver's loader (policy/manifest/loader) wraps what its decoder or type switch says so.
+            self._error(origin, f"error loading {origin.path}: {_unsupported(api_version, kind)}", kind=kind,
+                        name=_name_of(value))
 
     def _generic_list(self, value: dict[str, Any], origin: Origin) -> None:
         self._list_envelope(value, origin, "List")

@@ -165,7 +165,7 @@ def test_rescoped_context_and_bool_fast_path_evaluate_as_fresh_contexts(scopes: 
         reference = environment.new_context(
             activation=fresh.for_evaluation(request.original_resource, request.original_kind, None), budget=None)
         for program in programs:
-            outcome, _ = reference._evaluate(program.program, program)
+            outcome, _ = reference._evaluate(program)
             assert _value(reference.run(program)) == _value(outcome), program.source
 
 

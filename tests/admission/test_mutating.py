@@ -187,14 +187,14 @@ def test_errors_under_ignore_leave_the_object_and_keep_other_mutations(tmp_path:
     assert patched(outcome, POD) == expected
     assert [(r.action, r.error_type) for r in outcome.decisions] == [("allow", "invalid_error"),
                                                                       ("mutate", "no_error")]
-    assert outcome.decisions[0].message.startswith("JSONPath: ")
+    assert outcome.decisions[0].message.startswith("JSON Patch: ")
 
 
 def test_json_patch_failure_under_fail_denies(tmp_path: Path) -> None:
     outcome = mutate(single(tmp_path, json_patch('[JSONPatch{op: "replace", path: "/spec/nothing/x", value: 1}]')),
                      pod_review())
     assert not outcome.allowed
-    assert "denied request: JSONPath: " in outcome.response["response"]["status"]["message"]
+    assert "denied request: JSON Patch: " in outcome.response["response"]["status"]["message"]
 
 
 def test_atomic_fields_in_an_apply_configuration_are_rejected(tmp_path: Path) -> None:
@@ -250,3 +250,47 @@ def test_one_mutation_over_its_cost_limit_is_an_invalid_error(tmp_path: Path) ->
     outcome = mutate(single(tmp_path, json_patch(expression)), pod_review(pod))
     assert [(r.action, r.error_type) for r in outcome.decisions] == [("deny", "invalid_error")]
     assert outcome.decisions[0].message.endswith("resulted in error: operation cancelled: actual cost limit exceeded")
+
+
+# A JSON Patch's result is decoded strictly into the typed object of a built-in kind (json_patch.go), and a
+# failure is an InternalError the dispatcher returns whatever the failurePolicy (dispatcher.go).
+def test_a_json_patch_leaving_an_unknown_field_is_an_internal_error_whatever_the_failure_policy(
+        tmp_path: Path) -> None:
+    for failure in ("Fail", "Ignore"):
+        work = tmp_path / failure
+        work.mkdir()
+        snap = single(work, json_patch(
+            '[JSONPatch{op: "add", path: "/spec/containers/-", value: Object.spec.containers{name: "x", '
+            'ports: [Object.spec.containers.ports{containerPortZ: 8080}]}}]'), failure=failure)
+        outcome = mutate(snap, pod_review())
+        cause = 'strict decoding error: unknown field "spec.containers[2].ports[0].containerPortZ"'
+        assert outcome.status == {"status": "Failure", "message": f"Internal error occurred: {cause}",
+                                  "reason": "InternalError", "details": {"causes": [{"message": cause}]}, "code": 500}
+        assert outcome.response["response"]["allowed"] is False and "patch" not in outcome.response["response"]
+
+
+def test_a_json_patch_writing_a_wrongly_typed_value_names_the_go_field(tmp_path: Path) -> None:
+    snap = single(tmp_path, json_patch('[JSONPatch{op: "add", path: "/spec/priority", value: "high"}]'))
+    assert mutate(snap, pod_review()).status["message"] == (  # type: ignore[index]
+        "Internal error occurred: json: cannot unmarshal string into Go struct field PodSpec.spec.priority of type "
+        "int32")
+
+
+def test_fields_of_the_object_the_patch_did_not_write_are_not_decoded(tmp_path: Path) -> None:
+    # A field newer than the shipped schemas, already in the object kube-apiserver sent, is its own business.
+    pod = copy.deepcopy(POD)
+    pod["spec"]["containers"][0]["futureField"] = {"x": 1}
+    snap = single(tmp_path, json_patch(
+        '[JSONPatch{op: "add", path: "/spec/containers/0", value: Object.spec.containers{name: "first"}}]'))
+    after = patched(mutate(snap, pod_review(pod)), pod)
+    assert [c["name"] for c in after["spec"]["containers"]] == ["first", "app", "mesh-proxy"]
+    # A custom resource decodes into an unstructured object: nothing to refuse.
+    (tmp_path / "crd").mkdir()
+    crd = snapshot(tmp_path / "crd", mutating_policy(
+        "crd.static.k8s.io", json_patch('[JSONPatch{op: "add", path: "/spec/anything", value: 1}]'),
+        matchConstraints={"resourceRules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"],
+                                             "operations": ["CREATE"], "resources": ["widgets"]}]}),
+        mutating_binding("crd.static.k8s.io"))
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}}
+    outcome = mutate(crd, review(obj=widget, group="example.com", resource="widgets", kind="Widget"))
+    assert patched(outcome, widget)["spec"] == {"anything": 1}

@@ -324,3 +324,20 @@ class TestAdmissionVariableTypes:
         program = ENVIRONMENT.compile("variables.op == 1", ExpressionKind.VALIDATION, variable_names=["op"],
                                       variable_types=_types(variables))
         assert isinstance(program, CompileError) and "'(string, int)'" in program.message
+
+
+def test_message_expressions_have_no_authorizer_and_match_conditions_no_variables() -> None:
+    # Kubernetes compiles messageExpressions with HasAuthorizer false (admissionregistration validation.go
+    # validateMessageExpression) and match conditions without variables; a loop variable of the name is fine.
+    for kind, source, name, column in (
+            (ExpressionKind.MESSAGE_EXPRESSION, "authorizer.path('/x').check('get').reason()", "authorizer", 1),
+            (ExpressionKind.MESSAGE_EXPRESSION, "string(authorizer.requestResource.check('get').allowed())",
+             "authorizer", 8),
+            (ExpressionKind.MATCH_CONDITION, "variables.x", "variables", 1)):
+        compiled = ENVIRONMENT.compile(source, kind)
+        assert isinstance(compiled, CompileError)
+        assert compiled.message.startswith(f"ERROR: <input>:1:{column}: undeclared reference to '{name}'")
+    assert isinstance(ENVIRONMENT.compile("['a'].map(authorizer, authorizer)[0]", ExpressionKind.MESSAGE_EXPRESSION),
+                      CompiledExpression)
+    assert isinstance(ENVIRONMENT.compile("authorizer.path('/x').check('get').allowed()", ExpressionKind.VALIDATION),
+                      CompiledExpression)

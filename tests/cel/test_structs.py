@@ -106,3 +106,41 @@ def test_jsonpatch_string_fields_are_checked_when_built() -> None:
     outcome = evaluate('[JSONPatch{op: "add", path: dyn(1)}]', ExpressionKind.JSON_PATCH)
     assert isinstance(outcome, EvalError)
     assert "unexpected type int64 for JSONPatchType 'path' field" in outcome.message
+
+
+# Fields of a creation, as Kubernetes reads them (apiserver/pkg/cel/mutation: JSONPatchType.Field types op, path
+# and from string, value dyn; JSONPatchVal.Get/IsSet; dynamic.ObjectType.Field: any name, dyn, GetFrom/IsSet on
+# the object's map form). Upstream: json_patch_test.go "has field access"/"has field testing", compilation_test.go
+# "object type has field access"/"object type has field testing".
+@pytest.mark.parametrize(("source", "expected"), [
+    ('JSONPatch{op: "opValue"}.op', "opValue"),
+    ('JSONPatch{path: "/a"}.path + "/b"', "/a/b"),
+    ('JSONPatch{from: "f"}.from', "f"),
+    ('string(JSONPatch{value: "valueValue"}.value)', "valueValue"),
+    ("JSONPatch{}.op", ""),
+    ('has(JSONPatch{op: "opValue"}.op)', True),
+    ("has(JSONPatch{}.op)", False),
+    ('has(JSONPatch{op: ""}.op)', False),
+    ("has(JSONPatch{value: null}.value)", True),
+    ("has(JSONPatch{}.value)", False),
+    ('Object{field: "fieldValue"}.field', "fieldValue"),
+    ("Object{}.field", None),
+    ('has(Object{field: "fieldValue"}.field)', True),
+    ("has(Object{}.field)", False),
+    ("Object{spec: Object.spec{replicas: 3}}.spec.replicas", 3),
+    ("Object{spec: Object.spec{replicas: 3}}.spec", {"replicas": 3}),
+    ("Object.spec{replicas: 3}.replicas", 3),
+])
+def test_fields_of_creations(source: str, expected: Any) -> None:
+    assert evaluate(source, ExpressionKind.STANDALONE) == expected
+
+
+def test_fields_of_creations_keep_kubernetes_types() -> None:
+    environment = admission_environment(True)
+    assert isinstance(environment.compile('JSONPatch{op: "x"}.op + 1', ExpressionKind.STANDALONE), CompileError)
+    compiled = environment.compile('JSONPatch{value: 1}.value + 1', ExpressionKind.STANDALONE)
+    assert isinstance(compiled, CompiledExpression)  # value is dyn
+    with pytest.raises(StructSyntaxError, match="undefined field 'foo'"):
+        rewrite_struct_creation("JSONPatch{}.foo")
+    # A method call on a creation stays a method call (and fails to compile as in Kubernetes).
+    assert rewrite_struct_creation("JSONPatch{}.op()") == "__staticadm_jsonpatch__({}).op()"

@@ -39,6 +39,41 @@ def make_jsonpatch(fields: dict[str, Any]) -> dict[str, Any]:
     return make_opaque(structs.JSONPATCH_TYPE, fields=fields)
 
 
+def struct_field(value: dict[str, Any], field_name: str) -> Any:
+    """A field of an Object or of a JSONPatch (its ``value``). An Object's is read from its map form
+    (``dynamic.ObjectType.Field``: ``GetFrom`` of ``ObjectVal.Value()``, nested Objects as maps), null when unset;
+    a JSONPatch's ``value`` as it was set (``JSONPatchVal.Get``)."""
+    fields = value["fields"]
+    if is_jsonpatch(value):
+        return fields.get(field_name)
+    return _read(fields.get(field_name))
+
+
+def _read(value: Any) -> Any:
+    if is_object(value):
+        return {key: _read(item) for key, item in value["fields"].items()}
+    if isinstance(value, list):
+        return [_read(item) for item in value]
+    if isinstance(value, dict) and opaque_type_name(value) is None:
+        return {key: _read(item) for key, item in value.items()}
+    return value
+
+
+def jsonpatch_text(value: dict[str, Any], field_name: str) -> str:
+    """``op``, ``path`` or ``from`` of a JSONPatch, empty when unset (``JSONPatchVal.Get``)."""
+    text = value["fields"].get(field_name, "")
+    return text if isinstance(text, str) else ""
+
+
+def struct_has(value: dict[str, Any], field_name: str) -> bool:
+    """``has()`` of a field: an Object's when its map has the key (``ObjectType.Field``'s ``IsSet``), a JSONPatch's
+    ``op``, ``path`` or ``from`` when not empty and its ``value`` when set (``JSONPatchVal.IsSet``)."""
+    fields = value["fields"]
+    if is_jsonpatch(value) and field_name != "value":
+        return bool(fields.get(field_name))
+    return field_name in fields
+
+
 def is_object(value: Any) -> bool:
     return opaque_type_name(value) == structs.OBJECT_TYPE
 
@@ -99,4 +134,10 @@ FUNCTIONS = (
         Overload("staticadm_object_part", ("string", "map(string, dyn)"), "dyn", make_object),)),
     Function(structs.JSONPATCH_FUNCTION, (
         Overload("staticadm_jsonpatch", ("map(string, dyn)",), structs.JSONPATCH_TYPE, make_jsonpatch),)),
+    Function(structs.STRUCT_FIELD_FUNCTION, (
+        Overload("staticadm_struct_field", ("dyn", "string"), "dyn", struct_field),)),
+    Function(structs.JSONPATCH_TEXT_FUNCTION, (
+        Overload("staticadm_jsonpatch_text", (structs.JSONPATCH_TYPE, "string"), "string", jsonpatch_text),)),
+    Function(structs.STRUCT_HAS_FUNCTION, (
+        Overload("staticadm_struct_has", ("dyn", "string"), "bool", struct_has),)),
 )

@@ -1,0 +1,163 @@
+"""The typed decoding kube-apiserver makes of a JSON Patch mutation's result, for the built-in kinds.
+
+``jsonPatcher.Patch`` (apiserver/pkg/admission/plugin/policy/mutating/patch/json_patch.go) applies the patch to the
+object's JSON and decodes the result into a new object of the request's kind with the strict JSON serializer
+(``json.SerializerOptions{Strict: true}``, sigs.k8s.io/json ``UnmarshalStrict``). For a built-in kind that is a
+typed Go struct, so the result is refused when it has
+
+- a value of the wrong JSON kind for its field (the first one found, in Go's words: ``json: cannot unmarshal string
+  into Go struct field DeploymentSpec.spec.replicas of type int32``), or else
+- fields the kind does not have (every one: ``strict decoding error: unknown field "spec.x", unknown field ...``).
+
+Either is an ``apierrors.NewInternalError``, which the dispatcher returns as it is, whatever the failurePolicy
+(mutating/dispatcher.go: ``errors.As(err, &statusError)``). Custom resources decode into unstructured objects, where
+neither check applies. Only what the patch wrote is looked at: a part of the result equal to the same part of the
+object before the patch (or, in a list, to any of its items) decoded in kube-apiserver already, and checking it
+against schemas of an older release than the cluster's would refuse the fields that release does not know. The
+kinds' schemas are the type checker's (``staticadm/cel/schemas/kinds.json.gz``, with each integer's Go width). A
+JSON null decodes into any field; values Kubernetes decodes with a type of its own (``Quantity``, ``IntOrString``,
+times, raw extensions) are not looked into.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from staticadm import gofmt
+from staticadm.cel.schema_types import kind_definition
+
+#: The Go types of the schema's scalars, which the decoding errors name.
+_GO_SCALARS = {"string": "string", "int": "int", "int32": "int32", "int64": "int64", "double": "float64",
+               "bool": "bool", "bytes": "[]uint8"}
+_INT_RANGES = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 63), 2 ** 63 - 1)}
+#: Definitions Kubernetes decodes with an UnmarshalJSON of its own.
+_OWN_DECODERS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
+                           "io.k8s.apimachinery.pkg.util.intstr.IntOrString"})
+
+
+def decoding_error(obj: Any, before: Any, group: str, version: str, kind: str) -> str | None:
+    """Why kube-apiserver cannot decode ``obj`` (a patch's result; ``before`` the object it was applied to) into
+    ``group/version, Kind=kind`` (Go's text), or None."""
+    found = kind_definition(group, version, kind)
+    if found is None:
+        return None
+    name, definitions = found
+    decoder = _Decoder(definitions)
+    decoder.value(obj, (before,), {"ref": name}, [], [], "")
+    if decoder.type_error is not None:
+        return decoder.type_error
+    if decoder.unknown:
+        return "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in decoder.unknown)
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+class _Decoder:
+    """One walk of the object as the Go decoder makes it (object keys in Go's marshalled order: sorted)."""
+
+    def __init__(self, definitions: Mapping[str, Any]) -> None:
+        self._definitions = definitions
+        self.type_error: str | None = None
+        self.unknown: list[str] = []
+
+    def _resolve(self, schema: Any) -> tuple[Any, str | None]:
+        """(the schema a reference stands for, the definition name of a struct)."""
+        name = None
+        seen = set()
+        while isinstance(schema, dict) and "ref" in schema and schema["ref"] not in seen:
+            name = schema["ref"]
+            seen.add(name)
+            if name in _OWN_DECODERS:
+                return "dyn", None
+            schema = self._definitions.get(name, "dyn")
+        return schema, name
+
+    def _go_type(self, schema: Any) -> str:
+        schema, name = self._resolve(schema)
+        if isinstance(schema, str):
+            return _GO_SCALARS.get(schema, "interface {}")
+        if "list" in schema:
+            return "[]" + self._go_type(schema["list"])
+        if "map" in schema:
+            return "map[string]" + self._go_type(schema["map"])
+        if name is None:
+            return "struct"
+        package, _, type_name = name.rpartition(".")
+        return f"{package.rpartition('.')[2]}.{type_name}"
+
+    def _mismatch(self, value_text: str, schema: Any, struct: str, fields: list[str]) -> None:
+        if self.type_error is not None:
+            return
+        where = f"Go struct field {struct}.{'.'.join(fields)}" if struct or fields else "Go value"
+        self.type_error = f"json: cannot unmarshal {value_text} into {where} of type {self._go_type(schema)}"
+
+    def value(self, value: Any, before: tuple[Any, ...], schema: Any, fields: list[str], strict_path: list[str],
+              struct: str) -> None:
+        """Decodes ``value`` into ``schema`` unless it is one of ``before`` (what it was before the patch);
+        ``fields`` is Go's error context (field names from the root), ``strict_path`` the strict errors' (with list
+        indexes), ``struct`` the Go struct holding the field."""
+        if value is None or any(type(value) is type(old) and value == old for old in before):
+            return
+        resolved, name = self._resolve(schema)
+        if isinstance(resolved, str):
+            self._scalar(value, resolved, schema, struct, fields)
+            return
+        if "list" in resolved:
+            if not isinstance(value, list):
+                self._mismatch(_json_kind(value), schema, struct, fields)
+                return
+            items = tuple(item for old in before if isinstance(old, list) for item in old)
+            for index, item in enumerate(value):
+                self.value(item, items, resolved["list"], fields, [*strict_path, f"[{index}]"], struct)
+            return
+        if not isinstance(value, dict):
+            self._mismatch(_json_kind(value), schema, struct, fields)
+            return
+        if "map" in resolved:
+            for key in sorted(value):
+                self.value(value[key], _below(before, key), resolved["map"], fields, _joined(strict_path, key), struct)
+            return
+        properties = resolved.get("object", {})
+        own_struct = name.rpartition(".")[2] if name is not None else struct
+        for key in sorted(value):
+            if key not in properties:
+                if not any(isinstance(old, dict) and key in old for old in before):
+                    self.unknown.append("".join(_joined(strict_path, key)))
+                continue
+            self.value(value[key], _below(before, key), properties[key], [*fields, key], _joined(strict_path, key),
+                       own_struct)
+
+    def _scalar(self, value: Any, scalar: str, schema: Any, struct: str, fields: list[str]) -> None:
+        if scalar in _INT_RANGES:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                self._mismatch(_json_kind(value), schema, struct, fields)
+                return
+            low, high = _INT_RANGES[scalar]
+            integral = isinstance(value, int) or (math.isfinite(value) and value == int(value))
+            if not integral or not low <= int(value) <= high:
+                self._mismatch(f"number {gofmt.marshal_json(value)}", schema, struct, fields)
+            return
+        expected = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}.get(scalar)
+        if expected is None:
+            return  # dyn, times and durations: decoded by types of their own
+        if _json_kind(value) != expected:
+            self._mismatch(_json_kind(value), schema, struct, fields)
+
+
+def _below(before: tuple[Any, ...], key: str) -> tuple[Any, ...]:
+    return tuple(old[key] for old in before if isinstance(old, dict) and key in old)
+
+
+def _joined(path: list[str], key: str) -> list[str]:
+    return [*path, f".{key}"] if path else [key]
