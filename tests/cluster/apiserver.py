@@ -7,11 +7,16 @@ items without apiVersion and kind), discovery documents (``/api``, ``/apis``, AP
 subresources), chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events, 410 Expired for
 a resourceVersion older than its history, 404 Status for a missing namespace. It runs in a thread with
 its own event loop so the tests drive it synchronously while daemons talk to it as to kube-apiserver.
+
+It can also be hostile (:class:`Hostility`), as a broken, overloaded or compromised kube-apiserver (or
+something in between) would be: calls that never answer, answers of any size, a list that ignores
+``limit``, redirect loops, watches that fail at once or flood bookmarks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import ssl
@@ -36,6 +41,30 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "reason": reason, "code": code}
 
 
+#: The calls the stand-in serves, as :class:`Hostility` names them.
+Operation = str  # "list" (of namespaces), "watch", "get", "sar", "objects" (lists of other resources)
+
+
+@dataclass
+class Hostility:
+    """How the stand-in misbehaves; every field off by default. Tests change it while the stand-in runs."""
+
+    #: Calls accepted and never answered (the connection stays open, no headers are sent).
+    hang: set[Operation] = field(default_factory=set)
+    #: Calls whose headers are sent at once but whose body never completes.
+    hang_body: set[Operation] = field(default_factory=set)
+    #: Bytes of padding added to each answer of these calls (an unknown top-level field, as a newer
+    #: kube-apiserver could send, which decoders ignore).
+    padding: dict[Operation, int] = field(default_factory=dict)
+    #: Lists answer every namespace in one page whatever ``limit`` asks (as a proxy or an old server might).
+    ignore_limit: bool = False
+    #: Calls answered with a redirect to themselves, forever.
+    redirect_loop: set[Operation] = field(default_factory=set)
+    #: Watches: "fail" ends each at once with a 500 Status; "bookmarks" streams BOOKMARK events as fast as
+    #: the connection takes them and never ends.
+    watch: str = "normal"
+
+
 @dataclass
 class _Watch:
     queue: asyncio.Queue[dict[str, Any] | None]
@@ -57,6 +86,9 @@ class FakeApiServer:
     sar_requests: list[dict[str, Any]] = field(default_factory=list)
     #: Called with each list request's query before it is answered (a test compacts the history there).
     before_list: Callable[[dict[str, str]], None] | None = None
+    hostility: Hostility = field(default_factory=Hostility)
+    #: Namespace lists answered (pages of a list each count), for relist rates.
+    list_pages: int = 0
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -75,9 +107,12 @@ class FakeApiServer:
         #: (group, version, resource) -> (kind, namespaced), in the order added; objects by (namespace, name).
         self._resources: dict[tuple[str, str, str], tuple[str, bool]] = {}
         self._objects: dict[tuple[str, str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        self._listing: tuple[int, list[dict[str, Any]]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        #: Set when the stand-in stops: hung answers end then (made on its own loop, in _serve).
+        self._closing: asyncio.Event | None = None
 
     @property
     def url(self) -> str:
@@ -86,7 +121,9 @@ class FakeApiServer:
     # -- kubeconfigs --------------------------------------------------------------------------------
 
     def kubeconfig(self, path: Path, *, token: str | None = None, token_file: Path | None = None,
-                   client_certificate: bool = False, exec_token: str | None = None) -> Path:
+                   client_certificate: bool = False, exec_token: str | None = None, embed: bool = False) -> Path:
+        """A kubeconfig for the stand-in; ``embed`` puts the CA and client certificate and key in it as data
+        (as kubeadm's do) instead of naming their files."""
         user: dict[str, Any] = {}
         if exec_token is not None:
             # A client-go credential plugin: prints an ExecCredential carrying the token.
@@ -95,6 +132,9 @@ class FakeApiServer:
             user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
                              "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
                              "interactiveMode": "Never"}}
+        elif client_certificate and embed:
+            user = {"client-certificate-data": base64.b64encode(Path(self.client_cert).read_bytes()).decode(),
+                    "client-key-data": base64.b64encode(Path(self.client_key).read_bytes()).decode()}
         elif client_certificate:
             user = {"client-certificate": str(self.client_cert), "client-key": str(self.client_key)}
         elif token_file is not None:
@@ -103,8 +143,9 @@ class FakeApiServer:
             user = {"token": token if token is not None else self.token}
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "staticadm",
-            "clusters": [{"name": "kubernetes", "cluster": {"server": self.url,
-                                                             "certificate-authority": str(self.ca_file)}}],
+            "clusters": [{"name": "kubernetes", "cluster": {"server": self.url, **(
+                {"certificate-authority-data": base64.b64encode(Path(self.ca_file).read_bytes()).decode()} if embed
+                else {"certificate-authority": str(self.ca_file)})}}],
             "users": [{"name": "staticadm", "user": user}],
             "contexts": [{"name": "staticadm", "context": {"cluster": "kubernetes", "user": "staticadm"}}],
         }
@@ -132,6 +173,22 @@ class FakeApiServer:
                          "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
             self._namespaces[name] = namespace
             self._record("MODIFIED" if existing else "ADDED", namespace)
+
+    def add_namespaces(self, names: list[str], labels: dict[str, str] | None = None) -> None:
+        """Many namespaces at once, with one resourceVersion (as a bulk import): no watch events, for lists."""
+        with self._lock:
+            self._version += 1
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            for name in names:
+                self._namespaces[name] = {
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": str(self._version),
+                                 "creationTimestamp": created,
+                                 "labels": {**(labels or {}), "kubernetes.io/metadata.name": name}},
+                    "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+            # Watches from before this cannot be brought up to date: they must list again.
+            self._oldest = self._version
+            self._history.clear()
 
     # -- other resources --------------------------------------------------------------------------
 
@@ -209,6 +266,7 @@ class FakeApiServer:
         self._thread = None
 
     async def _serve(self) -> None:
+        self._closing = asyncio.Event()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self._cert, self._key)
         if self.accept_client_certificates:
@@ -233,8 +291,38 @@ class FakeApiServer:
             watches, self._watches = self._watches, []
         for watch in watches:
             watch.queue.put_nowait(None)
+        if self._closing is not None:
+            self._closing.set()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # -- hostility ----------------------------------------------------------------------------------
+
+    async def _misbehave(self, request: web.Request, operation: Operation) -> web.StreamResponse | None:
+        """The hostile answer to ``operation`` if one is configured, else None (answer normally)."""
+        hostility = self.hostility
+        assert self._closing is not None
+        if operation in hostility.hang:
+            # Until the stand-in stops: the client must give up by itself.
+            await self._closing.wait()
+            return self._json(status(503, "ServiceUnavailable", "stopping"), 503)
+        if operation in hostility.redirect_loop:
+            # 307: the method and body are sent again, as for every hop of a real loop.
+            raise web.HTTPTemporaryRedirect(location=request.path_qs)
+        if operation in hostility.hang_body:
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response.content_length = 1 << 20
+            await response.prepare(request)
+            await response.write(b'{"kind":')
+            await self._closing.wait()
+            return response
+        return None
+
+    def _answer(self, operation: Operation, body: dict[str, Any], code: int = 200) -> web.Response:
+        padding = self.hostility.padding.get(operation, 0)
+        if padding:
+            body = {**body, "padding": "x" * padding}
+        return self._json(body, code)
 
     # -- handlers -----------------------------------------------------------------------------------
 
@@ -253,14 +341,25 @@ class FakeApiServer:
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         if request.query.get("watch") in ("1", "true"):
             return await self._watch(request)
+        self.list_pages += 1
+        hostile = await self._misbehave(request, "list")
+        if hostile is not None:
+            return hostile
         with self._lock:
-            return self._page(request, "NamespaceList", "v1",
-                              [self._without_type(ns) for _, ns in sorted(self._namespaces.items())])
+            return self._page(request, "NamespaceList", "v1", self._listed(), operation="list")
 
-    def _page(self, request: web.Request, kind: str, api_version: str, items: list[dict[str, Any]]) -> web.Response:
+    def _listed(self) -> list[dict[str, Any]]:
+        """Every namespace as a list item, in name order (kept per resourceVersion: a list of many pages
+        reads it once)."""
+        if self._listing is None or self._listing[0] != self._version:
+            self._listing = (self._version, [self._without_type(ns) for _, ns in sorted(self._namespaces.items())])
+        return self._listing[1]
+
+    def _page(self, request: web.Request, kind: str, api_version: str, items: list[dict[str, Any]], *,
+              operation: Operation = "objects") -> web.Response:
         """One page of a list as kube-apiserver pages it (``limit``/``continue``; 410 Expired for a continue
-        token older than the history). Called with the lock held."""
-        limit = int(request.query.get("limit") or 0)
+        token older than the history), unless ``hostility.ignore_limit``. Called with the lock held."""
+        limit = 0 if self.hostility.ignore_limit else int(request.query.get("limit") or 0)
         token = request.query.get("continue")
         if token:
             version, offset = (int(part) for part in token.split(":"))
@@ -274,7 +373,7 @@ class FakeApiServer:
         if limit and offset + limit < len(items):
             metadata["continue"] = f"{version}:{offset + limit}"
             metadata["remainingItemCount"] = len(items) - offset - limit
-        return self._json({"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})
+        return self._answer(operation, {"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})
 
     @staticmethod
     def _without_type(namespace: dict[str, Any]) -> dict[str, Any]:
@@ -282,6 +381,11 @@ class FakeApiServer:
         return {key: value for key, value in namespace.items() if key not in ("apiVersion", "kind")}
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
+        hostile = await self._misbehave(request, "watch")
+        if hostile is not None:
+            return hostile
+        if self.hostility.watch == "fail":
+            return self._json(status(500, "InternalError", "etcd is unavailable"), 500)
         since = int(request.query.get("resourceVersion") or 0)
         timeout = float(request.query.get("timeoutSeconds") or 1800)
         watch = _Watch(asyncio.Queue(), request.query.get("allowWatchBookmarks") == "true")
@@ -299,6 +403,8 @@ class FakeApiServer:
             await response.write(orjson.dumps({"type": "ERROR", "object": status(
                 410, "Expired", f"too old resource version: {since} ({self._oldest})")}) + b"\n")
             return response
+        if self.hostility.watch == "bookmarks":
+            return await self._flood_bookmarks(request, response, watch)
         ends = time.monotonic() + timeout
         try:
             while time.monotonic() < ends:
@@ -316,21 +422,46 @@ class FakeApiServer:
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            with self._lock:
-                if watch in self._watches:
-                    self._watches.remove(watch)
+            self._forget(watch)
         return response
+
+    async def _flood_bookmarks(self, request: web.Request, response: web.StreamResponse,
+                               watch: _Watch) -> web.StreamResponse:
+        """BOOKMARK events, 64 KiB of them per write, until the client goes away or the stand-in stops."""
+        bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"kind": "Namespace", "apiVersion": "v1",
+                                                                "metadata": {"resourceVersion": str(self._version)}}})
+        block = (bookmark + b"\n") * (65536 // (len(bookmark) + 1))
+        try:
+            while self._closing is not None and not self._closing.is_set():
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                await response.write(block)
+                await asyncio.sleep(0)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._forget(watch)
+        return response
+
+    def _forget(self, watch: _Watch) -> None:
+        with self._lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
 
     async def _namespace(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(("GET", request.path_qs))
         if not self._authenticated(request):
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        hostile = await self._misbehave(request, "get")
+        if hostile is not None:
+            return hostile
         name = request.match_info["name"]
         with self._lock:
             namespace = self._namespaces.get(name)
         if namespace is None:
             return self._json(status(404, "NotFound", f'namespaces "{name}" not found'), 404)
-        return self._json(namespace)
+        return self._answer("get", namespace)
 
     # -- discovery and lists of other resources -------------------------------------------------------
 
@@ -398,6 +529,9 @@ class FakeApiServer:
             return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
         review = await request.json()
         self.sar_requests.append(review)
+        hostile = await self._misbehave(request, "sar")
+        if hostile is not None:
+            return hostile
         if self.sar_delay:
             await asyncio.sleep(self.sar_delay)
-        return self._json({**review, "status": self.authorize(review.get("spec") or {})}, 201)
+        return self._answer("sar", {**review, "status": self.authorize(review.get("spec") or {})}, 201)
