@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -169,6 +170,30 @@ def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program
 REQUEST_OBJECT = object()
 
 
+class EvaluationRounds:
+    """The engine activations shared by the rounds of one request's evaluation.
+
+    A request whose authorizer checks are answered between evaluations (``cluster/authorizer.py``) is
+    evaluated again; the engine orders a map's keys anew each time it converts one, so a round over freshly
+    converted objects would iterate maps in another order than the round before, reach other checks, and never
+    settle (``exists()`` over a map's keys: each round stops at keys whose checks the last one did not ask).
+    kube-apiserver evaluates once, in one order; rounds over the same activations do too.
+    """
+
+    def __init__(self) -> None:
+        self._activations: dict[str, RequestActivations] = {}
+
+    def carry(self, key: str, activations: RequestActivations) -> RequestActivations | None:
+        """The activations the last round kept under ``key``; ``activations`` are kept for the next."""
+        earlier = self._activations.get(key)
+        self._activations[key] = activations
+        return earlier
+
+
+#: The rounds of the request being evaluated, set around them; None outside (a single evaluation).
+EVALUATION_ROUNDS: ContextVar[EvaluationRounds | None] = ContextVar("staticadm_evaluation_rounds", default=None)
+
+
 class RequestActivations:
     """The engine activations of one request, built once and shared by every policy and binding.
 
@@ -178,7 +203,7 @@ class RequestActivations:
     """
 
     def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
-                 share: bool = True, reads: Reads | None = None) -> None:
+                 share: bool = True, reads: Reads | None = None, rounds_key: str | None = None) -> None:
         self._environment = environment
         self._request = request
         #: Only what ``reads`` says the expressions can read of an object (cel/reads.py) is given to the engine.
@@ -202,6 +227,18 @@ class RequestActivations:
         #: Outcomes of match conditions by (program, activation), shared by the request's policies; None
         #: evaluates each policy's conditions on their own (the straightforward reading, for the tests).
         self.remembered: RememberedOutcomes | None = {} if share else None
+        #: Versions of the object carried from an earlier round (``rounds_key`` names which activations of the
+        #: request these are): any of them, not only the recent ones, may come back.
+        self._carried = 0
+        rounds = EVALUATION_ROUNDS.get() if rounds_key is not None else None
+        earlier = rounds.carry(rounds_key, self) if rounds is not None and rounds_key is not None else None
+        if earlier is not None:
+            # What earlier rounds saw is kept, activations first; what they decided is not (answers differ).
+            self._versions = earlier._versions
+            self._cache = earlier._cache
+            self._request_data = earlier._request_data
+            self._authorizer = earlier._authorizer
+            self._carried = len(self._versions)
 
     def scope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
         """The request's one evaluation context, starting a new cost scope over ``activation``.
@@ -261,7 +298,8 @@ class RequestActivations:
         given = self._reads.prune("object", whole) if self._reads is not None else whole
         if self.share:
             # Mutations share what they leave unchanged, so comparing with recent versions walks only what changed.
-            for _, earlier, version in versions[-_COMPARED_VERSIONS:]:
+            compared = versions if self._carried else versions[-_COMPARED_VERSIONS:]
+            for _, earlier, version in compared:
                 if _same_or_too_deep(earlier, given):
                     versions.append((whole, earlier, version))
                     return version, earlier

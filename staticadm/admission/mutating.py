@@ -268,9 +268,9 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
     # Match conditions and mutations are compiled in different environments, so each has its own
     # activations; both keep one per version of what the expressions can read of the object.
     condition_activations = RequestActivations(admission_environment(False), request, deadline, share=share,
-                                               reads=reads)
+                                               reads=reads, rounds_key="mutating-conditions")
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
-                                              reads=reads)
+                                              reads=reads, rounds_key="mutating")
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
                              or any(e.failure_policy != "Ignore" for e in state.errors)):

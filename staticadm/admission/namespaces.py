@@ -50,6 +50,18 @@ class NamespaceSource(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class WithNamespace:
+    """``source`` with one namespace's answer fixed: a request's own namespace, read once before it is
+    evaluated, so that every round of its evaluation (and its shadow evaluation) sees the same one."""
+
+    info: NamespaceInfo
+    source: NamespaceSource
+
+    def lookup(self, name: str) -> NamespaceInfo:
+        return self.info if name == self.info.name else self.source.lookup(name)
+
+
 class RequestOnlyNamespaces:
     """Knows nothing beyond what every request tells: the namespace's name (and so its name label)."""
 

@@ -414,7 +414,7 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
                                                      share=share_evaluations,
                                                      reads=snapshot.candidate_reads(positions) if prune_objects
-                                                     else None),
+                                                     else None, rounds_key="validating"),
                       validated={} if share_evaluations else None)
     if not excluded:
         view = RequestMatch(request, namespaces)

@@ -4,14 +4,19 @@ In kube-apiserver a policy's ``authorizer.check()`` calls the server's own autho
 middle of evaluation. A webhook asks the same chain through SubjectAccessReview, but the engine calls
 ``check()`` synchronously and the request path must not block on the network inside it. So a request is
 evaluated in rounds: a check whose answer is neither cached nor already fetched for this request is
-recorded and fails for now; between rounds the recorded checks are reviewed concurrently (bounded by the
-request's deadline), and the request is evaluated again, until a round needs nothing new. Only the last
-round's result is used, and every round of one request sees the same answers, so the decision is the
-one kube-apiserver's chain gives, whatever the timing. A request whose policies make no authorizer
-checks is evaluated once, as before.
+recorded and fails for now; after the round the recorded checks are all reviewed at once, and the request
+is evaluated again as soon as the first of them (the one kube-apiserver's evaluation would have waited for)
+is answered, until a round needs nothing new. Only the last round's result is used: it is an evaluation
+with every check it made answered, exactly what kube-apiserver's single evaluation gives, whatever the
+timing. The other reviews are made ahead of need (at most what the cost limit lets an evaluation reach);
+a request never waits for one its evaluation does not reach, and those still running when it is decided
+are dropped. Every round reads the same engine activations (:class:`EvaluationRounds`), so maps are
+iterated in the same order each round, as in kube-apiserver's one evaluation. A request whose policies
+make no authorizer checks is evaluated once, as before.
 
 The cache follows kube-apiserver's webhook authorizer: allowed answers are kept 5 minutes, others 30
-seconds by default; errors are never cached. A failed review is the Decision's ``errored()``.
+seconds by default; errors are never cached. A failed review (no answer by the request's deadline, an
+answer Go's decoder would refuse) is the Decision's ``errored()``.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
 
+from staticadm.admission.activation import EVALUATION_ROUNDS, EvaluationRounds
 from staticadm.admission.request import UserInfo
 from staticadm.cel.libraries.authz import ACTIVE_AUTHORIZER, AuthorizationPending, CheckAttributes, CheckDecision
 from staticadm.cluster.connection import ClusterError, KubeConnection
@@ -35,7 +41,9 @@ DEFAULT_AUTHORIZED_TTL = 300.0
 DEFAULT_UNAUTHORIZED_TTL = 30.0
 #: Rounds of a request's evaluation at most; a chain of checks each depending on the previous one's
 #: answer deeper than this is answered as an error rather than holding the request.
-MAX_ROUNDS = 6
+MAX_ROUNDS = 8
+#: A SubjectAccessReview's answer echoes the spec sent; past this much more it is not one.
+MAX_ANSWER_GROWTH = 1024 * 1024
 MAX_CACHED = 10_000
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
@@ -73,13 +81,45 @@ def subject_access_review_spec(attributes: CheckAttributes, user: UserInfo) -> d
     return spec
 
 
-def decision_from_status(status: Any) -> CheckDecision:
-    """``webhook.Authorize``'s reading of a SubjectAccessReview status (Allow, else NoOpinion/Deny)."""
-    if not isinstance(status, Mapping):
-        return CheckDecision(False, "", "the SubjectAccessReview answer has no status")
-    reason = status.get("reason") if isinstance(status.get("reason"), str) else ""
-    evaluation_error = status.get("evaluationError") if isinstance(status.get("evaluationError"), str) else ""
-    return CheckDecision(status.get("allowed") is True, reason or "", evaluation_error or "")
+#: SubjectAccessReviewStatus's fields (``k8s.io/api/authorization/v1``) and their Go types.
+_STATUS_FIELDS = {"allowed": (bool, "bool"), "denied": (bool, "bool"), "reason": (str, "string"),
+                  "evaluationError": (str, "string")}
+
+
+def _json_type(value: Any) -> str:
+    """What Go's decoder calls a JSON value's type in its errors."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def decision_from_answer(answer: Any) -> CheckDecision:
+    """``webhook.Authorize``'s reading of a SubjectAccessReview answer (Allow, else NoOpinion or Deny), after
+    client-go's decoding: a field of the wrong type fails the review (raises ClusterError), it is never read
+    as false; unknown fields and nulls are ignored; no status at all is a zero status (not allowed)."""
+    if not isinstance(answer, dict):
+        raise ClusterError(f"json: cannot unmarshal {_json_type(answer)} into Go value of type "
+                           "v1.SubjectAccessReview")
+    status = answer.get("status")
+    if status is None:
+        status = {}
+    if not isinstance(status, dict):
+        raise ClusterError(f"json: cannot unmarshal {_json_type(status)} into Go struct field "
+                           "SubjectAccessReview.status of type v1.SubjectAccessReviewStatus")
+    for name, (kind, go_type) in _STATUS_FIELDS.items():
+        value = status.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise ClusterError(f"json: cannot unmarshal {_json_type(value)} into Go struct field "
+                               f"SubjectAccessReviewStatus.status.{name} of type {go_type}")
+    allowed, denied = status.get("allowed") is True, status.get("denied") is True
+    reason = status.get("reason") or ""
+    if allowed and denied:
+        return CheckDecision(False, reason, "webhook subject access review returned both allow and deny response")
+    return CheckDecision(allowed, reason, status.get("evaluationError") or "")
 
 
 @dataclass(slots=True)
@@ -129,46 +169,60 @@ class SubjectAccessReviewer:
         self._observer.authorizer_cache(False)
         return None
 
-    async def evaluate(self, user: UserInfo, evaluate: Callable[[], T], remaining: Callable[[], float]) -> T:
-        """``evaluate()`` in rounds until its checks are all answered (see the module docstring);
-        ``remaining()`` is the request's time left, which bounds each round's reviews."""
+    async def evaluate(self, user: UserInfo, evaluate: Callable[[], Awaitable[T]], deadline: float, *,
+                       waiting: Callable[[], None] = lambda: None) -> T:
+        """``evaluate()`` in rounds until its checks are all answered (see the module docstring). Reviews end by
+        ``deadline`` (the event loop's clock); ``waiting()`` is called before each wait for one, so the caller can
+        let go of what it holds meanwhile (``evaluate`` takes it again)."""
         session = AuthorizationSession(user, self)
-        for round_number in range(MAX_ROUNDS):
-            session.final = round_number == MAX_ROUNDS - 1
-            token = ACTIVE_AUTHORIZER.set(session)
-            try:
-                result = evaluate()
-            finally:
-                ACTIVE_AUTHORIZER.reset(token)
-            if not session.missing:
-                break
-            await self.resolve(session, remaining())
-        return result
-
-    async def resolve(self, session: AuthorizationSession, timeout: float) -> None:
-        """Answers every check the last round recorded (concurrently, within ``timeout``)."""
-        missing, session.missing = session.missing, {}
-        keys = list(missing)
-        results = await asyncio.gather(*(self._review(missing[key], timeout) for key in keys))
-        for key, (decision, cacheable) in zip(keys, results, strict=True):
-            session.answers[key] = decision
-            if cacheable:
-                ttl = self._authorized_ttl if decision.allowed else self._unauthorized_ttl
-                self._cache[key] = (time.monotonic() + ttl, decision)
-                self._cache.move_to_end(key)
-                while len(self._cache) > MAX_CACHED:
-                    self._cache.popitem(last=False)
-
-    async def _review(self, spec: dict[str, Any], timeout: float) -> tuple[CheckDecision, bool]:
-        started = time.perf_counter()
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        reviews: dict[bytes, asyncio.Task[None]] = {}
+        rounds = EVALUATION_ROUNDS.set(EvaluationRounds())
         try:
-            if timeout <= 0:
+            for round_number in range(MAX_ROUNDS):
+                session.final = round_number == MAX_ROUNDS - 1
+                token = ACTIVE_AUTHORIZER.set(session)
+                try:
+                    result = await evaluate()
+                finally:
+                    ACTIVE_AUTHORIZER.reset(token)
+                if not session.missing:
+                    break
+                missing, session.missing = session.missing, {}
+                for key, spec in missing.items():
+                    if key not in reviews:
+                        reviews[key] = asyncio.ensure_future(self._answer(session, key, spec, deadline))
+                # The first check this round could not make is the one kube-apiserver's evaluation would wait for.
+                first = reviews[next(iter(missing))]
+                if not first.done():
+                    waiting()
+                    await asyncio.wait([first])
+            return result
+        finally:
+            EVALUATION_ROUNDS.reset(rounds)
+            for review in reviews.values():
+                review.cancel()
+
+    async def _answer(self, session: AuthorizationSession, key: bytes, spec: dict[str, Any], deadline: float) -> None:
+        decision, cacheable = await self._review(spec, deadline)
+        session.answers[key] = decision
+        if cacheable:
+            ttl = self._authorized_ttl if decision.allowed else self._unauthorized_ttl
+            self._cache[key] = (time.monotonic() + ttl, decision)
+            self._cache.move_to_end(key)
+            while len(self._cache) > MAX_CACHED:
+                self._cache.popitem(last=False)
+
+    async def _review(self, spec: dict[str, Any], deadline: float) -> tuple[CheckDecision, bool]:
+        started = time.perf_counter()
+        body = orjson.dumps({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        try:
+            if deadline <= asyncio.get_running_loop().time():
                 raise ClusterError("the admission request's deadline passed before the check could be made")
-            answer = await self._connection.request("POST", SUBJECT_ACCESS_REVIEWS, timeout=timeout, body=body)
+            answer = await self._connection.request("POST", SUBJECT_ACCESS_REVIEWS, deadline=deadline, body=body,
+                                                    limit=len(body) + MAX_ANSWER_GROWTH)
+            decision = decision_from_answer(answer)
         except ClusterError as error:
             self._observer.api_call("sar", time.perf_counter() - started, True)
             return CheckDecision(False, "", f"SubjectAccessReview failed: {error.message}"), False
         self._observer.api_call("sar", time.perf_counter() - started, False)
-        decision = decision_from_status(answer.get("status") if isinstance(answer, Mapping) else None)
         return decision, not decision.error

@@ -9,16 +9,27 @@ pages, as client-go's pager falls back to a full list, and the objects already r
 
 from __future__ import annotations
 
+import asyncio
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cluster.connection import ClusterError, KubeConnection
+from staticadm.cluster.connection import MAX_ANSWER_BYTES_IN_FLIGHT, MAX_OBJECT_BYTES, ClusterError, KubeConnection
 
 #: Objects per list page: kubectl's default chunk size.
 PAGE_SIZE = 500
 REQUEST_SECONDS = 60.0
+#: A discovery document is far smaller than one object may be.
+MAX_DISCOVERY_BYTES = MAX_OBJECT_BYTES
+#: A page of 500 objects (or a whole list after an expired continue token) may be large; past this it is an
+#: error naming the bound rather than memory without end.
+MAX_PAGE_BYTES = MAX_ANSWER_BYTES_IN_FLIGHT
+
+
+async def _get(connection: KubeConnection, path: str, limit: int) -> Any:
+    return await connection.request("GET", path, deadline=asyncio.get_running_loop().time() + REQUEST_SECONDS,
+                                    limit=limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +64,9 @@ def _items(document: Any, key: str, path: str) -> list[Any]:
 async def discover(connection: KubeConnection) -> list[ApiResource]:
     """Every listable resource (subresources left out) of every served group version."""
     group_versions: list[tuple[str, str, bool]] = []
-    for version in _items(await connection.request("GET", "/api", timeout=REQUEST_SECONDS), "versions", "/api"):
+    for version in _items(await _get(connection, "/api", MAX_DISCOVERY_BYTES), "versions", "/api"):
         group_versions.append(("", str(version), True))
-    for group in _items(await connection.request("GET", "/apis", timeout=REQUEST_SECONDS), "groups", "/apis"):
+    for group in _items(await _get(connection, "/apis", MAX_DISCOVERY_BYTES), "groups", "/apis"):
         if not isinstance(group, dict):
             continue
         preferred = (group.get("preferredVersion") or {}).get("version")
@@ -67,7 +78,7 @@ async def discover(connection: KubeConnection) -> list[ApiResource]:
     for group, version, preferred in group_versions:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
-            listing = await connection.request("GET", path, timeout=REQUEST_SECONDS)
+            listing = await _get(connection, path, MAX_DISCOVERY_BYTES)
         except ClusterError as error:
             if error.status == 503:
                 # An aggregated API whose server is down: kubectl skips it too, with a warning.
@@ -96,7 +107,7 @@ async def list_objects(connection: KubeConnection, resource: ApiResource, *,
             query["continue"] = token
         path = resource.path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            page = await connection.request("GET", path, timeout=REQUEST_SECONDS)
+            page = await _get(connection, path, MAX_PAGE_BYTES)
         except ClusterError as error:
             if error.status == 410 and token:
                 # The continue token expired (compaction): read the rest in one list.

@@ -19,7 +19,7 @@ from staticadm.cluster.connection import KubeConnection
 from staticadm.cluster.namespaces import ClusterObserver, NamespaceInformer
 
 T = TypeVar("T")
-#: ``review`` has no caller's deadline; each round of checks gets this long.
+#: ``review`` has no caller's deadline; each request's checks get this long.
 OFFLINE_CHECK_SECONDS = 10.0
 
 
@@ -59,8 +59,11 @@ class BlockingClusterView:
         return self._loop.run_until_complete(awaitable)
 
     def evaluate(self, user: UserInfo, evaluate: Callable[[], T]) -> T:
+        async def once() -> T:
+            return evaluate()
+
         return self._loop.run_until_complete(
-            self.view.authorizer.evaluate(user, evaluate, lambda: OFFLINE_CHECK_SECONDS))
+            self.view.authorizer.evaluate(user, once, self._loop.time() + OFFLINE_CHECK_SECONDS))
 
     def close(self) -> None:
         self._loop.run_until_complete(self.view.close())

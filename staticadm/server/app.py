@@ -18,7 +18,7 @@ from aiohttp import web
 
 from staticadm import gofmt
 from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
-from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.namespaces import NamespaceInfo, NamespaceSource, WithNamespace
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.cluster.authorizer import SubjectAccessReviewer
@@ -45,6 +45,11 @@ MAX_CONCURRENT_REVIEWS = 64
 #: Request bodies being received at once, in bytes (each is reserved at its declared length, or the
 #: body limit when undeclared): bounds memory now that bodies are read before an evaluation slot.
 MAX_BUFFERED_BODY_BYTES = 256 * 1024 * 1024
+#: Calls to kube-apiserver for a request (its namespace's live GET, authorizer checks) end this long before
+#: the request's deadline (at most half its timeout), whatever they wait for: the evaluation after them and
+#: the answer's way back fit in what is left, so a slow kube-apiserver gives the policy's own answer
+#: (failurePolicy, ``errored()``), never a timeout that depends on when the request arrived.
+CLUSTER_CALL_MARGIN = 0.5
 
 
 
@@ -68,8 +73,9 @@ class ServerState:
     #: Why the files on disk are not what is served (they are invalid; the last good snapshot serves),
     #: shown by /readyz?verbose without making the daemon unready; None when they are.
     disk_problem: str | None = None
-    #: The live GET of a namespace the cluster view lacks (``--kubeconfig``), awaited before evaluation.
-    fetch_namespace: Callable[[str, float], Awaitable[None]] | None = None
+    #: The request's namespace from the cluster view (``--kubeconfig``), read live by a GET when the view lacks
+    #: it: (name, deadline on the event loop's clock, waiting=called before it waits on kube-apiserver).
+    fetch_namespace: Callable[..., Awaitable[NamespaceInfo]] | None = None
     #: Answers ``authorizer`` checks by SubjectAccessReview (``--kubeconfig``); None: checks fail.
     authorizer: SubjectAccessReviewer | None = None
     #: --shadow-manifests: evaluates each answered request again against the shadow directory.
@@ -205,14 +211,14 @@ def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request]
         if review is not None:
             _log_review(state, endpoint, review, decision, seconds)
             if state.shadow is not None:
-                state.shadow.schedule(endpoint, evaluate, state.namespaces, review[0], review[1], state.authorizer)
+                state.shadow.schedule(endpoint, evaluate, review[2], review[0], review[1], state.authorizer)
         return response
 
     return handle
 
 
 async def _review(request: web.Request, state: ServerState, endpoint: str, evaluate: Evaluator,
-                  started: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
+                  started: float) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
     if request.method != "POST":
         raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; send the AdmissionReview "
                                                   "with POST")
@@ -247,31 +253,68 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
         if served is None:
             # Read first so that the log line (and the answer) carry the request's uid.
             raise BadRequest(503, "ServiceUnavailable", "not yet ready to handle request", _body_uid(body))
-        slots = state.review_slots()
-        if slots.locked():
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await slots.acquire()
-            except TimeoutError:
-                raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not started within "
-                                                 f"{timeout:g} seconds", _body_uid(body)) from None
-        else:
-            # A free slot is taken at once: no timer needed.
-            await slots.acquire()
+        slot = _Slot(state.review_slots(), deadline, timeout, body)
         try:
+            await slot.take()
             parsed = _parse(body)
+            namespaces = state.namespaces
+            # Cluster calls end together, at a fixed margin before the request's deadline.
+            calls_end = deadline - min(CLUSTER_CALL_MARGIN, timeout / 2)
             if state.fetch_namespace is not None and parsed.namespace and served.snapshot.needs_namespaces:
-                # Only a namespace the cluster view lacks waits on the network, within this deadline.
-                await state.fetch_namespace(parsed.namespace, _check_budget(deadline - loop.time()))
+                # Fixed for the whole request; only a namespace the cluster view lacks waits on the network.
+                namespaces = WithNamespace(
+                    await state.fetch_namespace(parsed.namespace, calls_end, waiting=slot.release), namespaces)
+
+            async def evaluate_once() -> tuple[web.Response, RequestDecision, _Evaluated | None]:
+                await slot.take()
+                return _admit(state, evaluate, served, parsed, namespaces, timeout, deadline)
+
             if state.authorizer is None:
-                return _admit(state, evaluate, served, parsed, timeout, deadline)
-            return await state.authorizer.evaluate(
-                parsed.user_info, lambda: _admit(state, evaluate, served, parsed, timeout, deadline),
-                lambda: _check_budget(deadline - loop.time()))
+                return await evaluate_once()
+            return await state.authorizer.evaluate(parsed.user_info, evaluate_once, calls_end, waiting=slot.release)
         finally:
-            slots.release()
+            slot.release()
     finally:
         buffered.release()
+
+
+#: What an evaluated request leaves for logging and shadowing: the request, its review, the namespaces it saw.
+_Evaluated = tuple[AdmissionRequest, Review, NamespaceSource]
+
+
+class _Slot:
+    """A request's hold on one of the evaluation slots: taken for what uses the CPU (parsing, each evaluation),
+    let go while the request waits on kube-apiserver, so requests waiting on a slow cluster call never keep the
+    others from being evaluated."""
+
+    def __init__(self, slots: asyncio.Semaphore, deadline: float, timeout: float, body: bytes) -> None:
+        self._slots = slots
+        self._deadline = deadline
+        self._timeout = timeout
+        self._body = body
+        self._held = False
+        self._taken = False
+
+    async def take(self) -> None:
+        if self._held:
+            return
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout_at(self._deadline):
+                    await self._slots.acquire()
+            except TimeoutError:
+                what = "evaluated" if self._taken else "started"
+                raise BadRequest(504, "Timeout", f"too many concurrent admission requests; not {what} within "
+                                                 f"{self._timeout:g} seconds", _body_uid(self._body)) from None
+        else:
+            # A free slot is taken at once: no timer needed.
+            await self._slots.acquire()
+        self._held = self._taken = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
 
 
 class _BufferedBytes:
@@ -292,13 +335,6 @@ class _BufferedBytes:
     def release(self) -> None:
         self._state.buffered_body_bytes -= self.size
         self.size = 0
-
-
-def _check_budget(remaining: float) -> float:
-    """Time a call to kube-apiserver (a namespace's live GET, authorizer checks) may take of what is left:
-    a slow or unreachable kube-apiserver becomes the policy's error with time to spare for the evaluation,
-    not a timeout of the whole request."""
-    return remaining - min(0.5, remaining * 0.2)
 
 
 def _body_uid(body: bytes) -> str:
@@ -322,8 +358,9 @@ def _parse(body: bytes) -> AdmissionRequest:
     return parsed
 
 
-def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: AdmissionRequest, timeout: float,
-           deadline: float) -> tuple[web.Response, RequestDecision, tuple[AdmissionRequest, Review] | None]:
+def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: AdmissionRequest,
+           namespaces: NamespaceSource, timeout: float, deadline: float
+           ) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
     loop = asyncio.get_running_loop()
     remaining = deadline - loop.time()
     if remaining <= 0:
@@ -333,7 +370,7 @@ def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: Admissi
     # deadline is only a backstop: past it kube-apiserver has stopped waiting and applies failurePolicy
     # itself, so the answer is a timeout, never a decision that depends on how long evaluation took.
     cel_deadline = time.perf_counter() + remaining
-    review = evaluate(served.snapshot, state.namespaces, parsed, deadline=cel_deadline)
+    review = evaluate(served.snapshot, namespaces, parsed, deadline=cel_deadline)
     if time.perf_counter() > cel_deadline:
         raise BadRequest(504, "Timeout", f"admission request not evaluated within {timeout:g} seconds", parsed.uid)
     answer = review.review.get("response") or {}
@@ -343,7 +380,7 @@ def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: Admissi
         decision = RequestDecision.MUTATE
     else:
         decision = RequestDecision.WARN if answer.get("warnings") else RequestDecision.ALLOW
-    return json_response(review.review), decision, (parsed, review)
+    return json_response(review.review), decision, (parsed, review, namespaces)
 
 
 def _raised_at(error: BaseException) -> str:
@@ -355,9 +392,9 @@ def _raised_at(error: BaseException) -> str:
     return f"{frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in {frame.tb_frame.f_code.co_name}"
 
 
-def _log_review(state: ServerState, endpoint: str, item: tuple[AdmissionRequest, Review], decision: RequestDecision,
+def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: RequestDecision,
                 seconds: float) -> None:
-    parsed, review = item
+    parsed, review, _ = item
     for check in review.checks:
         if endpoint == "mutate":
             state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)

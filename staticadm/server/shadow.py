@@ -58,9 +58,12 @@ class ShadowEvaluator:
         def run() -> Review:
             return evaluate(snapshot, namespaces, request, deadline=deadline)
 
+        async def round_() -> Review:
+            return run()
+
         try:
             shadow = run() if authorizer is None else await authorizer.evaluate(
-                request.user_info, run, lambda: deadline - time.perf_counter())
+                request.user_info, round_, asyncio.get_running_loop().time() + SHADOW_DEADLINE_SECONDS)
         except Exception as error:  # the shadow never affects the live daemon, not even by a bug
             self._metrics.shadow_skipped.labels("error").inc()
             self._log.error("shadow evaluation failed", endpoint=endpoint, uid=request.uid, err=type(error).__name__)
