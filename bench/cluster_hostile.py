@@ -46,30 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.cluster.apiserver import FakeApiServer  # noqa: E402
+from tests.cluster.policies import ERRORED_CHECK_POLICY, PLAIN_POLICY, SELECTOR_POLICY  # noqa: E402
 from tests.cluster.stalls import LivezProbe  # noqa: E402
-from tests.policy_text import validating_policy_yaml  # noqa: E402
 from tests.server.harness import free_port  # noqa: E402
-
-#: Pods: an authorizer check whose failure is the policy's own answer (``errored()``).
-AUTHORIZER_POLICY = validating_policy_yaml("authz", resource="pods", validations="""\
-  - expression: "!authorizer.path('/healthz').check('get').errored()"
-    messageExpression: "'authorizer: ' + authorizer.path('/healthz').check('get').error()"
-""")
-#: ConfigMaps: a namespace selector on a label, so a namespace the cache lacks is read by a live GET.
-SELECTOR_POLICY = validating_policy_yaml("selector", resource="configmaps", validations="""\
-  - expression: "false"
-    message: no configmaps in test namespaces
-""", binding_match="""\
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        environment: test
-""")
-#: Services: needs nothing from the cluster.
-PLAIN_POLICY = validating_policy_yaml("plain", resource="services", validations="""\
-  - expression: "object.metadata.name != 'forbidden'"
-    message: forbidden
-""")
 
 
 def review(resource: str, kind: str, namespace: str, *, user: str = "alice", uid: str = "u") -> bytes:
@@ -93,7 +72,7 @@ class Daemon:
     def __init__(self, source: Path, work: Path, apiserver: FakeApiServer) -> None:
         manifests = work / "manifests"
         manifests.mkdir(parents=True)
-        for name, text in (("authz", AUTHORIZER_POLICY), ("selector", SELECTOR_POLICY), ("plain", PLAIN_POLICY)):
+        for name, text in (("authz", ERRORED_CHECK_POLICY), ("selector", SELECTOR_POLICY), ("plain", PLAIN_POLICY)):
             (manifests / f"{name}.yaml").write_text(text)
         self.socket = work / "staticadm.sock"
         command = [sys.executable, "-m", "staticadm", "serve", "--manifests", str(manifests),

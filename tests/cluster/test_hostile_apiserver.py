@@ -18,30 +18,9 @@ from typing import Any
 import pytest
 
 from tests.cluster.apiserver import FakeApiServer
-from tests.cluster.policies import policy
+from tests.cluster.policies import ERRORED_CHECK_POLICY, PLAIN_POLICY, SELECTOR_POLICY, policy
 from tests.cluster.stalls import LivezProbe
 from tests.server.harness import DaemonFactory, Response, wait_for
-
-#: Pods: an authorizer check whose failure is the policy's own answer (``errored()``).
-ERRORED_CHECK_POLICY = policy("authz", "pods", """\
-  - expression: "!authorizer.path('/healthz').check('get').errored()"
-    messageExpression: "'authorizer: ' + authorizer.path('/healthz').check('get').error()"
-""")
-#: ConfigMaps: a namespace selector on a label, so a namespace the cache lacks is read by a live GET.
-SELECTOR_POLICY = policy("selector", "configmaps", """\
-  - expression: "false"
-    message: no configmaps in test namespaces
-""", """\
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        environment: test
-""")
-#: Services: nothing from the cluster.
-PLAIN_POLICY = policy("plain", "services", """\
-  - expression: "object.metadata.name != 'forbidden'"
-    message: forbidden
-""")
 
 
 def review(resource: str, kind: str, namespace: str, *, user: str = "alice", uid: str = "u",
