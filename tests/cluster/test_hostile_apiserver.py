@@ -155,6 +155,26 @@ def test_requests_waiting_on_kube_apiserver_leave_the_evaluation_slots_to_others
 EXISTS_POLICY = policy("any-key-readable", "configmaps", """\
   - expression: "object.data.exists(k, authorizer.group('').resource('configmaps').name(k).check('get').allowed())"
 """)
+LABELLING_POLICY = """apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: readable.static.k8s.io}
+spec:
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["configmaps"]}]
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >-
+        object.data.exists(k, authorizer.group('').resource('configmaps').name(k).check('get').allowed())
+        ? [JSONPatch{op: "add", path: "/metadata/labels", value: {"readable": "yes"}}] : []
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: readable.static.k8s.io}
+spec: {policyName: readable.static.k8s.io}
+"""
 ALL_IGNORED_POLICY = policy("every-key-readable", "secrets", """\
   - expression: "object.data.all(k, authorizer.group('').resource('secrets').name(k).check('get').allowed())"
 """).replace("failurePolicy: Fail", "failurePolicy: Ignore")
@@ -163,12 +183,16 @@ ALL_IGNORED_POLICY = policy("every-key-readable", "secrets", """\
 def test_authorizer_checks_over_a_map_decide_as_one_evaluation_does(
         make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
     apiserver.authorize = lambda spec: {"allowed": True}
-    daemon = start(make_daemon, apiserver, tmp_path, EXISTS_POLICY, ALL_IGNORED_POLICY)
+    daemon = start(make_daemon, apiserver, tmp_path, EXISTS_POLICY, ALL_IGNORED_POLICY, LABELLING_POLICY)
     keys = {f"key-{index:04d}": "v" for index in range(200)}
     for attempt in range(10):
         # A user of its own each time: no answer is cached, every round of the evaluation asks.
         answer = daemon.validate(review("configmaps", "ConfigMap", "qa", user=f"user-{attempt}", data=keys))
         assert answer.status == 200 and answer.json()["response"]["allowed"], answer.body
+        # Mutations too: each round converts the mutated objects again, and finds the activations it had.
+        answer = daemon.validate(review("configmaps", "ConfigMap", "qa", user=f"mutating-{attempt}", data=keys),
+                                 path="/mutate")
+        assert answer.status == 200 and "patch" in answer.json()["response"], answer.body
     # The third check passes the per-expression cost limit (350,000 each, 1,000,000): under Ignore, allowed.
     many = {f"key-{index:04d}": "v" for index in range(1000)}
     for attempt in range(3):
