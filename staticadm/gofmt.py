@@ -2,7 +2,8 @@
 
 One implementation of each: ``strconv.Quote`` (also ``%q``), ``strconv.FormatFloat`` ('g' and 'f',
 shortest), ``%v`` and ``%#v`` of unstructured values (``interface{}`` holding JSON), Go type names of
-such values, ``encoding/json.Marshal``, ``time.ParseDuration`` and cel-go's ``string(duration)``.
+such values, the JSON type names ``encoding/json``'s decoding errors use, ``encoding/json.Marshal``,
+``time.ParseDuration`` and cel-go's ``string(duration)``.
 Each function cites the Go source it follows.
 """
 
@@ -16,6 +17,18 @@ from decimal import Decimal
 from typing import Any
 
 _SIMPLE_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def json_type(value: Any) -> str:
+    """What ``encoding/json`` calls a decoded JSON value in an ``UnmarshalTypeError`` ("cannot unmarshal
+    string into Go struct field ... of type bool"): ``UnmarshalTypeError.Value`` in encoding/json/decode.go."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def quote(text: str | bytes) -> str:

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from staticadm import gofmt
 from staticadm.admission.activation import EVALUATION_ROUNDS, EvaluationRounds
 from staticadm.admission.request import UserInfo
 from staticadm.cel.libraries.authz import ACTIVE_AUTHORIZER, AuthorizationPending, CheckAttributes, CheckDecision
@@ -86,34 +87,23 @@ _STATUS_FIELDS = {"allowed": (bool, "bool"), "denied": (bool, "bool"), "reason":
                   "evaluationError": (str, "string")}
 
 
-def _json_type(value: Any) -> str:
-    """What Go's decoder calls a JSON value's type in its errors."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
 def decision_from_answer(answer: Any) -> CheckDecision:
     """``webhook.Authorize``'s reading of a SubjectAccessReview answer (Allow, else NoOpinion or Deny), after
     client-go's decoding: a field of the wrong type fails the review (raises ClusterError), it is never read
     as false; unknown fields and nulls are ignored; no status at all is a zero status (not allowed)."""
     if not isinstance(answer, dict):
-        raise ClusterError(f"json: cannot unmarshal {_json_type(answer)} into Go value of type "
+        raise ClusterError(f"json: cannot unmarshal {gofmt.json_type(answer)} into Go value of type "
                            "v1.SubjectAccessReview")
     status = answer.get("status")
     if status is None:
         status = {}
     if not isinstance(status, dict):
-        raise ClusterError(f"json: cannot unmarshal {_json_type(status)} into Go struct field "
+        raise ClusterError(f"json: cannot unmarshal {gofmt.json_type(status)} into Go struct field "
                            "SubjectAccessReview.status of type v1.SubjectAccessReviewStatus")
     for name, (kind, go_type) in _STATUS_FIELDS.items():
         value = status.get(name)
         if value is not None and not isinstance(value, kind):
-            raise ClusterError(f"json: cannot unmarshal {_json_type(value)} into Go struct field "
+            raise ClusterError(f"json: cannot unmarshal {gofmt.json_type(value)} into Go struct field "
                                f"SubjectAccessReviewStatus.status.{name} of type {go_type}")
     allowed, denied = status.get("allowed") is True, status.get("denied") is True
     reason = status.get("reason") or ""

@@ -53,16 +53,6 @@ def decoding_error(obj: Any, before: Any, group: str, version: str, kind: str) -
     return None
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
 class _Decoder:
     """One walk of the object as the Go decoder makes it (object keys in Go's marshalled order: sorted)."""
 
@@ -115,14 +105,14 @@ class _Decoder:
             return
         if "list" in resolved:
             if not isinstance(value, list):
-                self._mismatch(_json_kind(value), schema, struct, fields)
+                self._mismatch(gofmt.json_type(value), schema, struct, fields)
                 return
             items = tuple(item for old in before if isinstance(old, list) for item in old)
             for index, item in enumerate(value):
                 self.value(item, items, resolved["list"], fields, [*strict_path, f"[{index}]"], struct)
             return
         if not isinstance(value, dict):
-            self._mismatch(_json_kind(value), schema, struct, fields)
+            self._mismatch(gofmt.json_type(value), schema, struct, fields)
             return
         if "map" in resolved:
             for key in sorted(value):
@@ -141,7 +131,7 @@ class _Decoder:
     def _scalar(self, value: Any, scalar: str, schema: Any, struct: str, fields: list[str]) -> None:
         if scalar in _INT_RANGES:
             if isinstance(value, bool) or not isinstance(value, int | float):
-                self._mismatch(_json_kind(value), schema, struct, fields)
+                self._mismatch(gofmt.json_type(value), schema, struct, fields)
                 return
             low, high = _INT_RANGES[scalar]
             integral = isinstance(value, int) or (math.isfinite(value) and value == int(value))
@@ -151,8 +141,8 @@ class _Decoder:
         expected = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}.get(scalar)
         if expected is None:
             return  # dyn, times and durations: decoded by types of their own
-        if _json_kind(value) != expected:
-            self._mismatch(_json_kind(value), schema, struct, fields)
+        if gofmt.json_type(value) != expected:
+            self._mismatch(gofmt.json_type(value), schema, struct, fields)
 
 
 def _below(before: tuple[Any, ...], key: str) -> tuple[Any, ...]:
