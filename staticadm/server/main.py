@@ -57,7 +57,7 @@ from staticadm.server.listeners import (
     socket_inode,
     split_activated,
 )
-from staticadm.server.metrics import Metrics
+from staticadm.server.metrics import Metrics, ProcessMetrics
 from staticadm.server.reporting import ReloadReporter
 from staticadm.server.shadow import ShadowEvaluator
 from staticadm.server.supervision import TaskHealth, supervise
@@ -650,6 +650,16 @@ class _Supervisor(_Daemon):
         if self.announced:
             self.notifier.status(self._status_text())
 
+    def _own_metrics(self) -> ProcessMetrics:
+        """The supervisor's series for a scrape. ``staticadm_cluster_cache_synced`` is the least over the workers
+        that have reported, and a worker still starting has not (nor listed the namespaces): the supervisor
+        holds it at 0 until every worker has reported once, so it never says synced for one that has not."""
+        pool = self.pool
+        if self.config.kubeconfig is not None and pool is not None:
+            starting = any(worker.pid not in pool.metrics.running for worker in pool.workers.values())
+            self.metrics.cluster_cache_synced.labels("namespaces").set(0 if starting else 1)
+        return self.metrics.report()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(AcceptErrorLimiter(self.log))
@@ -665,7 +675,7 @@ class _Supervisor(_Daemon):
             config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
         pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
                                       self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc,
-                                      self.metrics.report)
+                                      self._own_metrics)
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)

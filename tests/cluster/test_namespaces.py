@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -275,3 +278,35 @@ def test_an_unresponsive_kube_apiserver_holds_up_only_requests_that_need_it(
         assert elapsed < 0.5 and other["allowed"]
     finally:
         silent.close()
+
+
+def test_the_synced_gauge_counts_a_worker_that_is_still_starting(
+        make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.set_namespace("qa", {"environment": "test"})
+    apiserver.start()
+    daemon = make_daemon(policy=None, start=False, args=["--workers", "2", "--kubeconfig",
+                                                         str(apiserver.kubeconfig(tmp_path / "kubeconfig"))])
+    (daemon.manifests / "policy.yaml").write_text(SELECTOR_POLICY)
+    daemon.start(wait=False)
+
+    def started(index: int) -> int | None:
+        for line in daemon.log().splitlines():
+            if line.startswith("{") and '"worker started"' in line and json.loads(line).get("worker") == index:
+                return int(json.loads(line)["pid"])
+        return None
+
+    assert wait_for(lambda: started(1) is not None, timeout=30), daemon.log()
+    slow = started(1)
+    assert slow is not None
+    # The second worker is held before it could write anything (as a loaded node delays its start).
+    os.kill(slow, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: '"worker":0' in daemon.log() and "namespace cache synced" in daemon.log(),
+                        timeout=30), daemon.log()
+        daemon.wait_ready()
+        time.sleep(0.5)
+        assert daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 0
+    finally:
+        os.kill(slow, signal.SIGCONT)
+    assert wait_for(lambda: daemon.metric("staticadm_cluster_cache_synced", {"resource": "namespaces"}) == 1,
+                    timeout=30)
