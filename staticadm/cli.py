@@ -28,26 +28,24 @@ def _parse_var(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"--var expects NAME=JSON or NAME=@FILE, got {text!r}")
+    from staticadm.yamljson import ParseError, parse_json, parse_stream
+
     if raw.startswith("@"):
-        import yaml
-
-        from staticadm.yamltext import describe_yaml_error
-
         try:
             with open(raw[1:], encoding="utf-8") as handle:
-                documents = [d for d in yaml.safe_load_all(handle) if d is not None]
-        except OSError as error:
-            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: {error.strerror or error}") from error
-        except yaml.YAMLError as error:
-            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: not JSON or YAML: "
-                                             f"{describe_yaml_error(error)}") from error
+                documents = [d for d in parse_stream(handle.read()) if d is not None]
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: {reason}") from error
+        except ParseError as error:
+            raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]}: not JSON or YAML: {error.problem}") from error
         if len(documents) != 1:
             raise argparse.ArgumentTypeError(f"--var {name}: {raw[1:]} must hold one document, holds {len(documents)}")
         return name, documents[0]
     try:
-        return name, json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise argparse.ArgumentTypeError(f"--var {name}: invalid JSON: {error}") from error
+        return name, parse_json(raw)
+    except ParseError as error:
+        raise argparse.ArgumentTypeError(f"--var {name}: {error}") from error
 
 
 def _evaluate_to_json(source: str, variables: dict[str, Any], mutating: bool = False) -> tuple[str, Any]:
@@ -103,10 +101,12 @@ def command_cel_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, st
 
 
 def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
+    from staticadm.yamljson import ParseError, parse_json
+
     try:
-        request = json.loads(line)
-    except json.JSONDecodeError as error:
-        return {"error": f"invalid JSON input line: {error}", "phase": "input"}
+        request = parse_json(line)
+    except ParseError as error:
+        return {"error": f"invalid JSON input line: {error.problem}", "phase": "input"}
     if not isinstance(request, dict) or not isinstance(request.get("expr"), str):
         return {"error": 'each input line must be an object with a string "expr"', "phase": "input"}
     variables = request.get("vars", {})

@@ -11,15 +11,12 @@ This module parses already-read text; reading files is the caller's business (th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import yaml
-
-from staticadm.yamltext import describe_yaml_error
+from staticadm.yamljson import ParseError, parse_stream
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -111,11 +108,9 @@ def namespace_info_from_object(obj: Mapping[str, Any]) -> NamespaceInfo:
 def parse_namespaces(text: str) -> StaticNamespaces:
     """YAML or JSON: Namespace objects, ``v1`` Lists of them, in one or more documents."""
     try:
-        documents = [json.loads(text)] if text.lstrip().startswith(("{", "[")) else list(yaml.safe_load_all(text))
-    except yaml.YAMLError as error:
-        raise NamespaceFileError(f"cannot parse namespaces: {describe_yaml_error(error)}") from error
-    except json.JSONDecodeError as error:
-        raise NamespaceFileError(f"cannot parse namespaces: {error}") from error
+        documents = parse_stream(text, json_starts=("{", "["))
+    except ParseError as error:
+        raise NamespaceFileError(f"cannot parse namespaces: {error.problem}") from error
     found: dict[str, NamespaceInfo] = {}
 
     def add(value: Any) -> None:

@@ -9,13 +9,13 @@ version and kind from the object, the resource and scope from the built-in API r
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from staticadm.admission.request import OPERATIONS
+from staticadm.yamljson import copy_json
 
 #: (API group, kind) -> (resource, namespaced), Kubernetes 1.36's built-in resources.
 BUILTIN_RESOURCES: Mapping[tuple[str, str], tuple[str, bool]] = {
@@ -190,7 +190,7 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         raise ObjectInputError("the object: metadata.name must be a string")
     if not name and operation != "CREATE":
         raise ObjectInputError(f"a {operation} needs the object's metadata.name")
-    written = copy.deepcopy(obj)
+    written = copy_json(obj)
     if namespaced:
         # kube-apiserver fills an empty namespace from the request URL before admission.
         written.setdefault("metadata", {})["namespace"] = namespace
@@ -203,7 +203,7 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         "userInfo": {"username": settings.username, "groups": list(settings.groups),
                      **({"uid": settings.uid} if settings.uid else {})},
         "object": None if operation == "DELETE" else written,
-        "oldObject": copy.deepcopy(old) if operation == "UPDATE" else (written if operation == "DELETE" else None),
+        "oldObject": copy_json(old) if operation == "UPDATE" else (written if operation == "DELETE" else None),
         "dryRun": settings.dry_run,
     }
     if settings.subresource:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import yaml
-
 from staticadm.admission.audit_log import AuditFilters, read_audit_logs
 from staticadm.admission.decision_report import API_VERSION, decision, request_summary
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
@@ -42,7 +40,8 @@ from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
-from staticadm.yamltext import describe_yaml_error, dump_yaml
+from staticadm.yamljson import ParseError, parse_stream
+from staticadm.yamltext import dump_yaml
 
 # The exit codes every command shares: 0 done, 1 invalid manifests, 2 unusable input or usage; review adds
 # 3 (some request denied) and 4 (some policy failed to evaluate: an error, whatever failurePolicy made of it).
@@ -68,9 +67,7 @@ def _read_text(path: str, stdin: TextIO) -> str:
 
 
 def _documents(text: str) -> list[Any]:
-    if text.lstrip().startswith("{"):
-        return [json.loads(text)]
-    return [document for document in yaml.safe_load_all(text) if document is not None]
+    return [document for document in parse_stream(text) if document is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +102,8 @@ def _read_documents(path: str, stdin: TextIO) -> tuple[list[Any], str | None]:
         return [], f"{shown}: cannot read: {error}"
     try:
         documents = _documents(text)
-    except yaml.YAMLError as error:
-        return [], f"{shown}: not JSON or YAML: {describe_yaml_error(error)}"
-    except ValueError as error:
-        return [], f"{shown}: not JSON or YAML: {error}"
+    except ParseError as error:
+        return [], f"{shown}: not JSON or YAML: {error.problem}"
     if not documents:
         return [], f"{shown}: holds no document"
     return documents, None

@@ -29,7 +29,7 @@ from staticadm.compiled import (
 from staticadm.json_types import json_type_name
 from staticadm.manifests.decode import Decoder
 from staticadm.manifests.defaults import apply_defaults
-from staticadm.manifests.documents import Document, DocumentError, parse_document, split_documents
+from staticadm.manifests.documents import Document, DocumentError, split_documents
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory, read_files
 from staticadm.manifests.validation import Validator
@@ -45,6 +45,7 @@ from staticadm.model import (
     ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
 )
+from staticadm.yamljson import ParseError, parse_document
 
 DEFAULT_MAX_FILE_BYTES = 3 * 1024 * 1024
 #: Go's %q, which kube-apiserver's loader messages quote names and paths with.
@@ -203,7 +204,7 @@ class _Load:
             origin = Origin(path, document.index)
             try:
                 value = self._parse(document.text)
-            except DocumentError as err:
+            except ParseError as err:
                 self.errors.append(ManifestError(path, f"error loading {path}: {err}", document=document.index))
                 self.unidentified_documents += 1
                 continue

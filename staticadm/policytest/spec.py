@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from staticadm.admission.audit_log import WRITE_VERBS, AuditFilters, AuditLogError, parse_timestamp, read_audit_log
 from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
 from staticadm.manifests.files import document_files_under
-from staticadm.yamltext import describe_yaml_error
+from staticadm.yamljson import ParseError, parse_yaml_stream
 
 API_VERSION = "staticadm.io/v1alpha1"
 KIND = "PolicyTest"
@@ -126,7 +124,7 @@ def is_test_document(document: Any) -> bool:
 
 
 def _read_yaml_documents(path: Path) -> list[Any]:
-    return [document for document in yaml.safe_load_all(path.read_text(encoding="utf-8")) if document is not None]
+    return [document for document in parse_yaml_stream(path.read_text(encoding="utf-8")) if document is not None]
 
 
 def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> list[Any] | None:
@@ -135,8 +133,8 @@ def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: st
         return _read_yaml_documents(target)
     except (OSError, UnicodeDecodeError) as error:
         errors.add(field_path, f"cannot read {target}: {error}")
-    except yaml.YAMLError as error:
-        errors.add(field_path, f"{target}: not YAML: {describe_yaml_error(error)}")
+    except ParseError as error:
+        errors.add(field_path, f"{target}: not YAML: {error.problem}")
     return None
 
 
@@ -374,13 +372,13 @@ def discover(paths: list[str]) -> tuple[list[TestFile], list[TestFileError]]:
     tests: list[TestFile] = []
     for file in files:
         try:
-            documents = list(yaml.safe_load_all(file.read_text(encoding="utf-8")))
+            documents = parse_yaml_stream(file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as error:
             errors.append(TestFileError(str(file), 0, "", f"cannot read: {error}"))
             continue
-        except yaml.YAMLError as error:
+        except ParseError as error:
             if _mentions_test_kind(file):
-                errors.append(TestFileError(str(file), 0, "", f"not YAML: {describe_yaml_error(error)}"))
+                errors.append(TestFileError(str(file), 0, "", f"not YAML: {error.problem}"))
             continue
         for index, document in enumerate(documents):
             if not is_test_document(document):

@@ -13,10 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
-from staticadm.yamltext import describe_yaml_error
+from staticadm.yamljson import ParseError, parse_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 DEFAULT_SOCKET_MODE = 0o660
@@ -200,11 +198,13 @@ def resolve(args: argparse.Namespace) -> ServeConfig:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = parse_yaml(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ConfigError(f"--config {path}: {error.strerror or error}") from error
-    except yaml.YAMLError as error:
-        raise ConfigError(f"--config {path}: invalid YAML: {describe_yaml_error(error)}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"--config {path}: not UTF-8: {error}") from error
+    except ParseError as error:
+        raise ConfigError(f"--config {path}: {error}") from error
     if document is None:
         return {}
     if not isinstance(document, Mapping):

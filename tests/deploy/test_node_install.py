@@ -139,7 +139,9 @@ def _as_service_user(argv: list[str]) -> list[str]:
 def _install_config(node: ControlPlaneNode) -> None:
     """The installed /etc/staticadm/staticadm.yaml, its paths re-rooted and listening on the test's port."""
     config = node.path("/etc/staticadm/staticadm.yaml")
-    config.write_text(reroot(config.read_text(), node.root, node.port) + f"listen: 127.0.0.1:{node.port}\n")
+    # Once however often it is called: the config file is decoded strictly, a key set twice is an error.
+    kept = [line for line in config.read_text().splitlines(keepends=True) if not line.startswith("listen:")]
+    config.write_text(reroot("".join(kept), node.root, node.port) + f"listen: 127.0.0.1:{node.port}\n")
 
 
 def _notify_socket(directory: Path) -> tuple[socket.socket, Path]:

@@ -1,0 +1,436 @@
+"""YAML and JSON text to JSON-like Python values, safely: the one place staticadm parses either.
+
+Every reader (manifests, request and namespace files, PolicyTest files, ``--var``, the config file) goes
+through here, so each gets the same guarantees:
+
+- **Depth.** kube-apiserver's decoders stop at 10,000 levels (go-yaml's scanner: ``max_flow_level`` and
+  ``max_indents``, "exceeded max depth of 10000"; encoding/json as vendored in sigs.k8s.io/json:
+  ``maxNestingDepth``). staticadm's walks over decoded values are recursive (as are Python's json and
+  orjson), so it stops at :data:`MAX_DEPTH`, before anything recursive has seen the text: YAML is built
+  from libyaml's event stream (a state machine; PyYAML's composer, which recurses in C and overflows the
+  stack near 30,000 levels, is never used), JSON is measured by a scan that does not recurse.
+- **Aliases.** A document may not expand past :data:`MAX_EXPANDED_NODES` nodes or
+  :data:`MAX_ALIAS_EXPANSION_RATIO` times its own size ("billion laughs"), and may not refer to itself.
+- **JSON semantics for YAML**, as sigs.k8s.io/yaml converts it: timestamps stay text, merge keys
+  (``<<``) apply, map keys become strings, duplicate keys are an error (strict decoding).
+- **Errors** are :class:`ParseError` naming the line and column (of the whole text, so they locate the
+  document of a stream too), never a ``RecursionError`` or PyYAML's ``<unicode string>``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    Event,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
+from yaml.nodes import ScalarNode
+
+#: The deepest nesting of maps and lists accepted, aliases expanded. kube-apiserver's is 10,000
+#: (:data:`KUBERNETES_MAX_DEPTH`); staticadm's walks over values (json.dumps, request building, pruning, CEL
+#: conversion) recurse within Python's 1,000-frame limit, some at two frames a level (a generator per level,
+#: as copy.deepcopy does), beside their callers' frames. Real objects nest a few dozen levels.
+MAX_DEPTH = 400
+KUBERNETES_MAX_DEPTH = 10_000
+#: Above this many nodes after alias expansion a document is refused outright.
+MAX_EXPANDED_NODES = 1_000_000
+#: Aliases may not multiply a document by more than this factor (plus some slack for small files).
+MAX_ALIAS_EXPANSION_RATIO = 10
+ALIAS_EXPANSION_SLACK = 10_000
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class ParseError(ValueError):
+    """Text that is not a document staticadm accepts; the message is shown to the operator as it is."""
+
+    @property
+    def problem(self) -> str:
+        """The message without its ``invalid YAML: `` (or JSON) lead, for callers that name the input's
+        format themselves. Lines are the stream's own: they locate the document too."""
+        return str(self).removeprefix("invalid YAML: ").removeprefix("invalid JSON: ")
+
+
+class _DecodeError(ParseError):
+    """A problem found while building values (a duplicate key, an alias, a tag): go-yaml finds these after
+    parsing the whole document, so a syntax error further on is reported instead."""
+
+
+def describe_yaml_error(error: yaml.YAMLError) -> str:
+    """``line L, column C: problem`` (and where the construct it belongs to started), 1-based like Go's
+    YAML errors and every editor."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        text = f"line {mark.line + 1}, column {mark.column + 1}: {error.problem or 'invalid YAML'}"
+        if error.context and error.context_mark is not None:
+            context = error.context_mark
+            text += f" ({error.context} at line {context.line + 1}, column {context.column + 1})"
+        elif error.context:
+            text += f" ({error.context})"
+        return text
+    if isinstance(error, yaml.reader.ReaderError):
+        return f"character {error.position + 1}: {error.reason}"
+    return str(error).replace('in "<unicode string>", ', "").replace("\n", " ")
+
+
+def _too_deep(line: int, column: int) -> str:
+    return (f"line {line}, column {column}: nested more than {MAX_DEPTH} levels deep "
+            f"(staticadm's limit; kube-apiserver's decoders stop at {KUBERNETES_MAX_DEPTH})")
+
+
+# -- documents and streams -----------------------------------------------------------------------------
+
+
+def parse_document(text: str) -> Any:
+    """One document, as the universal deserializer reads it: JSON when it starts with ``{``, else YAML."""
+    if text.lstrip().startswith("{"):
+        return parse_json(text)
+    return parse_yaml(text)
+
+
+def parse_stream(text: str, json_starts: tuple[str, ...] = ("{",)) -> list[Any]:
+    """Every document of a file: one JSON document when the text starts with one of ``json_starts``, else
+    the documents of a YAML stream (empty ones as ``None``)."""
+    if text.lstrip().startswith(json_starts):
+        return [parse_json(text)]
+    return parse_yaml_stream(text)
+
+
+# -- JSON ----------------------------------------------------------------------------------------------
+
+#: Strings (skipped whole, so brackets inside them do not count) and brackets.
+_JSON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def _check_json_depth(text: str) -> None:
+    depth = 0
+    for match in _JSON_NESTING.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                start = match.start()
+                line, column = text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
+                raise ParseError(f"invalid JSON: {_too_deep(line, column)}")
+        elif token in "]}":
+            depth -= 1
+
+
+def _strict_object(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in items:
+        if key in result:
+            raise ParseError(f'json: duplicate field "{key}"')
+        result[key] = value
+    return result
+
+
+def parse_json(text: str) -> Any:
+    """One JSON value; duplicate object keys are an error (kube-apiserver decodes strictly)."""
+    # Only text that holds brackets can nest; most inline values (--var x=1) skip the scan.
+    if "[" in text or "{" in text:
+        _check_json_depth(text)
+    try:
+        return json.loads(text, object_pairs_hook=_strict_object)
+    except json.JSONDecodeError as error:
+        raise ParseError(f"invalid JSON: {error}") from None
+    except RecursionError:
+        # Only when a caller has used most of Python's recursion limit itself: json recurses a frame a level.
+        raise ParseError(f"invalid JSON: nested too deep for the frames left to decode it "
+                         f"(at most {MAX_DEPTH} levels are accepted)") from None
+
+
+# -- YAML ----------------------------------------------------------------------------------------------
+
+# LibYAML's parser when PyYAML has it (the wheels do): the pure-Python scanner dominated load time, about
+# 3 ms per policy file. Both parsers are state machines; only their composers recurse, and neither is used.
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """SafeLoader without the timestamp resolver: YAML-to-JSON conversion keeps timestamps as text."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def parse_yaml(text: str) -> Any:
+    """The one document of a YAML stream (``None`` when it holds none)."""
+    documents = _read_yaml(text, single=True)
+    return documents[0] if documents else None
+
+
+def parse_yaml_stream(text: str) -> list[Any]:
+    """Every document of a YAML stream; an empty document is ``None``."""
+    return _read_yaml(text, single=False)
+
+
+def _read_yaml(text: str, *, single: bool) -> list[Any]:
+    documents: list[Any] = []
+    try:
+        # The pure-Python reader checks the characters as it is built (ReaderError).
+        loader = _Loader(text)
+    except yaml.YAMLError as error:
+        raise ParseError(f"invalid YAML: {describe_yaml_error(error)}") from None
+    try:
+        loader.get_event()  # StreamStartEvent
+        while not loader.check_event(StreamEndEvent):
+            if single and documents:
+                _another_document(loader)
+            try:
+                documents.append(_DocumentBuilder(loader, len(text)).build())
+            except _DecodeError as error:
+                # The document was read to its end; a second one is reported first, as PyYAML's composer does.
+                if single and not loader.check_event(StreamEndEvent):
+                    _another_document(loader)
+                raise ParseError(str(error)) from None
+        return documents
+    except yaml.YAMLError as error:
+        raise ParseError(f"invalid YAML: {describe_yaml_error(error)}") from None
+    finally:
+        loader.dispose()
+
+
+def _another_document(loader: _Loader) -> None:
+    line, column, _ = _position(loader.peek_event())
+    raise ParseError(f"invalid YAML: line {line}, column {column}: "
+                     "but found another document (expected a single document in the stream)")
+
+
+class _Collection:
+    """A map or list being built, with what its alias accounting and depth checks need."""
+
+    __slots__ = ("anchor", "first_node", "height", "key", "key_line", "merged", "state", "value")
+
+    def __init__(self, value: dict[str, Any] | list[Any], anchor: str | None, first_node: int) -> None:
+        self.value = value
+        self.anchor = anchor
+        #: The document's node count when this collection started: its size is the count at its end less this.
+        self.first_node = first_node
+        #: Levels below this one (0 while it holds only scalars).
+        self.height = 0
+        #: For maps: 0 expecting a key, 1 expecting the key's value, 2 expecting a merge key's value.
+        self.state = 0
+        self.key: Any = None
+        self.key_line = 0
+        self.merged: dict[str, Any] | None = None
+
+
+class _DocumentBuilder:
+    """Builds one document from parser events without recursion, checking depth and alias expansion as it
+    goes (the composer's node graph is never built)."""
+
+    def __init__(self, loader: _Loader, text_length: int) -> None:
+        self._loader = loader
+        self._text_length = text_length
+        self._stack: list[_Collection] = []
+        #: Anchor name -> (value, node count, height) of the anchored node, once it is complete.
+        self._anchors: dict[str, tuple[Any, int, int]] = {}
+        #: Nodes in the document as written, and as built (aliases expanded).
+        self._written = 0
+        self._built = 0
+
+    def build(self) -> Any:
+        try:
+            return self._build()
+        except _DecodeError:
+            while not isinstance(self._loader.get_event(), DocumentEndEvent):
+                pass
+            raise
+
+    def _build(self) -> Any:
+        loader = self._loader
+        start = loader.get_event()
+        if not isinstance(start, DocumentStartEvent):
+            raise ParseError(f"invalid YAML: unexpected {type(start).__name__}")
+        root: Any = None
+        while True:
+            event = loader.get_event()
+            kind = event.__class__
+            if kind is ScalarEvent:
+                tag = self._tag(event)
+                if tag == _MERGE_TAG and self._expects_key():
+                    self._stack[-1].state = 2
+                    self._count(1, 1)
+                    continue
+                value, height = self._scalar(event, tag), 0
+                self._count(1, 1)
+                if event.anchor is not None:
+                    self._anchors[event.anchor] = (value, 1, 0)
+            elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                self._open(event, {} if kind is MappingStartEvent else [])
+                continue
+            elif kind is MappingEndEvent or kind is SequenceEndEvent:
+                value, height = self._close()
+            elif kind is AliasEvent:
+                value, height = self._alias(event)
+            elif kind is DocumentEndEvent:
+                break
+            else:
+                raise ParseError(f"invalid YAML: unexpected {kind.__name__}")
+            if self._stack:
+                self._add(value, height, event)
+            else:
+                root = value
+        if self._built > self._written * MAX_ALIAS_EXPANSION_RATIO + ALIAS_EXPANSION_SLACK:
+            raise _DecodeError(f"invalid YAML: aliases expand {self._written} nodes to {self._built}, "
+                             f"more than {MAX_ALIAS_EXPANSION_RATIO} times the document (alias bomb?)")
+        return root
+
+    def _expects_key(self) -> bool:
+        return bool(self._stack) and self._stack[-1].state == 0 and isinstance(self._stack[-1].value, dict)
+
+    def _count(self, written: int, built: int) -> None:
+        self._written += written
+        self._built += built
+        if self._built > MAX_EXPANDED_NODES:
+            raise _DecodeError(f"invalid YAML: document expands to more than {MAX_EXPANDED_NODES} nodes")
+
+    def _tag(self, event: ScalarEvent) -> str:
+        tag = event.tag
+        if tag is None or tag == "!":
+            return str(self._loader.resolve(ScalarNode, event.value, event.implicit))
+        return tag
+
+    def _scalar(self, event: ScalarEvent, tag: str) -> Any:
+        if tag == _STR_TAG:
+            return event.value
+        if tag == _MERGE_TAG:
+            # "<<" anywhere but a map key is the text itself, as go-yaml decodes it.
+            return event.value
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)  # type: ignore[arg-type]
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.YAMLError as error:
+            raise _DecodeError(f"invalid YAML: {describe_yaml_error(error)}") from None
+
+    def _open(self, event: Event, value: dict[str, Any] | list[Any]) -> None:
+        if len(self._stack) >= MAX_DEPTH:
+            raise ParseError(f"invalid YAML: {_too_deep(*_position(event)[:2])}")
+        self._count(1, 1)
+        self._stack.append(_Collection(value, event.anchor, self._built))  # type: ignore[attr-defined]
+
+    def _close(self) -> tuple[Any, int]:
+        collection = self._stack.pop()
+        value = collection.value
+        if isinstance(value, dict) and collection.merged:
+            # Explicit keys win over merged ones, which come first.
+            value = {**{k: v for k, v in collection.merged.items() if k not in value}, **value}
+        height = collection.height + 1
+        if collection.anchor is not None:
+            self._anchors[collection.anchor] = (value, self._built - collection.first_node + 1, height)
+        return value, height
+
+    def _alias(self, event: AliasEvent) -> tuple[Any, int]:
+        line, column, index = _position(event)
+        where = f"line {line}, column {column}"
+        found = self._anchors.get(event.anchor)  # type: ignore[arg-type]
+        if found is None:
+            if any(collection.anchor == event.anchor for collection in self._stack):
+                raise ParseError(f"invalid YAML: {where}: recursive alias")
+            raise ParseError(f"invalid YAML: {where}: found undefined alias {event.anchor!r}")
+        value, size, height = found
+        if len(self._stack) + height > MAX_DEPTH:
+            raise ParseError(f"invalid YAML: {_too_deep(line, column)}")
+        # Refused before the copy when even the rest of the text could not bring the document up to the
+        # allowed ratio (no node takes less than half a character), so a bomb costs nothing to refuse.
+        most_written = self._written + 1 + 2 * (self._text_length - index)
+        if self._built + size > most_written * MAX_ALIAS_EXPANSION_RATIO + ALIAS_EXPANSION_SLACK:
+            raise _DecodeError(f"invalid YAML: {where}: aliases expand the document to more than "
+                               f"{MAX_ALIAS_EXPANSION_RATIO} times its size (alias bomb?)")
+        self._count(1, size)
+        return copy_json(value), height
+
+    def _add(self, value: Any, height: int, event: Event) -> None:
+        collection = self._stack[-1]
+        collection.height = max(collection.height, height)
+        container = collection.value
+        if isinstance(container, list):
+            container.append(value)
+        elif collection.state == 0:
+            collection.key = _json_key(value)
+            collection.key_line = _position(event)[0]
+            collection.state = 1
+        elif collection.state == 2:
+            collection.merged = {**(collection.merged or {}), **_merge_sources(value)}
+            collection.state = 0
+        else:
+            key = collection.key
+            if key in container:
+                raise _DecodeError(f"yaml: unmarshal errors:\n  line {collection.key_line}: "
+                                   f'key "{key}" already set in map')
+            container[key] = value
+            collection.state = 0
+
+
+def _position(event: Event) -> tuple[int, int, int]:
+    """Line and column (1-based) and character index where an event starts."""
+    mark = event.start_mark
+    return (mark.line + 1, mark.column + 1, mark.index) if mark is not None else (0, 0, 0)
+
+
+def _merge_sources(value: Any) -> dict[str, Any]:
+    """A merge key's value: one map, or a list of maps where earlier ones take precedence."""
+    sources = value if isinstance(value, list) else [value]
+    merged: dict[str, Any] = {}
+    for source in reversed(sources):
+        if not isinstance(source, dict):
+            raise _DecodeError("invalid YAML: map merge requires map or sequence of maps as the value")
+        merged.update(source)
+    return merged
+
+
+def _json_key(key: Any) -> str:
+    """YAML keys become JSON object keys: non-string scalars are rendered as text."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int | float):
+        return str(key)
+    raise _DecodeError(f"invalid YAML: unsupported map key {_shown_key(key)}")
+
+
+def _shown_key(key: Any) -> str:
+    text = json.dumps(key, default=str) if isinstance(key, dict | list) else repr(key)
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON-like value (dicts, lists, immutable leaves) without recursion, so any value this
+    module returns can be copied (copy.deepcopy takes two frames a level). Each use of a YAML alias is such a
+    copy: a caller changing one must not change the others."""
+    if not isinstance(value, dict | list):
+        return value
+    root: Any = {} if isinstance(value, dict) else []
+    pending: list[tuple[Any, Any]] = [(value, root)]
+    while pending:
+        original, copy = pending.pop()
+        for key, child in (original.items() if isinstance(original, dict) else enumerate(original)):
+            if isinstance(child, dict | list):
+                child_copy: Any = {} if isinstance(child, dict) else []
+                pending.append((child, child_copy))
+                child = child_copy
+            if isinstance(copy, dict):
+                copy[key] = child
+            else:
+                copy.append(child)
+    return root
