@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
-from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
+from staticadm.manifests.files import DirectoryContents, is_manifest_name, read_directory, world_writable
 from staticadm.manifests.loader import LoadCache
 from staticadm.model import TopLevel
 from staticadm.snapshot import Snapshot, build_snapshot
@@ -99,11 +99,14 @@ class ReloadResult:
 
 
 def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...] | None:
-    """(name, size, mtime_ns, inode) of every entry: changes whenever a file is written or replaced."""
+    """(name, size, mtime_ns, inode) of every entry the loader reads (symlinks followed): changes whenever one
+    is written or replaced. Other files (notes, editor swap files) change nothing that is loaded."""
     try:
         with os.scandir(directory) as scan:
             found = []
             for entry in scan:
+                if not is_manifest_name(entry.name):
+                    continue
                 info = entry.stat(follow_symlinks=True)
                 found.append((entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
     except OSError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from staticadm.manifests.files import is_manifest_name
 from staticadm.source import MAX_COALESCE, ManifestSource, ReloadResult
 
 DEFAULT_POLL_INTERVAL = 60.0
@@ -185,7 +187,7 @@ class DirectoryWatcher:
             wanted[str(path.parent)] = (names_directory, _PARENT_EVENTS)
         target = os.path.realpath(path)
         if os.path.isdir(target):
-            wanted[target] = (lambda _event: True, _DIRECTORY_EVENTS)
+            wanted[target] = (may_change_what_is_loaded, _DIRECTORY_EVENTS)
         return wanted
 
     def _sync_watches(self) -> None:
@@ -255,6 +257,30 @@ class _Handler(FileSystemEventHandler):
         if not self._accept(event):
             return
         self._poke("watch")
+
+
+def may_change_what_is_loaded(event: FileSystemEvent) -> bool:
+    """Whether an event in the manifest directory can change what the loader reads: one about a manifest
+    name (``.yaml``, ``.yml``, ``.json``, as kube-apiserver's loader reads), a directory or a symlink (a
+    manifest may be read through one: ConfigMap volumes swap ``..data``), or a name that is gone (what it
+    was is unknown). Writes to a plain file the loader skips (``notes.txt``, an editor's swap file) wake
+    nothing, so they cannot hold a reload back."""
+    if event.is_directory or event.event_type == "deleted":
+        return True
+    source = os.fsdecode(event.src_path)
+    if event.event_type == "moved":
+        return is_manifest_name(os.path.basename(source)) or _may_be_read(os.fsdecode(event.dest_path))
+    return _may_be_read(source)
+
+
+def _may_be_read(path: str) -> bool:
+    if is_manifest_name(os.path.basename(path)):
+        return True
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return True
+    return not stat.S_ISREG(mode)
 
 
 def _bounded(function: Callable[[], None], timeout: float) -> bool:

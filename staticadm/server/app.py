@@ -73,6 +73,8 @@ class ServerState:
     #: Why the files on disk are not what is served (they are invalid; the last good snapshot serves),
     #: shown by /readyz?verbose without making the daemon unready; None when they are.
     disk_problem: str | None = None
+    #: The same for --shadow-manifests.
+    shadow_problem: str | None = None
     #: The request's namespace from the cluster view (``--kubeconfig``), read live by a GET when the view lacks
     #: it: (name, deadline on the event loop's clock, waiting=called before it waits on kube-apiserver).
     fetch_namespace: Callable[..., Awaitable[NamespaceInfo]] | None = None
@@ -449,8 +451,9 @@ def _health(name: str, checks: Callable[[ServerState], list[tuple[str, bool]]]) 
             text = _checks_text(name, results)
             if name == "readyz":
                 state = request.app[STATE]
-                if state.disk_problem is not None:
-                    text += f"note: {state.disk_problem}\n"
+                for problem in (state.disk_problem, state.shadow_problem):
+                    if problem is not None:
+                        text += f"note: {problem}\n"
                 for note_name, note in state.ready_notes.items():
                     if line := note():
                         text += f"note: {note_name}: {line}\n"

@@ -29,7 +29,29 @@ def _rename_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str
 
 def _orjson_dumps(event: dict[str, Any], **_kwargs: Any) -> str:
     # default=str: a stray exception or Path in a log call must not lose the whole line.
-    return orjson.dumps(event, default=str).decode()
+    try:
+        return orjson.dumps(event, default=str).decode()
+    except TypeError:
+        # A lone surrogate, which orjson refuses: a file name that is not UTF-8 (os.fsdecode keeps its bytes
+        # as surrogates); or an integer past 64 bits. The line is written with them escaped, not lost.
+        return orjson.dumps(_printable(event), default=str).decode()
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with every string made valid UTF-8: undecodable file-name bytes as ``\\xff``, any other lone
+    surrogate as ``\\udXXX``."""
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_printable(key): _printable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(item) for item in value]
+    if isinstance(value, int) and not -(1 << 63) <= value < 1 << 64:
+        return str(value)  # orjson's other refusal
+    return value
 
 
 #: Lines waiting for the writer thread before new ones are dropped (a few MB at most).

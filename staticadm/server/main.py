@@ -118,9 +118,23 @@ def disk_problem(result: ReloadResult) -> str | None:
     """For /readyz?verbose: why the directory on disk is not what is served, if it is not."""
     if result.status is not ReloadStatus.FAILURE or result.served is None:
         return None
-    return (f"the manifest directory on disk is invalid ({len(result.errors)} error(s) since "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, see the log); serving the last good "
+    return (f"the manifest directory on disk is invalid ({_failed_since(result)}); serving the last good "
             f"configuration {result.served.content_hash or '(empty)'}")
+
+
+def shadow_problem(result: ReloadResult) -> str | None:
+    """For /readyz?verbose: why the --shadow-manifests directory on disk is not what is shadowed, if it is not
+    (the daemon stays ready: the shadow directory never decides a request)."""
+    if result.status is not ReloadStatus.FAILURE:
+        return None
+    if result.served is None:
+        return f"the shadow manifest directory on disk is invalid ({_failed_since(result)}); nothing is shadowed"
+    return (f"the shadow manifest directory on disk is invalid ({_failed_since(result)}); shadowing the last good "
+            f"configuration {result.served.content_hash or '(empty)'}")
+
+
+def _failed_since(result: ReloadResult) -> str:
+    return f"{len(result.errors)} error(s) since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, see the log"
 
 
 class _Daemon:
@@ -162,13 +176,16 @@ class _Daemon:
                                                        logger=self.shadow_log, on_result=self._on_shadow_reload)
 
     def _on_shadow_reload(self, result: ReloadResult) -> None:
-        watcher = self.shadow_watcher
-        self.shadow_reporter.report(result, retry_seconds=watcher.retry_seconds if watcher else 0.0)
+        # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
         if result.status is not ReloadStatus.UNCHANGED:
             served = result.served
             self.metrics.record_shadow_reload(str(result.status),
                                               served.content_hash if served and result.status is ReloadStatus.SUCCESS
                                               else None)
+        if self.state is not None:
+            self.state.shadow_problem = shadow_problem(result)
+        watcher = self.shadow_watcher
+        self.shadow_reporter.report(result, retry_seconds=watcher.retry_seconds if watcher else 0.0)
 
     async def _run_shadow(self) -> None:
         """Single process: the shadow directory's first load (not awaited by readiness), then its watch."""
@@ -230,9 +247,9 @@ class _Daemon:
         if reason == "signal" and self.announced:
             self.notifier.reloading()
 
-    def _on_disk_problem(self, problem: str | None) -> None:
+    def _on_disk_state(self, disk: DiskState) -> None:
         if self.state is not None:
-            self.state.disk_problem = problem
+            self.state.disk_problem, self.state.shadow_problem = disk.problem, disk.shadow_problem
 
     def _on_worker_load(self, result: ReloadResult | None) -> None:
         served = self.source.current
@@ -264,12 +281,13 @@ class _Daemon:
         self._in_background(check())
 
     def _on_reload(self, result: ReloadResult) -> None:
-        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
+        # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
         self._record_reload(result)
-        self._type_check_later(result)
-        self._report_missing_cluster_view(result)
         if self.state is not None:
             self.state.disk_problem = disk_problem(result)
+        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
+        self._type_check_later(result)
+        self._report_missing_cluster_view(result)
         self._notify(result)
 
     def _missing_cluster_view(self, served: Served | None) -> list[ClusterReads]:
@@ -494,7 +512,7 @@ class _Daemon:
             else:
                 # From the start: the supervisor's heartbeats and scrapes are answered during the first load.
                 background.append(supervised("control-channel", lambda: link.run(
-                    self.source, on_result=self._on_worker_load, on_disk_problem=self._on_disk_problem,
+                    self.source, on_result=self._on_worker_load, on_disk_state=self._on_disk_state,
                     on_shadow=self._apply_shadow, metrics=self.metrics.report)))
                 state.scrape = link.scrape
                 load = asyncio.ensure_future(link.first_load())
@@ -599,6 +617,8 @@ class _Supervisor(_Daemon):
         self.pool: WorkerPool | None = None
         #: A successful reload whose READY=1 (or STATUS) waits for every worker to serve its hash.
         self._pending: ReloadResult | None = None
+        #: What workers show in /readyz?verbose about both directories.
+        self._disk_state = DiskState(None)
 
     def _workers_serving(self, content_hash: str) -> int:
         pool = self.pool
@@ -616,12 +636,14 @@ class _Supervisor(_Daemon):
         self._in_background(self.pool.broadcast(message))
 
     def _on_reload(self, result: ReloadResult) -> None:
-        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
+        # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
         self._record_reload(result)
+        if self.pool is not None and self.source.current is not None:
+            self._disk_state = replace(self._disk_state, problem=disk_problem(result))
+            self._send(self._disk_state)
+        self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
         self._type_check_later(result)
         self._report_missing_cluster_view(result)
-        if self.pool is not None and self.source.current is not None:
-            self._send(DiskState(disk_problem(result)))
         message = load_message(result)
         if message is not None:
             self._pending = result
@@ -633,6 +655,9 @@ class _Supervisor(_Daemon):
         self._notify(result)
 
     def _on_shadow_reload(self, result: ReloadResult) -> None:
+        if self.pool is not None:
+            self._disk_state = replace(self._disk_state, shadow_problem=shadow_problem(result))
+            self._send(self._disk_state)
         super()._on_shadow_reload(result)
         served = result.served
         if self.pool is not None and result.status is ReloadStatus.SUCCESS and served is not None \

@@ -84,9 +84,11 @@ class NothingToServe:
 
 @dataclass(frozen=True, slots=True)
 class DiskState:
-    """Supervisor -> worker: whether the directory on disk is what is served (for /readyz?verbose)."""
+    """Supervisor -> worker: whether the directories on disk are what is served (for /readyz?verbose)."""
 
     problem: str | None
+    #: The same for --shadow-manifests.
+    shadow_problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +254,7 @@ class WorkerLink:
         return await self._first_load()
 
     async def run(self, source: ManifestSource, *, on_result: Callable[[ReloadResult | None], None],
-                  on_disk_problem: Callable[[str | None], None], on_shadow: Callable[[ShadowLoad], None],
+                  on_disk_state: Callable[[DiskState], None], on_shadow: Callable[[ShadowLoad], None],
                   metrics: Callable[[], ProcessMetrics]) -> None:
         """Answers the supervisor for the worker's whole life, from before its first load: heartbeats and
         metrics at once, snapshots in order (the first resolves :meth:`first_load`, later ones go to
@@ -275,7 +277,7 @@ class WorkerLink:
                     if scrape is not None and not scrape.done():
                         scrape.set_result(message.text)
                 elif isinstance(message, DiskState):
-                    on_disk_problem(message.problem)
+                    on_disk_state(message)
                 elif isinstance(message, ShadowLoad):
                     on_shadow(message)
                 elif isinstance(message, Load | NothingToServe):
