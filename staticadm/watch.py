@@ -91,6 +91,10 @@ class DirectoryWatcher:
         self._pending_reason = "watch"
         self._observer: BaseObserver | None = None
         self._watches: dict[str, tuple[ObservedWatch, tuple[int, int]]] = {}
+        #: A file event's wakeup is on its way to the event loop: later events ride on it. Each
+        #: call_soon_threadsafe writes a byte to the loop's self-pipe, which is also the signal wakeup fd
+        #: and holds ~280 such bytes: one write per event let a flood fill it and lose SIGTERM.
+        self._event_pending = False
 
     async def reload(self, reason: str) -> ReloadResult:
         """One reload on the worker thread; its result is reported before this returns."""
@@ -112,10 +116,21 @@ class DirectoryWatcher:
             self._pending_reason = reason
         self._wake.set()
 
-    def _poke_threadsafe(self, reason: str) -> None:
+    def _file_event(self) -> None:
+        """On a watchdog thread: wake the loop once for any number of events until it has taken the wakeup."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._poke, reason)
+        if self._event_pending or loop is None or loop.is_closed():
+            return
+        self._event_pending = True
+        try:
+            loop.call_soon_threadsafe(self._take_file_events)
+        except RuntimeError:  # the loop closed meanwhile
+            self._event_pending = False
+
+    def _take_file_events(self) -> None:
+        # Cleared before poking, so an event arriving after this line wakes the loop again.
+        self._event_pending = False
+        self._poke("watch")
 
     def start(self) -> None:
         """Add the watches; call before the first load, so no change after that load can be missed."""
@@ -209,7 +224,7 @@ class DirectoryWatcher:
             if identity is None:
                 continue
             try:
-                watch = observer.schedule(_Handler(accept, self._poke_threadsafe), path, recursive=False,
+                watch = observer.schedule(_Handler(accept, self._file_event), path, recursive=False,
                                           event_filter=events)
             except OSError as error:
                 # Polling still covers the directory; the watch is retried on the next tick.
@@ -249,14 +264,13 @@ class DirectoryWatcher:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, accept: Callable[[FileSystemEvent], bool], poke: Callable[[str], None]) -> None:
+    def __init__(self, accept: Callable[[FileSystemEvent], bool], wake: Callable[[], None]) -> None:
         self._accept = accept
-        self._poke = poke
+        self._wake = wake
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if not self._accept(event):
-            return
-        self._poke("watch")
+        if self._accept(event):
+            self._wake()
 
 
 def may_change_what_is_loaded(event: FileSystemEvent) -> bool:
