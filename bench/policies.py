@@ -230,7 +230,7 @@ def probe_policy(generation: int) -> list[dict[str, Any]]:
     """Denies probes labelled ``bench-probe`` with a message naming ``generation``: the rename probe.
 
     It is for a resource of its own, so polling for it costs one policy, not the set's evaluation: the
-    figure is the reload pipeline's latency (event, debounce, load, swap), not the evaluation load.
+    figure is the reload pipeline's latency (event, read, load, swap), not the evaluation load.
     """
     name = f"bench-probe{SUFFIX}"
     policy = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": {

@@ -555,13 +555,15 @@ def targets(results: Results) -> list[Target]:
     out.append(Target("load+compile 1000 policies < 2 s",
                       f"{big.load_seconds:.2f} s (daemon start to ready {big.start_to_ready_seconds:.2f} s)"
                       if big else "set 1000 not run", big.load_seconds < 2.0 if big else None))
-    if big is not None:
-        median = statistics.median(big.rename_ms) if big.rename_ms else float("nan")
-        out.append(Target("rename-to-serving @1000 < 250 ms",
-                          f"median {median:.0f} ms, max {max(big.rename_ms, default=float('nan')):.0f} ms",
-                          median < 250.0))
-    else:
-        out.append(Target("rename-to-serving @1000 < 250 ms", "set 1000 not run", None))
+    # Issue 30: no fixed settle delay before a reload (KEP-5793's own objective is < 100 ms).
+    for count, limit, meets in ((10, "<= 30 ms", lambda ms: ms <= 30.0), (1000, "< 100 ms", lambda ms: ms < 100.0)):
+        figures = by_count.get(count)
+        label = f"rename-to-serving @{count} {limit}"
+        if figures is None or not figures.rename_ms:
+            out.append(Target(label, f"set {count} not run", None))
+            continue
+        median = statistics.median(figures.rename_ms)
+        out.append(Target(label, f"median {median:.0f} ms, max {max(figures.rename_ms):.0f} ms", meets(median)))
     out.append(Target("RSS at 1000 policies < 200 MB per worker",
                       f"{big.rss_kib.get('VmRSS', 0) / 1024:.0f} MB (peak {big.rss_kib.get('VmHWM', 0) / 1024:.0f} MB)"
                       if big else "set 1000 not run", big.rss_kib.get("VmRSS", 0) < 200 * 1024 if big else None))

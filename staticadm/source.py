@@ -13,7 +13,6 @@ request and keep that object for the whole request, so a swap never changes a re
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,16 +20,18 @@ from enum import StrEnum
 from pathlib import Path
 
 from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
-from staticadm.manifests.files import DirectoryContents, is_manifest_name, read_directory, world_writable
+from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
 from staticadm.manifests.loader import LoadCache
 from staticadm.model import TopLevel
 from staticadm.snapshot import Snapshot, build_snapshot
+from staticadm.writes import WriteTracker
 
-#: Long enough to coalesce one editor save or `kubectl cp` (a few events within milliseconds); an atomic
-#: rename is a single event and is served after this plus the load itself.
-DEFAULT_DEBOUNCE = 0.05
-#: A writer that never pauses must not postpone reloading forever.
-MAX_COALESCE = 2.0
+#: A directory that keeps changing while it is read, or files that keep being written, are given this long
+#: before the reload gives up (and keeps the last good snapshot): a writer that never stops must not postpone
+#: reloading forever.
+MAX_SETTLE = 2.0
+#: How often a reload looks again while it waits for a file being written.
+SETTLE_POLL = 0.005
 
 
 class ReloadStatus(StrEnum):
@@ -98,22 +99,6 @@ class ReloadResult:
                       if policy in after.policy_names)
 
 
-def directory_signature(directory: Path) -> tuple[tuple[str, int, int, int], ...] | None:
-    """(name, size, mtime_ns, inode) of every entry the loader reads (symlinks followed): changes whenever one
-    is written or replaced. Other files (notes, editor swap files) change nothing that is loaded."""
-    try:
-        with os.scandir(directory) as scan:
-            found = []
-            for entry in scan:
-                if not is_manifest_name(entry.name):
-                    continue
-                info = entry.stat(follow_symlinks=True)
-                found.append((entry.name, info.st_size, info.st_mtime_ns, info.st_ino))
-    except OSError:
-        return None
-    return tuple(sorted(found))
-
-
 def _served_from(result: LoadResult, snapshot: Snapshot, contents: DirectoryContents) -> Served:
     bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)
     names = frozenset(policy.metadata.name for policy in result.policies)
@@ -125,11 +110,13 @@ def _served_from(result: LoadResult, snapshot: Snapshot, contents: DirectoryCont
 class ManifestSource:
     """Loads ``directory`` into snapshots and owns :attr:`current`. Calls must not overlap."""
 
-    def __init__(self, directory: Path, *, debounce: float = DEFAULT_DEBOUNCE,
-                 allow_world_writable: bool = False) -> None:
+    def __init__(self, directory: Path, *, allow_world_writable: bool = False) -> None:
         self.directory = directory
-        self.debounce = debounce
         self.allow_world_writable = allow_world_writable
+        #: What the directory's file events say is being written (fed by the watcher, if any).
+        self.writes = WriteTracker()
+        #: The latest read of the directory, whose unchanged files the next read takes as they are.
+        self._last_read: DirectoryContents | None = None
         self._current: Served | None = None
         #: What the load being served parsed and checked: exactly what the current snapshot uses.
         self._cache = LoadCache()
@@ -153,25 +140,30 @@ class ManifestSource:
                  warnings: tuple[ManifestError, ...] = ()) -> ReloadResult:
         return ReloadResult(ReloadStatus.FAILURE, reason, errors, warnings, self._current)
 
-    def _read_settled(self) -> DirectoryContents | None:
-        """The directory as read while nothing changed in it: the same names, sizes, modification times
-        and inodes before the read and one debounce after it. None when it kept changing for
-        ``MAX_COALESCE`` (a writer at work: a file rewritten in place must not be served half written)."""
-        deadline = time.monotonic() + MAX_COALESCE
+    def _read_settled(self) -> DirectoryContents | list[str]:
+        """The directory as read while no file in it was being written (:class:`WriteTracker`) or changed
+        during the read: an atomic rename is read at once, a file rewritten in place is waited for until it is
+        closed. After ``MAX_SETTLE`` of waiting, the names still unsettled instead (a writer that never stops).
+        Files unchanged since the previous read are not read again."""
+        deadline = time.monotonic() + MAX_SETTLE
         while True:
-            before = directory_signature(self.directory)
-            contents = read_directory(str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES)
-            time.sleep(self.debounce)
-            if before is None or directory_signature(self.directory) == before:
-                return contents
+            # Nothing is read while a file is known to be open for writing: a writer can take seconds.
+            unsettled = self.writes.writing()
+            if not unsettled:
+                contents = self._last_read = read_directory(
+                    str(self.directory), max_file_bytes=DEFAULT_MAX_FILE_BYTES, previous=self._last_read)
+                unsettled = sorted({*contents.changing, *self.writes.unsettled(contents.listing)})
+                if not unsettled:
+                    return contents
             if time.monotonic() > deadline:
-                return None
+                return unsettled
+            time.sleep(SETTLE_POLL)
 
     def _load_and_swap(self, reason: str) -> ReloadResult:
         contents = self._read_settled()
-        if contents is None:
-            message = (f"the manifest directory kept changing for {MAX_COALESCE:g} s while being read; not loaded "
-                       "(write manifest files atomically: a temporary file, then a rename)")
+        if isinstance(contents, list):
+            message = (f"manifest files kept being written for {MAX_SETTLE:g} s ({', '.join(contents)}); not "
+                       "loaded (write manifest files atomically: a temporary file, then a rename)")
             return self._failure(reason, (ManifestError(str(self.directory), message),))
         # Checked before the unchanged shortcut: a chmod changes no byte, and must still stop the
         # directory from being trusted (the last good snapshot keeps serving).
@@ -197,7 +189,7 @@ class ManifestSource:
         result = load_manifest_directory(str(self.directory), contents=contents, cache=self._cache)
         if result.errors:
             return self._failure(reason, result.errors, result.warnings)
-        snapshot = build_snapshot(result)
+        snapshot = build_snapshot(result, current.snapshot if current is not None else None)
         served = _served_from(result, snapshot, contents)
         # The swap: a single reference assignment, atomic under the GIL; readers hold their own reference.
         self._current, self._cache = served, result.cache

@@ -1,11 +1,11 @@
 """Watching the manifest directory: when to call :meth:`ManifestSource.reload`.
 
-File events (through watchdog's inotify observer), SIGHUP and a poll interval wake the watcher; events
-are coalesced (one reload once the directory has been quiet for ``debounce`` seconds), because an
-editor or ``kubectl cp`` produces a burst of events per save and each full load costs CEL compilation.
-Reloads run on one worker thread, so they never overlap and never hold the event loop; what each
-returned is handed to ``on_result`` on the event loop thread. Kubernetes' manifest source does the same
-with ``util/filesystem.WatchUntil`` around its synchronous loader.
+File events (through watchdog's inotify observer), SIGHUP and a poll interval wake the watcher, which
+reloads at once, as kube-apiserver's manifest source does (``util/filesystem.WatchUntil`` calls its loader
+on every event): there is no fixed delay. Events that arrive during a reload make one more reload after
+it. Files being written in place are the one thing a reload waits for, and the events tell which
+(:class:`staticadm.writes.WriteTracker`, fed here). Reloads run on one worker thread, so they never overlap
+and never hold the event loop; what each returned is handed to ``on_result`` on the event loop thread.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import contextlib
 import os
 import stat
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +37,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from staticadm.manifests.files import is_manifest_name
-from staticadm.source import MAX_COALESCE, ManifestSource, ReloadResult
+from staticadm.source import ManifestSource, ReloadResult
 
 DEFAULT_POLL_INTERVAL = 60.0
 #: watchdog joins its emitter threads without a timeout when a watch is removed or the observer
@@ -78,7 +77,6 @@ class DirectoryWatcher:
         self.source = source
         self.directory = source.directory
         self.poll_interval = poll_interval
-        self.debounce = source.debounce
         self._log = logger
         self._on_result = on_result
         self._on_reloading = on_reloading
@@ -138,7 +136,8 @@ class DirectoryWatcher:
             return
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._observer = Observer()
+        # Full events: a file renamed in from elsewhere is a move (complete), not a creation (being written).
+        self._observer = Observer(generate_full_events=True)  # type: ignore[call-arg]
         self._observer.daemon = True
         self._observer.start()
         self._sync_watches()
@@ -161,8 +160,6 @@ class DirectoryWatcher:
                     reason = self._pending_reason
                 except TimeoutError:
                     reason = "poll" if self.source.current is not None else "retry"
-                else:
-                    await self._quiet()
                 self._wake.clear()
                 self._pending_reason = "watch"
                 # Watches are re-added before loading so that no event between the two is lost.
@@ -171,17 +168,6 @@ class DirectoryWatcher:
                 self._sync_watches()
         finally:
             self._stop_observer()
-
-    async def _quiet(self) -> None:
-        assert self._wake is not None
-        deadline = time.monotonic() + MAX_COALESCE
-        while time.monotonic() < deadline:
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(self.debounce):
-                    await self._wake.wait()
-            except TimeoutError:
-                return
 
     def _wanted_watches(self) -> dict[str, tuple[Callable[[FileSystemEvent], bool], list[type[FileSystemEvent]]]]:
         """Directories to watch, each with the events asked of the kernel and a filter on them.
@@ -202,8 +188,16 @@ class DirectoryWatcher:
             wanted[str(path.parent)] = (names_directory, _PARENT_EVENTS)
         target = os.path.realpath(path)
         if os.path.isdir(target):
-            wanted[target] = (may_change_what_is_loaded, _DIRECTORY_EVENTS)
+            wanted[target] = (self._directory_event, _DIRECTORY_EVENTS)
         return wanted
+
+    def _directory_event(self, event: FileSystemEvent) -> bool:
+        """On a watchdog thread: whether an event in the directory wakes a reload, after the write tracker
+        has seen it (so the reload it wakes knows whether the file is complete)."""
+        if not may_change_what_is_loaded(event):
+            return False
+        self.source.writes.observe(event)
+        return True
 
     def _sync_watches(self) -> None:
         observer = self._observer

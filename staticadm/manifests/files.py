@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +21,21 @@ from staticadm.manifests.errors import ManifestError
 MANIFEST_EXTENSIONS = frozenset({".yaml", ".yml", ".json"})
 
 
+#: (device, inode, size, mtime_ns, ctime_ns) of a file: changes whenever it is written or replaced.
+Stamp = tuple[int, int, int, int, int]
+#: A file read this close after its last change is read again next time even if its stamp has not changed:
+#: file times come from a clock that ticks every few milliseconds, so a write just after a read could leave
+#: the same stamp. Older files with an unchanged stamp are not read again (a reload of 1,000 files reads one).
+_REREAD_WITHIN_NS = 50_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class ManifestFile:
     path: str
     data: bytes
     #: Mode bits of the file the path resolves to (symlinks followed), for the world-writable warning.
     mode: int
+    stamp: Stamp = (0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,13 @@ class DirectoryContents:
     content_hash: str
     directory_mode: int | None
     errors: tuple[ManifestError, ...]
+    #: (name, mtime_ns) of every manifest name listed, empty files included: what a reload checks against the
+    #: files known to be written (staticadm.writes).
+    listing: tuple[tuple[str, int], ...] = ()
+    #: Names of files that changed while they were being read, or were listed and gone when opened.
+    changing: tuple[str, ...] = ()
+    #: When the read began (time.time_ns()).
+    read_at: int = 0
 
 
 def go_ext(name: str) -> str:
@@ -67,38 +84,53 @@ def content_hash(contents: list[bytes]) -> str:
     return f"sha256:{digest.hexdigest()}" if has_data else ""
 
 
-def read_directory(directory: str, *, max_file_bytes: int) -> DirectoryContents:
+def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryContents | None = None
+                   ) -> DirectoryContents:
+    """The manifest files of ``directory``; those whose stamp is what it was in ``previous`` (a read of the same
+    directory), and was already then, are taken from it instead of being read again."""
+    read_at = time.time_ns()
     errors: list[ManifestError] = []
     try:
         directory_mode: int | None = os.stat(directory).st_mode
     except OSError as err:
         message = f"failed to read manifest directory {directory!r}: {err.strerror or err}"
-        return DirectoryContents((), "", None, (ManifestError(directory, message),))
+        return DirectoryContents((), "", None, (ManifestError(directory, message),), read_at=read_at)
     if directory_mode is None or not stat.S_ISDIR(directory_mode):
         message = f"failed to read manifest directory {directory!r}: not a directory"
-        return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),))
+        return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),), read_at=read_at)
     try:
         with os.scandir(directory) as scan:
             entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in scan]
     except OSError as err:
         message = f"failed to read manifest directory {directory!r}: {err.strerror or err}"
-        return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),))
+        return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),), read_at=read_at)
 
+    reusable = {} if previous is None else {
+        file.path: file for file in previous.files if previous.read_at - file.stamp[4] > _REREAD_WITHIN_NS}
     # os.ReadDir sorts by the raw bytes of the name.
     entries.sort(key=lambda entry: os.fsencode(entry[0]))
     files: list[ManifestFile] = []
+    listing: list[tuple[str, int]] = []
+    changing: list[str] = []
     for name, is_dir in entries:
         if is_dir or not is_manifest_name(name):
             continue
         path = os.path.join(directory, name)
-        read = _read_file(path, max_file_bytes)
+        read = _read_file(path, max_file_bytes, reusable.get(path))
         if isinstance(read, ManifestError):
-            errors.append(read)
+            if _vanished(path):
+                changing.append(name)  # removed since the listing: the directory changed while it was read
+            else:
+                errors.append(read)
             continue
-        data, mode = read
-        if data:
-            files.append(ManifestFile(path, data, mode))
-    return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors))
+        file, changed = read
+        listing.append((name, file.stamp[3]))
+        if changed:
+            changing.append(name)
+        if file.data:
+            files.append(file)
+    return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors),
+                             tuple(listing), tuple(changing), read_at)
 
 
 def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
@@ -110,8 +142,8 @@ def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
         read = _read_file(path, max_file_bytes)
         if isinstance(read, ManifestError):
             errors.append(read)
-        elif read[0]:
-            files.append(ManifestFile(path, read[0], read[1]))
+        elif read[0].data:
+            files.append(read[0])
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors))
 
 
@@ -129,7 +161,32 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
     return found
 
 
-def _read_file(path: str, max_file_bytes: int) -> tuple[bytes, int] | ManifestError:
+def _vanished(path: str) -> bool:
+    """The entry itself is gone (not a symlink whose target is missing, which is an error to report)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def _read_file(path: str, max_file_bytes: int, known: ManifestFile | None = None
+               ) -> tuple[ManifestFile, bool] | ManifestError:
+    """The file, and whether it changed while it was read; ``known`` is taken as it is if its stamp is the same."""
+    if known is not None:
+        try:
+            info = os.stat(path)
+        except OSError:
+            pass  # reported by the read below
+        else:
+            if stat.S_ISREG(info.st_mode) and _stamp(info) == known.stamp:
+                return ManifestFile(path, known.data, info.st_mode, known.stamp), False
     try:
         # O_NONBLOCK so a FIFO dropped into the directory cannot hang the loader; we then refuse
         # anything that is not a regular file.
@@ -156,7 +213,8 @@ def _read_file(path: str, max_file_bytes: int) -> tuple[bytes, int] | ManifestEr
         # The file may have grown between fstat and read.
         if len(data) > max_file_bytes:
             return _too_large(path, max_file_bytes)
-        return data, info.st_mode
+        stamp = _stamp(info)
+        return ManifestFile(path, data, info.st_mode, stamp), _stamp(os.fstat(fd)) != stamp
     except OSError as err:
         return ManifestError(path, f"failed to read file {path!r}: {err.strerror or err}")
     finally:

@@ -29,7 +29,7 @@ spec: {{policyName: {name}.static.k8s.io, validationActions: [Deny]}}
 
 def _source(directory: Path, **options: bool) -> ManifestSource:
     directory.chmod(0o755)
-    return ManifestSource(directory, debounce=0.0, **options)
+    return ManifestSource(directory, **options)
 
 
 def test_a_valid_directory_is_served_and_an_identical_one_is_not_reloaded(tmp_path: Path) -> None:
@@ -71,6 +71,38 @@ def test_unchanged_policies_keep_their_compiled_programs_across_reloads(tmp_path
     (a_before, b_before), (a_after, b_after) = before.snapshot.validating, after.snapshot.validating
     assert a_after.validations[0].expression is a_before.validations[0].expression
     assert b_after.validations[0].expression is not b_before.validations[0].expression
+
+
+def test_a_reload_keeps_what_did_not_change_and_binds_again_what_did(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+    (tmp_path / "b.yaml").write_text(_policy("b"))
+    (tmp_path / "b-binding.yaml").write_text(_binding("b"))
+    source = _source(tmp_path)
+    before = source.reload("startup").served
+    (tmp_path / "b-binding.yaml").write_text(_binding("b").replace("[Deny]", "[Warn]"))
+    after = source.reload("watch").served
+    assert before is not None and after is not None
+    (a_before, b_before), (a_after, b_after) = before.snapshot.validating, after.snapshot.validating
+    assert a_after is a_before  # the same policy, the same binding: not bound again
+    assert b_after is not b_before and b_after.bindings[0].spec.validation_actions == ("Warn",)
+
+
+def test_an_unchanged_file_is_checked_against_the_others_again(tmp_path: Path) -> None:
+    # Its own errors come back as they were; what depends on the other files (duplicate names, bindings
+    # without their policy) is worked out again.
+    (tmp_path / "a.yaml").write_text(_policy("a").replace("spec:", "bogus: 1\nspec:"))
+    (tmp_path / "b.yaml").write_text(_policy("b") + "---\n" + _binding("b"))
+    source = _source(tmp_path)
+    first = source.reload("startup")
+    assert [e.field for e in first.errors] == ["bogus"]
+    (tmp_path / "c.yaml").write_text(_policy("b"))
+    second = source.reload("watch")
+    assert [e.field for e in second.errors] == ["bogus", "metadata.name"]
+    assert "duplicate name" in second.errors[1].message and second.errors[1].path == str(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").unlink()
+    (tmp_path / "b.yaml").write_text(_binding("b"))
+    third = source.reload("watch")
+    assert [e.field for e in third.errors] == ["bogus", "spec.policyName"]
 
 
 def test_a_world_writable_file_is_refused_unless_allowed(tmp_path: Path) -> None:

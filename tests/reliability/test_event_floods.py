@@ -19,13 +19,14 @@ import orjson
 from tests.reliability.policies import BUDGETED, hostile_review, policy_yaml
 from tests.server.harness import Daemon, DaemonFactory
 
-#: Writes to eight manifest names in turn (the kernel merges identical events only when they follow each other).
+#: Writes to eight manifest names in turn (the kernel merges identical events only when they follow each other),
+#: each an empty v1 List: valid, so no reload fails because of them.
 FLOOD = r"""
 import os, sys
 paths = [os.path.join(sys.argv[1], f"churn-{i}.yaml") for i in range(8)]
 for i in range(int(sys.argv[2])):
     fd = os.open(paths[i % 8], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(fd, b"# churn\n")
+    os.write(fd, b"apiVersion: v1\nkind: List\nitems: []\n")
     os.close(fd)
 """
 

@@ -212,9 +212,9 @@ def test_permission_denied_on_file_and_directory(nobody_dir: Path) -> None:
         secret = daemon.manifests / "other.yaml"
         secret.write_text(policy_yaml("other", name="other"))
         assert wait_for(lambda: daemon.metric(RELOADS, {"status": "success"}) >= 2), daemon.log()[-2000:]
+        before = _failures(daemon)  # read first: the reload the write wakes can be done within milliseconds
         secret.chmod(0o000)
         write_atomically(daemon.manifests / "deny.yaml", policy_yaml("not while unreadable"))
-        before = _failures(daemon)
         assert wait_for(lambda: _failures(daemon) > before)
         assert "Permission denied" in daemon.log() and str(secret) in daemon.log()
         assert _serves(daemon, V1)

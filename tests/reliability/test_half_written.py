@@ -48,6 +48,28 @@ def test_an_in_place_rewrite_is_not_served_half_written(make_daemon: DaemonFacto
     assert "v11 denied" in daemon.validate(review({"deny": "true"})).json()["response"]["status"]["message"]
 
 
+def test_a_writer_that_pauses_holding_the_file_open_is_waited_for(make_daemon: DaemonFactory) -> None:
+    # Reloads have no fixed delay any more; what protects an in-place rewrite is knowing, from the file's
+    # events, that it is open for writing until it is closed. A quiet period (50 ms) did not cover a writer
+    # pausing longer: the policy alone, without its binding, was served and denied requests were admitted.
+    daemon = make_daemon(policy=None)
+    target = daemon.manifests / "deny.static.k8s.io.yaml"
+    target.write_text(policy_yaml("v1 denied", name="deny"))
+    assert wait_for(lambda: daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False)
+    text = policy_yaml("v2 denied", name="deny")
+    first, sep, rest = text.partition("---\n")
+    answers: list[bool] = []
+    with target.open("w") as file:  # truncates: in place, not atomic
+        file.write(first + sep)
+        file.flush()
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            answers.append(daemon.validate(review({"deny": "true"})).json()["response"]["allowed"])
+        file.write(rest)
+    assert wait_for(lambda: "v2 denied" in str(daemon.validate(review({"deny": "true"})).json()["response"]))
+    assert answers and not any(answers), f"{sum(answers)} of {len(answers)} requests admitted mid-write"
+
+
 def test_a_binding_removed_while_its_policy_stays_is_reported(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon(policy=None)
     target = daemon.manifests / "deny.static.k8s.io.yaml"
