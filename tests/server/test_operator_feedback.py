@@ -18,6 +18,7 @@ from staticadm.manifests.check import run_check
 from tests.pki import make_ca, make_leaf, write_ca
 from tests.policy_text import validating_policy_yaml
 from tests.server.harness import Daemon, DaemonFactory, policy_yaml, review, wait_for, write_atomically
+from tests.server.test_workers import _all_serving
 
 
 def _reload_lines(log: str) -> list[dict[str, object]]:
@@ -115,6 +116,9 @@ _AUTHORIZER_POLICY = validating_policy_yaml("needs-authorizer", operations='["CR
 def test_policies_needing_the_cluster_view_are_reported_at_load_and_reload(make_daemon: DaemonFactory,
                                                                           workers: str) -> None:
     daemon = make_daemon(args=["--log-format", "json", "--workers", workers])
+    # Ready means one worker has loaded; another may still be loading (its /readyz answers 503 until then),
+    # and the reload below is served within milliseconds now, so wait for all before asking /readyz.
+    assert wait_for(lambda: workers == "1" or _all_serving(daemon, int(workers)) is not None, timeout=30)
     assert daemon.metric("staticadm_policies_missing_cluster_view", {"reads": "namespaceObject"}) == 0
     # Dropped into the live directory: the reload is good, /readyz passes, and every matching request
     # would be decided by the failurePolicy. The operator is told, naming the policy and its binding.
