@@ -689,6 +689,9 @@ class _Supervisor(_Daemon):
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(AcceptErrorLimiter(self.log))
         try:
+            # Read here only to refuse a bad file before any worker starts: each worker reads it for itself,
+            # and a file every worker fails on would otherwise restart workers forever.
+            self._namespaces()
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))

@@ -6,6 +6,7 @@ import datetime
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.server.harness import (
     RELOADS,
     REQUESTS,
@@ -214,3 +216,17 @@ def test_request_metrics_and_log_lines_after_known_traffic(make_daemon: DaemonFa
     rejected = [line for line in lines if line.get("msg") == "rejected admission request"]
     assert sorted(line["code"] for line in rejected) == [400, 400]
     assert all(line["level"] != "debug" for line in lines)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_unreadable_namespaces_file_stops_the_start_naming_it(make_daemon: DaemonFactory, tmp_path: Path,
+                                                                 workers: str) -> None:
+    broken = tmp_path / "namespaces.yaml"
+    broken.write_text("apiVersion: v1\nkind: Namespace\nmetadata: [not, a, map]\n")
+    daemon = make_daemon(start=False, args=["--namespaces", str(broken), "--workers", workers])
+    completed = subprocess.run(daemon.command(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    # With workers too: the supervisor refuses it before any worker starts, instead of replacing workers
+    # that each fail on it, forever.
+    assert completed.returncode != 0
+    assert f"--namespaces {broken}" in completed.stderr
