@@ -10,7 +10,9 @@ waiting for the answer anyway.
 
 from __future__ import annotations
 
+import ctypes
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -20,6 +22,20 @@ from typing import TYPE_CHECKING, Any
 from cel_expr_python import cel
 
 from staticadm.cel import cost, messages, rewrite, stepping
+
+
+def _none_outlives_the_engine() -> None:
+    """cel-expr-python 0.1.3 hands a null over to Python (``plain_value()``, ``value()``) without taking a
+    reference to ``None`` for it, so each null a result holds costs ``None`` one reference; on CPython 3.11,
+    where ``None`` is an ordinary object, the process aborts ("deallocating None") once they are used up, after a
+    few thousand such nulls. CPython 3.12 made ``None`` immortal (its count is never changed); here it is given
+    2**40 references, enough for a trillion nulls, which is the same for a singleton that is never freed."""
+    if sys.version_info < (3, 12):
+        # ob_refcnt is the first field of every object in CPython's (non-debug) object layout.
+        ctypes.c_ssize_t.from_address(id(None)).value += 1 << 40
+
+
+_none_outlives_the_engine()
 
 if TYPE_CHECKING:
     from staticadm.cel.environment import CompiledExpression
