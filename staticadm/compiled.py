@@ -69,6 +69,13 @@ class CompiledValidatingPolicy:
     #: The validations run together (see ``validations_together``): built on the first request that needs it,
     #: and shared by the copies a reload makes of this policy with other bindings.
     together: ValidationsTogether = field(default_factory=lambda: ValidationsTogether(), repr=False, compare=False)
+    #: The programs of the sets of policies a request invokes with this one first (``admission/all_clear.py``):
+    #: shared, like ``together``, by the copies a reload makes of this policy.
+    sets: PolicySets = field(default_factory=lambda: PolicySets(), repr=False, compare=False)
+    #: Whether the policy can take part in a set's program: every expression it evaluates for an allowed request
+    #: compiled, none asks the authorizer (answered between rounds of evaluation), and its messageExpressions'
+    #: cost has a bound (so a request that passes it never needs them).
+    joins_sets: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _attach_match_plans(self)
@@ -79,6 +86,12 @@ class CompiledValidatingPolicy:
         bound = None if any(program.multiplies for program in programs) else (
             sum(program.static_cost for program in programs) + MAX_EXPRESSION_COST * (len(programs) + len(variables)))
         object.__setattr__(self, "message_cost_bound", bound)
+        evaluated = [*(program for _, program in self.match_conditions),
+                     *(validation.expression for validation in self.validations),
+                     *(program for _, program in self.audit_annotations)]
+        object.__setattr__(self, "joins_sets", bound is not None
+                           and all(isinstance(program, CompiledExpression) for program in evaluated)
+                           and not any("authorizer" in source for source in policy_expression_sources(self.policy)))
 
     @property
     def name(self) -> str:
@@ -114,6 +127,14 @@ class ValidationsTogether:
     program: Any = None
     indexes: tuple[int, ...] = ()
     static_cost: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class PolicySets:
+    """What was built for sets of policies led by one policy, by the identity of the sets' members' own
+    ``PolicySets`` (which the entries keep alive, so an identity is never reused while it is a key)."""
+
+    built: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from staticadm.admission.activation import (
     policy_candidates,
     run_program,
 )
+from staticadm.admission.all_clear import PolicyClear, all_clear, set_program
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import describe_request, is_excluded
@@ -379,10 +380,7 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 decision.site))
     for annotation in result.audit:
         if annotation.action is AuditAnnotationAction.PUBLISH:
-            value = truncate_bytes(annotation.value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
-            values = collector.setdefault(annotation.key, [])
-            if value not in values:
-                values.append(value)
+            _collect(collector, ((annotation.key, annotation.value),))
         elif annotation.action is AuditAnnotationAction.ERROR:
             # auditAnnotation errors deny whatever the validationActions say.
             state.denied.append(_Denial(policy_name, binding_name, annotation.error, ""))
@@ -391,9 +389,110 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 site=DecisionSite.AUDIT_ANNOTATION))
 
 
+#: What the matching phase found, in Kubernetes' order (see ``_Matching``).
+_SKIPPED, _CONFIG_ERROR, _INVOKED, _POLICY_DONE = range(4)
+
+
+class _Matching:
+    """The matching phase's findings as steps, in order: each candidate's configuration errors and why it did not
+    apply, each (policy, binding) to evaluate, and where each matched policy's bindings end. Evaluating them in
+    that order is kube-apiserver's dispatcher loop; knowing them first lets a request's policies run as one."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, ...]] = []
+
+    def config_error(self, compiled: CompiledValidatingPolicy, binding: str | None, error: str) -> None:
+        self.steps.append((_CONFIG_ERROR, compiled, binding, error))
+
+    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None:
+        self.steps.append((_SKIPPED, NotMatched(policy, binding, why)))
+
+
+def _match(snapshot: Snapshot, positions: Sequence[int], view: RequestMatch) -> list[tuple[Any, ...]]:
+    matching = _Matching()
+    steps = matching.steps
+    for policy in matched_policies(snapshot.validating, positions, view, matching, ConversionCheck.PER_POLICY):
+        for invocation in policy.invocations():
+            steps.append((_INVOKED, invocation))
+        steps.append((_POLICY_DONE, policy.compiled))
+    return steps
+
+
+def _clear_policies(state: _Dispatch, steps: list[tuple[Any, ...]], request: AdmissionRequest,
+                    view: RequestMatch) -> dict[int, PolicyClear] | None:
+    """What each invoked policy that can join a set's program does, when one engine call finds the request all
+    clear for all of them (``all_clear.py``), by ``id`` of the compiled policy; None when the bindings are to be
+    evaluated one by one."""
+    joined: list[CompiledValidatingPolicy] = []
+    resource, kind = request.original_resource, request.original_kind
+    uses_namespace_object = False
+    for step in steps:
+        if step[0] is _INVOKED:
+            invocation = step[1]
+            if invocation.resource is not resource or invocation.kind is not kind:
+                # Matched as another version (matchPolicy Equivalent): an activation of its own.
+                return None
+            compiled = invocation.compiled
+            if compiled.joins_sets and (not joined or joined[-1] is not compiled):
+                joined.append(compiled)
+                uses_namespace_object = uses_namespace_object or compiled.uses_namespace_object
+        elif step[0] is _CONFIG_ERROR:
+            return None
+    if not joined:
+        return None
+    namespace_object, namespace_error = namespace_object_for(request, view, uses_namespace_object)
+    if namespace_error is not None:
+        return None
+    activations = state.activations
+    context = activations.scope(activations.for_evaluation(resource, kind, namespace_object), None)
+    found = all_clear(set_program(joined), joined, context)
+    if found is None:
+        return None
+    return {id(compiled): clear for compiled, clear in zip(joined, found, strict=True)}
+
+
+def _dispatch(state: _Dispatch, steps: list[tuple[Any, ...]], request: AdmissionRequest, view: RequestMatch,
+              clear: dict[int, PolicyClear] | None) -> None:
+    """kube-apiserver's dispatcher loop over the matching phase's steps; the policies in ``clear`` (an all-clear
+    request's) are not evaluated again."""
+    collector: dict[str, list[str]] = {}
+    for step in steps:
+        what = step[0]
+        if what is _INVOKED:
+            invocation = step[1]
+            found = clear.get(id(invocation.compiled)) if clear is not None else None
+            if found is None:
+                _evaluate_binding(state, invocation, request, view, collector)
+            elif found.skipped_by is not None:
+                state.not_matched.append(NotMatched(invocation.compiled.name, invocation.binding.metadata.name,
+                                                    f'matchCondition "{found.skipped_by}" evaluated to false'))
+            else:
+                state.matched.append((invocation.compiled.name, invocation.binding.metadata.name))
+                _collect(collector, found.published)
+        elif what is _POLICY_DONE:
+            for key, values in collector.items():
+                state.published[f"{step[1].name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
+            collector = {}
+        elif what is _SKIPPED:
+            state.not_matched.append(step[1])
+        else:
+            state.config_error(step[1], step[2], step[3])
+
+
+def _collect(collector: dict[str, list[str]], published: Sequence[tuple[str, str]]) -> None:
+    """An audit annotation a binding publishes, kept once per value for its policy."""
+    for key, value in published:
+        value = truncate_bytes(value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
+        values = collector.setdefault(key, [])
+        if value not in values:
+            values.append(value)
+
+
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
                         deadline: float | None = None, share_evaluations: bool = True,
-                        prune_objects: bool = True) -> ValidationOutcome:
+                        prune_objects: bool = True, one_call: bool = True) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
     ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget.
 
@@ -405,9 +504,11 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     several policies share is evaluated once (charged to each policy's budget as it would have been), and a
     policy's validations first run together as one program, one by one only when that is not simply true.
     False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
-    compare the two). With ``prune_objects`` the engine is given only the parts of the object and old
-    object that the expressions of the policies that could match the request can read (``cel/reads.py``);
-    False gives them whole.
+    compare the two). With ``one_call`` too, the policies the request invokes first run as one program that
+    answers whether the request is all clear for every one of them (``all_clear.py``); the bindings are
+    evaluated one by one only when it is not. With ``prune_objects`` the engine is given only the parts of the
+    object and old object that the expressions of the policies that could match the request can read
+    (``cel/reads.py``); False gives them whole.
     """
     excluded = is_excluded(request)
     positions = () if excluded else policy_candidates(snapshot, request, mutating=False)
@@ -418,12 +519,9 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
                       validated={} if share_evaluations else None)
     if not excluded:
         view = RequestMatch(request, namespaces)
-        for policy in matched_policies(snapshot.validating, positions, view, state, ConversionCheck.PER_POLICY):
-            collector: dict[str, list[str]] = {}
-            for invocation in policy.invocations():
-                _evaluate_binding(state, invocation, request, view, collector)
-            for key, values in collector.items():
-                state.published[f"{policy.compiled.name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
+        steps = _match(snapshot, positions, view)
+        clear = _clear_policies(state, steps, request, view) if one_call and share_evaluations else None
+        _dispatch(state, steps, request, view, clear)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)

@@ -24,6 +24,7 @@ from staticadm.cel import (
     ast,
     boundary,
     cost,
+    fusion,
     lexer,
     linking,
     messages,
@@ -680,33 +681,22 @@ class CelEnvironment:
         if len(expressions) < 2 or any(expression.linked_variables or expression.result_type != "bool"
                                        for expression in expressions):
             return None
-        fused = ast.CheckedExpr()
+        joined = ast.CheckedExpr()
         ids = rewrite.Ids(0)
-        parts: list[Any] = []
-        for expression in expressions:
-            checked = expression.prepared
-            part = ast.Expr()
-            part.CopyFrom(checked.expr)
-            for node in ast.walk(part):
-                old_id, node.id = node.id, ids()
-                if old_id in checked.reference_map:
-                    fused.reference_map[node.id].CopyFrom(checked.reference_map[old_id])
-                if old_id in checked.type_map:
-                    fused.type_map[node.id].CopyFrom(checked.type_map[old_id])
-            parts.append(part)
-        while len(parts) > 1:
-            joined = []
-            for left, right in zip(parts[0::2], parts[1::2], strict=False):
-                node = rewrite.call(ids(), "_&&_", left, right)
-                fused.reference_map[node.id].overload_id.append("logical_and")
-                fused.type_map[node.id].primitive = ast.BOOL_PRIMITIVE
-                joined.append(node)
-            if len(parts) % 2:
-                joined.append(parts[-1])
-            parts = joined
-        fused.expr.CopyFrom(parts[0])
+        parts = [fusion.renumbered(expression.prepared, ids, joined) for expression in expressions]
+        joined.expr.CopyFrom(fusion.conjunction(parts, ids, joined))
         try:
-            return self._runtime.deserialize(ast.encode(fused))
+            return self._runtime.deserialize(ast.encode(joined))
+        except RuntimeError:
+            return None
+
+    def fuse(self, policies: Sequence[fusion.FusedPolicy]) -> tuple[Any, fusion.FusedLayout] | None:
+        """The program answering whether ``policies`` are all clear for a request (``fusion.fuse``) and where its
+        result says what; None when the engine refuses it (too deep, for one)."""
+        checked, layout = fusion.fuse(policies)
+        boundary.guard(checked, self._python_functions)
+        try:
+            return self._runtime.deserialize(ast.encode(checked)), layout
         except RuntimeError:
             return None
 

@@ -330,6 +330,21 @@ class EvaluationContext:
             budget.remaining -= spent
         return True
 
+    def run_within(self, program: Any, static_cost: int, limit: int) -> Any:
+        """The plain value of ``program`` (``CelEnvironment.fuse``, whose parts' static costs add up to
+        ``static_cost``) when it ran to a value that charged at most ``limit`` in all, no expression or variable
+        past its own limit, nothing stepped, before the deadline; None otherwise. Charges no budget: the caller
+        reads the value as standing for every scope of its parts, which the limit guarantees."""
+        result, run = self._engine_eval(program)
+        if result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or self._deadline_exceeded:
+            return None
+        spent = static_cost + run.body
+        if run.variables:
+            spent += sum(run.variables.values())
+        if spent > limit:
+            return None
+        return result.plain_value()
+
     def run_remembered(self, compiled: CompiledExpression, remembered: RememberedOutcomes) -> Any:
         """``run(compiled)``, or the outcome an earlier run of the same program over the same activation had
         (in another scope of the request), charged to this scope's budget as that run charged its own.

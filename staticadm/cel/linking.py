@@ -78,9 +78,7 @@ def link(body: Any, variables: Sequence[tuple[str, LinkedVariable]]) -> Any:
     for name in names:
         value = by_name[name]
         if isinstance(value, str):
-            message = ast.Expr(id=next_id + 1)
-            message.const_expr.string_value = value
-            entries.append(call(next_id + 2, FAIL_FUNCTION, message))
+            entries.append(failing_variable(Ids(next_id), value))
             next_id += 2
             continue
         component, next_id = _renumbered_component(value, next_id)
@@ -89,8 +87,8 @@ def link(body: Any, variables: Sequence[tuple[str, LinkedVariable]]) -> Any:
         entries.append(component.expr)
     ids = Ids(next_id)
     for entry in entries:
-        _bind_variables(entry, index_of, ids)
-    _bind_variables(linked.expr, index_of, ids)
+        bind_variables(entry, index_of, ids)
+    bind_variables(linked.expr, index_of, ids)
 
     root_type = linked.type_map.get(linked.expr.id) if linked.expr.id in linked.type_map else None
     body_expr = ast.Expr()
@@ -122,7 +120,20 @@ def _renumbered_component(checked: Any, after: int) -> tuple[Any, int]:
     return copy, highest
 
 
-def _bind_variables(expr: Any, index_of: Mapping[str, int], ids: Ids) -> None:
+def failing_variable(ids: Ids, message: str) -> Any:
+    """A block entry that is the error ``message`` when read (a variable that failed)."""
+    text = ast.Expr(id=ids())
+    text.const_expr.string_value = message
+    return call(ids(), FAIL_FUNCTION, text)
+
+
+def index_reference(node_id: int, position: int) -> Any:
+    """A read of the block entry at ``position``."""
+    return ident(node_id, f"{INDEX_PREFIX}{position}")
+
+
+def bind_variables(expr: Any, index_of: Mapping[str, int], ids: Ids) -> None:
+    """``variables.<name>`` in ``expr`` read as the block entry ``index_of[name]``."""
     for node in list(ast.walk(expr)):
         if node.WhichOneof("expr_kind") != "select_expr":
             continue
@@ -132,10 +143,10 @@ def _bind_variables(expr: Any, index_of: Mapping[str, int], ids: Ids) -> None:
             continue
         if select.field not in index_of:
             continue
-        name = f"{INDEX_PREFIX}{index_of[select.field]}"
+        position = index_of[select.field]
         if select.test_only:
             # has(variables.x): true once x evaluates, x's error otherwise.
-            size = call(ids(), "size", list_of(ids(), ident(ids(), name)))
+            size = call(ids(), "size", list_of(ids(), index_reference(ids(), position)))
             node.CopyFrom(call(node.id, "_==_", size, int_constant(ids(), 1)))
         else:
-            node.CopyFrom(ident(node.id, name))
+            node.CopyFrom(index_reference(node.id, position))

@@ -1,0 +1,161 @@
+"""One engine call for a request that every policy it invokes lets through.
+
+Most requests pass every policy they invoke: no denial, warning, audit annotation error or evaluation error.
+For the policies a request invokes (after matching), one program (``cel/fusion.py``) evaluates every match
+condition, validation and audit annotation and answers whether that is so; only when it is not are the
+bindings evaluated one expression at a time (``validating.py``), which decides exactly. Programs are built
+per set of policies on first use and kept with the set's first policy (``CompiledValidatingPolicy.sets``), so
+a reload that keeps those policies keeps them too.
+
+"All clear" must stand for what the exact evaluation would reach, costs included: each scope (a binding's
+match conditions, its validations and then its messageExpressions, its audit annotations) costs at most what
+the whole program charged, so the program's total, with room for the largest messageExpression bound, must
+fit the smallest budget; no expression or variable may pass its own limit (their charges only add up in the
+program, so none did); and nothing may need stepping, the deadline or an engine failure. When one of these
+does not hold the program says nothing and the exact evaluation runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from staticadm.cel import CompiledExpression, admission_environment
+from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
+from staticadm.cel.evaluation import EvaluationContext
+from staticadm.cel.fusion import APPLIES, FusedLayout, FusedPolicy
+from staticadm.compiled import CompiledValidatingPolicy, PolicySets
+
+#: Sets kept per leading policy; a full memo is dropped (it refills from the same policies).
+MAX_SETS_PER_POLICY = 16
+#: After this many requests in a row that a set's program did not find all clear (a policy that warns or
+#: audits every request), it is only tried on one request in ``RETRY_EVERY``: each try costs an evaluation.
+MISS_STREAK = 8
+RETRY_EVERY = 32
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyClear:
+    """What the program found for one policy of an all-clear request: the name of the match condition that was
+    false (the policy does not apply), or None; the audit annotations it publishes, (key, trimmed value)."""
+
+    skipped_by: str | None
+    published: tuple[tuple[str, str], ...] = ()
+
+
+_APPLIES_SILENTLY = PolicyClear(None)
+
+
+@dataclass(slots=True, eq=False)
+class SetProgram:
+    """The program of one set of policies and how to read its answer."""
+
+    #: The members' ``PolicySets``: their identities are the key, so they are kept alive with the entry.
+    members: tuple[PolicySets, ...]
+    #: None when the engine refused the program: the set is always evaluated exactly.
+    program: Any
+    layout: FusedLayout
+    static_cost: int
+    #: The most the program may charge for "all clear" to hold in every scope of every member.
+    cost_limit: int
+    #: Per member: the position of its match-condition outcome in the answer (-1: it has none), where its
+    #: annotations' values start, and their keys.
+    readings: tuple[tuple[int, int, tuple[str, ...]], ...]
+    #: Requests it found all clear; requests in a row it did not, and requests it was not tried on since.
+    answered: int = 0
+    misses: int = 0
+    passed_over: int = 0
+
+
+def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
+    """The program of ``policies`` (in evaluation order, each once), built on first use."""
+    memo = policies[0].sets.built
+    key = tuple(id(compiled.sets) for compiled in policies)
+    entry = memo.get(key)
+    if entry is None:
+        entry = _build(policies)
+        if len(memo) >= MAX_SETS_PER_POLICY:
+            memo.clear()
+        memo[key] = entry
+    return entry
+
+
+def _build(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
+    parts = []
+    static_cost = 0
+    largest_messages = 0
+    readings = []
+    conditional = 0
+    annotations = 0
+    for compiled in policies:
+        # Every one compiled (``joins_sets``); a variable that did not is an error when read, as it is linked.
+        conditions = [cast(CompiledExpression, program) for _, program in compiled.match_conditions]
+        validations = [cast(CompiledExpression, validation.expression) for validation in compiled.validations]
+        values = [cast(CompiledExpression, program) for _, program in compiled.audit_annotations]
+        variables = [(name, program.prepared if isinstance(program, CompiledExpression) else program.message)
+                     for name, program in compiled.variables.items()]
+        static_cost += sum(program.static_cost for program in (*conditions, *validations, *values,
+                                                               *compiled.compiled_variables.values()))
+        largest_messages = max(largest_messages, compiled.message_cost_bound or 0)
+        parts.append(FusedPolicy(variables, [program.prepared for program in conditions],
+                                 [program.prepared for program in validations],
+                                 [program.prepared for program in values]))
+        keys = tuple(annotation.key for annotation, _ in compiled.audit_annotations)
+        readings.append((conditional if compiled.match_conditions else -1, annotations, keys))
+        conditional += bool(compiled.match_conditions)
+        annotations += len(keys)
+    readings = [(slot, conditional + start, keys) for slot, start, keys in readings]
+    built = admission_environment(False).fuse(parts)
+    program, layout = built if built is not None else (None, FusedLayout(False, 0))
+    limit = min(RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS, RUNTIME_CEL_COST_BUDGET - largest_messages)
+    return SetProgram(members=tuple(compiled.sets for compiled in policies), program=program, layout=layout,
+                      static_cost=static_cost, cost_limit=limit, readings=tuple(readings))
+
+
+def all_clear(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
+              context: EvaluationContext) -> list[PolicyClear] | None:
+    """What each of ``policies`` (``entry``'s set) does for the request whose activation ``context`` holds, when
+    the request is all clear for every one of them; None when it may not be (the exact evaluation says)."""
+    if entry.program is None:
+        return None
+    if entry.misses >= MISS_STREAK:
+        entry.passed_over += 1
+        if entry.passed_over % RETRY_EVERY:
+            return None
+    answer = context.run_within(entry.program, entry.static_cost, entry.cost_limit)
+    found = _read(entry, policies, answer)
+    if found is None:
+        entry.misses += 1
+    else:
+        entry.answered += 1
+        entry.misses = 0
+    return found
+
+
+def _read(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy], answer: Any) -> list[PolicyClear] | None:
+    if not entry.layout.listed:
+        return [_APPLIES_SILENTLY] * len(policies) if answer is True else None
+    if answer.__class__ is not list:
+        return None
+    found = []
+    for compiled, (slot, start, keys) in zip(policies, entry.readings, strict=True):
+        if slot >= 0 and answer[slot] != APPLIES:
+            found.append(PolicyClear(compiled.match_conditions[answer[slot] - 1][0].name))
+            continue
+        if not keys:
+            found.append(_APPLIES_SILENTLY)
+            continue
+        published = []
+        for offset, key in enumerate(keys):
+            value = answer[start + offset]
+            if value is False:
+                # Null, or its policy did not apply.
+                continue
+            if value.__class__ is not str:
+                # Not a string or null: an error of the exact evaluation's to report.
+                return None
+            if trimmed := value.strip():
+                published.append((key, trimmed))
+        found.append(PolicyClear(None, tuple(published)))
+    return found

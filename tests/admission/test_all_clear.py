@@ -1,0 +1,206 @@
+"""One engine call for an all-clear request decides exactly what the straightforward evaluation decides.
+
+``evaluate_validating`` first runs the policies a request invokes as one program (``admission/all_clear.py``)
+and evaluates each binding on its own only when that program does not find the request all clear. Here it is
+compared with the straightforward reading of kube-apiserver's loop (``share_evaluations=False``: every
+expression of every binding on its own) on generated policy sets and requests: match conditions that hold, are
+false or fail; validations that pass, deny or fail; variables, failing ones too; messageExpressions whose cost
+has a bound and ones whose cost has none; audit annotations that publish, are empty, null or fail; policies
+that read namespaceObject of a namespace that is known or not, or ask the authorizer; several bindings with
+object selectors; and expressions at the per-expression limit, the scope budgets and the match conditions'
+budget, alone or only together with the others.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from staticadm.admission.all_clear import MISS_STREAK, RETRY_EVERY, set_program
+from staticadm.admission.namespaces import parse_namespaces
+from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.manifests.loader import load_manifest_directory
+from staticadm.snapshot import build_snapshot
+from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
+
+#: About 750,000 each with the large text (50,000 x 1,500 / 100): under the per-expression limit alone, over it
+#: in pairs.
+HEAVY = "!object.spec.text.contains(object.spec.needle)"
+#: About 10,000 loop iterations with 99 items (the engine's own limit in one evaluation: several of them in one
+#: program pass it), and with 300 more than one evaluation may run (evaluated in steps).
+MEDIUM = "object.spec.items.all(i, object.spec.items.exists(j, j >= 0))"
+
+PASSING = (
+    {"expression": "object.spec.replicas < 1000"},
+    {"expression": "has(object.metadata.name)", "messageExpression": "'name: ' + object.metadata.name"},
+    {"expression": "variables.small", "messageExpression": "'replicas: ' + string(object.spec.replicas)"},
+    {"expression": "object.metadata.labels.all(k, k != 'forbidden')"},
+    {"expression": "variables.names.all(n, n.startsWith('item'))"},
+    {"expression": "request.operation == 'CREATE' || oldObject != null"},
+    {"expression": "true", "messageExpression": "'contains: ' + string(object.metadata.name.contains('w'))"},
+    {"expression": MEDIUM},
+)
+TROUBLE = (
+    {"expression": "object.spec.replicas <= 5"},
+    {"expression": "object.spec.missing == 1", "message": "reads a field the object does not have"},
+    {"expression": "variables.broken > 0"},
+    {"expression": "!('deny' in object.metadata.labels)", "reason": "Forbidden"},
+    {"expression": HEAVY},
+    {"expression": "namespaceObject.metadata.labels.env == 'prod'"},
+    {"expression": "authorizer.group('apps').resource('deployments').check('create').allowed()"},
+)
+CONDITIONS = (
+    {"name": "small", "expression": "object.spec.replicas < 100"},
+    {"name": "unlabelled", "expression": "!('skip' in object.metadata.labels)"},
+    {"name": "broken", "expression": "object.spec.nope == 1"},
+    {"name": "heavy", "expression": HEAVY},
+    {"name": "always", "expression": "true"},
+)
+ANNOTATIONS = (
+    {"key": "replicas", "valueExpression": "string(object.spec.replicas)"},
+    {"key": "padded", "valueExpression": "'  ' + object.metadata.name + ' '"},
+    {"key": "blank", "valueExpression": "'   '"},
+    {"key": "absent", "valueExpression": "null"},
+    {"key": "maybe", "valueExpression": "object.spec.replicas > 50 ? 'many' : ''"},
+    {"key": "broken", "valueExpression": "string(object.spec.nope)"},
+    {"key": "heavy", "valueExpression": f"{HEAVY} ? 'heavy' : ''"},
+)
+VARIABLES = [{"name": "small", "expression": "object.spec.replicas < 500"},
+             {"name": "names", "expression": "object.spec.items.map(i, 'item' + string(i))"},
+             {"name": "broken", "expression": "object.spec.nope"}]
+
+
+@st.composite
+def policy_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 4))):
+        name = f"p{index}.static.k8s.io"
+        validations = draw(st.lists(st.sampled_from(PASSING), min_size=1, max_size=3))
+        if draw(st.integers(0, 3)) == 0:
+            validations.append(draw(st.sampled_from(TROUBLE)))
+        spec: dict[str, Any] = {"failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+                                "variables": VARIABLES, "validations": validations}
+        conditions = draw(st.lists(st.sampled_from(CONDITIONS), max_size=2, unique_by=lambda c: c["name"]))
+        if conditions:
+            spec["matchConditions"] = conditions
+        annotations = draw(st.lists(st.sampled_from(ANNOTATIONS), max_size=2, unique_by=lambda a: a["key"]))
+        if annotations:
+            spec["auditAnnotations"] = annotations
+        objects.append(policy(name, **spec))
+        for number in range(draw(st.integers(1, 2))):
+            actions = draw(st.sampled_from((("Deny",), ("Warn",), ("Audit",), ("Warn", "Audit"))))
+            extra: dict[str, Any] = {}
+            label = draw(st.sampled_from((None, None, "web", "db")))
+            if label is not None:
+                extra["matchResources"] = {"objectSelector": {"matchLabels": {"app": label}}}
+            objects.append(binding(f"p{index}-b{number}.static.k8s.io", name, actions, **extra))
+    return objects
+
+
+NAMESPACES = parse_namespaces("""
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {env: prod}}
+""")
+
+
+def _request(replicas: int, labels: dict[str, str], items: int, namespace: str, large: bool = False) -> Any:
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["replicas"] = replicas
+    obj["spec"]["items"] = list(range(items))
+    obj["spec"]["text"] = "a" * (50_000 if large else 50)
+    obj["spec"]["needle"] = "b" * (1_500 if large else 15)
+    obj["metadata"]["labels"] = labels
+    return parsed(review(obj=obj, namespace=namespace))
+
+
+def _comparable(outcome: ValidationOutcome) -> Any:
+    return (outcome.response, outcome.allowed, outcome.status, outcome.warnings, dict(outcome.annotations),
+            [(r.policy, r.binding, r.action, r.error_type, r.message, r.reason, r.expression_index, r.site)
+             for r in outcome.decisions],
+            outcome.matched, [(n.policy, n.binding, n.reason) for n in outcome.not_matched], outcome.excluded)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=policy_sets(), replicas=st.sampled_from((1, 7, 60, 200)),
+       labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {"app": "web", "skip": "1"}, {})),
+       items=st.sampled_from((3, 99, 300)), large=st.booleans(), namespace=st.sampled_from(("default", "unknown")))
+def test_one_call_decides_as_the_straightforward_evaluation(objects: list[dict[str, Any]], replicas: int,
+                                                            labels: dict[str, str], items: int, large: bool,
+                                                            namespace: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    request = _request(replicas, labels, items, namespace, large)
+    one_call = evaluate_validating(snap, NAMESPACES, request)
+    answered = sum(entry.answered for compiled in snap.validating for entry in compiled.sets.built.values())
+    event("one call" if answered else "exact")
+    exact = evaluate_validating(snap, NAMESPACES, request, one_call=False)
+    straightforward = evaluate_validating(snap, NAMESPACES, request, share_evaluations=False)
+    event("denied" if not one_call.allowed else "warned" if one_call.warnings else
+          "audited" if one_call.annotations else "allowed")
+    event("errors" if any(r.error_type.value != "no_error" for r in one_call.decisions) else "no errors")
+    assert _comparable(one_call) == _comparable(straightforward)
+    assert _comparable(exact) == _comparable(straightforward)
+
+
+def _set_program(snap: Any) -> Any:
+    return set_program([compiled for compiled in snap.validating if compiled.joins_sets])
+
+
+def test_an_all_clear_request_is_answered_by_the_program(tmp_path: Path) -> None:
+    objects = [policy("a.static.k8s.io", variables=VARIABLES,
+                      matchConditions=[CONDITIONS[0]], validations=[PASSING[2], PASSING[4]],
+                      auditAnnotations=[ANNOTATIONS[0], ANNOTATIONS[1], ANNOTATIONS[3]]),
+               binding("a.static.k8s.io", "a.static.k8s.io", ("Deny",)),
+               policy("b.static.k8s.io", matchConditions=[CONDITIONS[1]], validations=[PASSING[0]]),
+               binding("b.static.k8s.io", "b.static.k8s.io", ("Warn",))]
+    (tmp_path / "policies.yaml").write_text(yaml.safe_dump_all(objects))
+    loaded = load_manifest_directory(str(tmp_path))
+    snap = build_snapshot(loaded)
+    outcome = evaluate_validating(snap, NAMESPACES, _request(3, {"app": "web", "skip": "1"}, 3, "default"))
+    entry = _set_program(snap)
+    assert entry.program is not None and entry.misses == 0
+    assert outcome.allowed and outcome.matched == (("a.static.k8s.io", "a.static.k8s.io"),)
+    assert [(n.policy, n.reason) for n in outcome.not_matched] == [
+        ("b.static.k8s.io", 'matchCondition "unlabelled" evaluated to false')]
+    assert dict(outcome.annotations) == {"a.static.k8s.io/replicas": "3", "a.static.k8s.io/padded": "web"}
+    # A reload that keeps the policies (another binding added) keeps their program.
+    (tmp_path / "binding.yaml").write_text(yaml.safe_dump(binding("c.static.k8s.io", "b.static.k8s.io")))
+    reloaded = build_snapshot(load_manifest_directory(str(tmp_path), cache=loaded.cache))
+    assert len(reloaded.validating[1].bindings) == 2
+    assert _set_program(reloaded) is entry
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_expressions_within_their_limits_alone_are_decided_exactly_together(tmp_path: Path, count: int) -> None:
+    # Each policy's validation costs ~750,000, under the 1,000,000 per expression; in one program they add up
+    # past it, so the program says nothing and each binding is evaluated on its own: all allowed.
+    objects = []
+    for index in range(count):
+        objects += [policy(f"p{index}.static.k8s.io", validations=[{"expression": HEAVY}]),
+                    binding(f"p{index}.static.k8s.io", f"p{index}.static.k8s.io")]
+    snap = snapshot(tmp_path, *objects)
+    request = _request(1, {}, 3, "default", large=True)
+    outcome = evaluate_validating(snap, NAMESPACES, request)
+    assert outcome.allowed and len(outcome.matched) == count
+    assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                   share_evaluations=False))
+    assert _set_program(snap).misses == (count - 1)
+
+
+def test_a_set_that_is_never_all_clear_is_tried_only_now_and_then(tmp_path: Path) -> None:
+    snap = snapshot(tmp_path, policy(validations=[{"expression": "object.spec.replicas <= 5"}]),
+                    binding(actions=("Warn",)))
+    request = _request(7, {}, 3, "default")
+    for _ in range(MISS_STREAK + 2 * RETRY_EVERY):
+        assert evaluate_validating(snap, NAMESPACES, request).warnings
+    entry = _set_program(snap)
+    assert entry.misses == MISS_STREAK + 2 and entry.passed_over == 2 * RETRY_EVERY
