@@ -57,6 +57,8 @@ class Snapshot:
     #: again only the policies whose compiled policy or bindings are not these very objects.
     _bound_from: Mapping[tuple[bool, str], tuple[Any, tuple[Any, ...], Any]] = field(
         default_factory=dict, repr=False, compare=False)
+    #: ``candidate_set`` by its arguments, filled on first use (a cluster sends a few hundred distinct ones).
+    _candidates: dict[tuple[Any, ...], CandidateSet] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> Snapshot:
@@ -85,6 +87,15 @@ class Snapshot:
         ``resources`` are the (group, resource) pairs the request may be matched as: the original
         one and the version the webhook received.
         """
+        return self.candidate_set(operation, resources, mutating=mutating).positions
+
+    def candidate_set(self, operation: str, resources: Iterable[tuple[str, str]], *,
+                      mutating: bool = False) -> CandidateSet:
+        """``candidates`` with what the request path works out for them once (see ``CandidateSet``)."""
+        key = (mutating, operation, *resources)
+        remembered = self._candidates.get(key)
+        if remembered is not None:
+            return remembered
         index = self.mutating_match_index if mutating else self.match_index
         found: set[int] = set()
         for group, resource in resources:
@@ -92,7 +103,11 @@ class Snapshot:
                 for g in (group, "*"):
                     for r in (resource, "*"):
                         found.update(index.get((op, g, r), ()))
-        return tuple(sorted(found))
+        positions = tuple(sorted(found))
+        if len(self._candidates) >= _CANDIDATE_READS_KEPT:
+            self._candidates.clear()
+        candidates = self._candidates[key] = CandidateSet(positions, self.candidate_reads(positions, mutating=mutating))
+        return candidates
 
     def candidate_reads(self, positions: tuple[int, ...], *, mutating: bool = False) -> Reads:
         """What the expressions of the policies at ``positions`` (``candidates``) can read of the objects
@@ -111,9 +126,22 @@ class Snapshot:
         return reads
 
 
-#: Candidate sets whose reads a snapshot keeps; past this (only with requests for many distinct resources)
-#: they are worked out again.
+#: Candidate sets (and the requests' ways to them) a snapshot keeps; past this (only with requests for many
+#: distinct resources) they are worked out again.
 _CANDIDATE_READS_KEPT = 4096
+
+
+@dataclass(slots=True, eq=False)
+class CandidateSet:
+    """The policies that could match one kind of request (``Snapshot.candidates``), what their expressions read of
+    the objects, and what the request path remembers about them: how they match requests, by what the plans read
+    of a request (``admission/dispatch.py``); never changing what it holds."""
+
+    positions: tuple[int, ...]
+    reads: Reads
+    #: Filled by the dispatcher on first use.
+    inputs: Any = None
+    matched: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
 
 def _index_keys(rules: Iterable[NamedRuleWithOperations]) -> set[IndexKey]:

@@ -21,7 +21,7 @@ from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.cel.reads import Reads
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
-from staticadm.snapshot import Snapshot
+from staticadm.snapshot import CandidateSet, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +359,13 @@ def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
 def policy_candidates(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> tuple[int, ...]:
     """Positions of the policies whose rules could match, by the request's original resource and the one
     the webhook received."""
-    original = request.original_resource
-    return snapshot.candidates(request.operation, {(original.group, original.resource),
-                                                   (request.resource.group, request.resource.resource)},
-                               mutating=mutating)
+    return policy_candidate_set(snapshot, request, mutating=mutating).positions
+
+
+def policy_candidate_set(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> CandidateSet:
+    """``policy_candidates`` with what the request path remembers about them (``Snapshot.candidate_set``)."""
+    original, received = request.original_resource, request.resource
+    if original is received or (original.group == received.group and original.resource == received.resource):
+        return snapshot.candidate_set(request.operation, ((original.group, original.resource),), mutating=mutating)
+    return snapshot.candidate_set(request.operation, ((original.group, original.resource),
+                                                      (received.group, received.resource)), mutating=mutating)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
-from staticadm.admission.match_plan import NOT_MATCHED, RequestMatch, matched_as
+from staticadm.admission.match_plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
 from staticadm.admission.matching import matches
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MatchResources, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
+from staticadm.snapshot import CandidateSet
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
 RecordedPolicy = TypeVar("RecordedPolicy", contravariant=True)
@@ -103,6 +104,96 @@ class MatchedPolicy(Generic[CompiledPolicy]):
 def _why_not(match: MatchResources | None, view: RequestMatch, *, is_policy: bool) -> Callable[[], str]:
     """Why a plan did not match, in the words of the straightforward matcher, built when read."""
     return lambda: matches(match, view.request, view.namespaces(), is_policy=is_policy).reason
+
+
+#: The kinds of step of a :class:`Matched` (see there).
+SKIPPED, CONFIG_ERROR, INVOKED, POLICY_DONE = range(4)
+#: Matched requests remembered per candidate set; a full memo is dropped (it refills from the same plans).
+MAX_MATCHED = 1024
+
+
+@dataclass(slots=True, eq=False)
+class Matched:
+    """How a set of validating policies matches requests that plans cannot tell apart (``RequestMatch.key``), as
+    steps in Kubernetes' order, none holding anything of one request:
+
+    - ``(SKIPPED, policy name, binding name or None, the MatchResources that did not match, whether the policy's)``
+    - ``(CONFIG_ERROR, compiled policy, binding name or None, the error)``
+    - ``(INVOKED, compiled policy, binding, how it matched: a plan's outcome, for ``matched_as``)``
+    - ``(POLICY_DONE, compiled policy)``: the end of a matched policy's bindings.
+
+    ``invoked`` are the policies with an invocation, each once, in order; ``config_errors`` whether any step is one.
+    """
+
+    steps: tuple[tuple[Any, ...], ...]
+    invoked: tuple[CompiledValidatingPolicy, ...]
+    config_errors: bool
+    #: What the request path builds for these policies on first use (``all_clear.py``).
+    program: Any = None
+
+
+def match_validating(policies: Sequence[CompiledValidatingPolicy], candidates: CandidateSet,
+                     view: RequestMatch, *, remember: bool = True) -> Matched:
+    """How ``policies`` at ``candidates`` match ``view``'s request (the validating dispatcher converts per
+    policy), with ``remember`` remembered per candidate set by what their plans read of a request."""
+    if not remember:
+        return _match_validating(policies, candidates.positions, view)
+    inputs = candidates.inputs
+    if inputs is None:
+        plans = [plan for position in candidates.positions
+                 for plan in (policies[position].match_plan, *policies[position].binding_plans)]
+        inputs = candidates.inputs = MatchInputs.of(plans)
+    key = view.key(inputs)
+    memo = candidates.matched
+    found: Matched | None = memo.get(key)
+    if found is None:
+        found = _match_validating(policies, candidates.positions, view)
+        if len(memo) >= MAX_MATCHED:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def _match_validating(policies: Sequence[CompiledValidatingPolicy], positions: Sequence[int],
+                      view: RequestMatch) -> Matched:
+    request = view.request
+    steps: list[tuple[Any, ...]] = []
+    invoked: list[CompiledValidatingPolicy] = []
+    errors = False
+    for position in positions:
+        compiled = policies[position]
+        outcome = compiled.match_plan.evaluate(view)
+        if outcome.__class__ is str:
+            steps.append((CONFIG_ERROR, compiled, None, outcome))
+            errors = True
+            continue
+        if outcome == NOT_MATCHED:
+            steps.append((SKIPPED, compiled.name, None, compiled.policy.spec.match_constraints, True))
+            continue
+        kind = matched_as(cast(int, outcome), request)[1]
+        if kind is not request.kind and kind != request.kind and (request.object is not None
+                                                                  or request.old_object is not None):
+            steps.append((CONFIG_ERROR, compiled, None, conversion_error(request, kind)))
+            errors = True
+            continue
+        for binding, plan in zip(compiled.bindings, compiled.binding_plans, strict=True):
+            binding_outcome = plan.evaluate(view)
+            if binding_outcome.__class__ is str:
+                steps.append((CONFIG_ERROR, compiled, binding.metadata.name, binding_outcome))
+                errors = True
+            elif binding_outcome == NOT_MATCHED:
+                steps.append((SKIPPED, compiled.name, binding.metadata.name, binding.spec.match_resources, False))
+            else:
+                if not invoked or invoked[-1] is not compiled:
+                    invoked.append(compiled)
+                steps.append((INVOKED, compiled, binding, outcome))
+        steps.append((POLICY_DONE, compiled))
+    return Matched(tuple(steps), tuple(invoked), errors)
+
+
+def not_matched_why(match: MatchResources | None, view: RequestMatch, is_policy: bool) -> Callable[[], str]:
+    """Why a plan did not match ``view``'s request, in the words of the straightforward matcher, built when read."""
+    return _why_not(match, view, is_policy=is_policy)
 
 
 def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int], view: RequestMatch,

@@ -23,9 +23,9 @@ when someone reads it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from staticadm.admission.matching import (
     NIL_CONSTRAINTS,
@@ -63,6 +63,23 @@ PlanOutcome = int | MatchedVersion | str
 MAX_REMEMBERED_SHAPES = 2048
 
 
+@dataclass(frozen=True, slots=True)
+class MatchInputs:
+    """What the plans of a set of policies and bindings read of a request besides its shape and kinds: its name
+    (rules that list resourceNames), its objects' labels (objectSelectors) and its namespace (namespaceSelectors,
+    whose Namespace requests read the object's labels too)."""
+
+    name: bool
+    object_labels: bool
+    namespace: bool
+
+    @classmethod
+    def of(cls, plans: Iterable[MatchPlan]) -> MatchInputs:
+        plans = list(plans)
+        return cls(any(plan.reads_name for plan in plans), any(plan.reads_object_labels for plan in plans),
+                   any(plan.reads_namespace for plan in plans))
+
+
 class RequestMatch:
     """What matching reads of one request, each part read at most once."""
 
@@ -89,6 +106,20 @@ class RequestMatch:
 
     def namespaces(self) -> NamespaceSource:
         return self._namespaces
+
+    def key(self, inputs: MatchInputs) -> tuple[Any, ...]:
+        """Everything plans that read ``inputs`` read of this request: two requests with the same key are matched
+        alike by them (the same outcomes, errors included, in the same words)."""
+        request = self.request
+        key: list[Any] = [self.named_shape if inputs.name else self.shape, request.kind, request.original_kind,
+                          request.object is not None, request.old_object is not None]
+        if inputs.object_labels or inputs.namespace:
+            for labels in self.object_labels():
+                key.append(None if labels is None else tuple(labels.items()))
+        if inputs.namespace and request.namespace:
+            info = self.lookup(request.namespace)
+            key.append((info.name, None if info.labels is None else tuple(info.labels.items()), info.unavailable))
+        return tuple(key)
 
     def lookup(self, name: str) -> NamespaceInfo:
         """The request's NamespaceSource, asked once per request (so every policy sees one namespace)."""
@@ -124,6 +155,18 @@ class MatchPlan:
             if not match.object_selector.is_empty:
                 self._object_selector = match.object_selector
             self._named = any(rule.resource_names for rule in (*match.resource_rules, *match.exclude_resource_rules))
+
+    @property
+    def reads_name(self) -> bool:
+        return self._static is None and self._named
+
+    @property
+    def reads_object_labels(self) -> bool:
+        return self._static is None and self._object_selector is not None
+
+    @property
+    def reads_namespace(self) -> bool:
+        return self._static is None and self._namespace_selector is not None
 
     def evaluate(self, view: RequestMatch) -> PlanOutcome:
         """What ``matches(match, view.request, ...)`` decides, without why it did not match."""

@@ -6,6 +6,7 @@ with an error naming the first bad field instead of guessing. Parsing never rais
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -163,12 +164,24 @@ def _group_version(container: Mapping[str, Any], key: str, last_field: str, *,
 
 def _gvk(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionKind | None:
     parts = _group_version(container, key, "kind", required=required)
-    return None if parts is None else GroupVersionKind(*parts)
+    return None if parts is None else _kind(*parts)
 
 
 def _gvr(container: Mapping[str, Any], key: str, *, required: bool) -> GroupVersionResource | None:
     parts = _group_version(container, key, "resource", required=required)
-    return None if parts is None else GroupVersionResource(*parts)
+    return None if parts is None else _resource(*parts)
+
+
+# Each kind and resource a request names is made once (a cluster sends a few hundred): requests share them, so
+# comparing two is mostly an identity check, and parsing makes no new ones.
+@functools.lru_cache(maxsize=4096)
+def _kind(group: str, version: str, kind: str) -> GroupVersionKind:
+    return GroupVersionKind(group, version, kind)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resource(group: str, version: str, resource: str) -> GroupVersionResource:
+    return GroupVersionResource(group, version, resource)
 
 
 def _user_info(request: Mapping[str, Any]) -> UserInfo:

@@ -22,12 +22,20 @@ from staticadm.admission.activation import (
     aggregate_failures,
     evaluate_match_conditions,
     namespace_object_for,
-    policy_candidates,
+    policy_candidate_set,
     run_program,
 )
-from staticadm.admission.all_clear import PolicyClear, all_clear, set_program
-from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
-from staticadm.admission.match_plan import RequestMatch
+from staticadm.admission.all_clear import PolicyClear, SetProgram, all_clear, set_program
+from staticadm.admission.dispatch import (
+    INVOKED,
+    POLICY_DONE,
+    SKIPPED,
+    Invocation,
+    Matched,
+    match_validating,
+    not_matched_why,
+)
+from staticadm.admission.match_plan import MATCHED_ORIGINAL, RequestMatch, matched_as
 from staticadm.admission.matching import describe_request, is_excluded
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
@@ -166,6 +174,7 @@ class _ValidateResult:
 
 
 _NOTHING = _ValidateResult()
+_NO_ANNOTATIONS: Mapping[str, str] = MappingProxyType({})
 _PASSED: tuple[Any, ExpressionFailure | None] = (True, None)
 
 
@@ -389,94 +398,72 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 site=DecisionSite.AUDIT_ANNOTATION))
 
 
-#: What the matching phase found, in Kubernetes' order (see ``_Matching``).
-_SKIPPED, _CONFIG_ERROR, _INVOKED, _POLICY_DONE = range(4)
-
-
-class _Matching:
-    """The matching phase's findings as steps, in order: each candidate's configuration errors and why it did not
-    apply, each (policy, binding) to evaluate, and where each matched policy's bindings end. Evaluating them in
-    that order is kube-apiserver's dispatcher loop; knowing them first lets a request's policies run as one."""
-
-    __slots__ = ("steps",)
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[Any, ...]] = []
-
-    def config_error(self, compiled: CompiledValidatingPolicy, binding: str | None, error: str) -> None:
-        self.steps.append((_CONFIG_ERROR, compiled, binding, error))
-
-    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None:
-        self.steps.append((_SKIPPED, NotMatched(policy, binding, why)))
-
-
-def _match(snapshot: Snapshot, positions: Sequence[int], view: RequestMatch) -> list[tuple[Any, ...]]:
-    matching = _Matching()
-    steps = matching.steps
-    for policy in matched_policies(snapshot.validating, positions, view, matching, ConversionCheck.PER_POLICY):
-        for invocation in policy.invocations():
-            steps.append((_INVOKED, invocation))
-        steps.append((_POLICY_DONE, policy.compiled))
-    return steps
-
-
-def _clear_policies(state: _Dispatch, steps: list[tuple[Any, ...]], request: AdmissionRequest,
+def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionRequest,
                     view: RequestMatch) -> dict[int, PolicyClear] | None:
     """What each invoked policy that can join a set's program does, when one engine call finds the request all
     clear for all of them (``all_clear.py``), by ``id`` of the compiled policy; None when the bindings are to be
     evaluated one by one."""
-    joined: list[CompiledValidatingPolicy] = []
-    resource, kind = request.original_resource, request.original_kind
-    uses_namespace_object = False
-    for step in steps:
-        if step[0] is _INVOKED:
-            invocation = step[1]
-            if invocation.resource is not resource or invocation.kind is not kind:
-                # Matched as another version (matchPolicy Equivalent): an activation of its own.
-                return None
-            compiled = invocation.compiled
-            if compiled.joins_sets and (not joined or joined[-1] is not compiled):
-                joined.append(compiled)
-                uses_namespace_object = uses_namespace_object or compiled.uses_namespace_object
-        elif step[0] is _CONFIG_ERROR:
-            return None
-    if not joined:
+    if matched.config_errors or not matched.invoked:
         return None
-    namespace_object, namespace_error = namespace_object_for(request, view, uses_namespace_object)
+    program = matched.program
+    if program is None:
+        program = matched.program = _SetOf.of(matched)
+    if program.entry is None:
+        return None
+    resource, kind = request.original_resource, request.original_kind
+    namespace_object, namespace_error = namespace_object_for(request, view, program.uses_namespace_object)
     if namespace_error is not None:
         return None
     activations = state.activations
     context = activations.scope(activations.for_evaluation(resource, kind, namespace_object), None)
-    found = all_clear(set_program(joined), joined, context)
+    found = all_clear(program.entry, program.joined, context)
     if found is None:
         return None
-    return {id(compiled): clear for compiled, clear in zip(joined, found, strict=True)}
+    return {id(compiled): clear for compiled, clear in zip(program.joined, found, strict=True)}
 
 
-def _dispatch(state: _Dispatch, steps: list[tuple[Any, ...]], request: AdmissionRequest, view: RequestMatch,
+@dataclass(frozen=True, slots=True)
+class _SetOf:
+    """The set program of a matched request's invoked policies that can join one; None when a policy matched as
+    another resource than the request's own (matchPolicy Equivalent: an activation of its own)."""
+
+    joined: tuple[CompiledValidatingPolicy, ...]
+    entry: SetProgram | None
+    uses_namespace_object: bool
+
+    @classmethod
+    def of(cls, matched: Matched) -> _SetOf:
+        joined = tuple(compiled for compiled in matched.invoked if compiled.joins_sets)
+        equivalent = any(step[0] == INVOKED and step[3] != MATCHED_ORIGINAL for step in matched.steps)
+        return cls(joined, set_program(joined) if joined and not equivalent else None,
+                   any(compiled.uses_namespace_object for compiled in joined))
+
+
+def _dispatch(state: _Dispatch, matched: Matched, request: AdmissionRequest, view: RequestMatch,
               clear: dict[int, PolicyClear] | None) -> None:
     """kube-apiserver's dispatcher loop over the matching phase's steps; the policies in ``clear`` (an all-clear
     request's) are not evaluated again."""
     collector: dict[str, list[str]] = {}
-    for step in steps:
+    for step in matched.steps:
         what = step[0]
-        if what is _INVOKED:
-            invocation = step[1]
-            found = clear.get(id(invocation.compiled)) if clear is not None else None
+        if what == INVOKED:
+            compiled, binding = step[1], step[2]
+            found = clear.get(id(compiled)) if clear is not None else None
             if found is None:
-                _evaluate_binding(state, invocation, request, view, collector)
+                resource, kind = matched_as(step[3], request)
+                _evaluate_binding(state, Invocation(compiled, binding, resource, kind), request, view, collector)
             elif found.skipped_by is not None:
-                state.not_matched.append(NotMatched(invocation.compiled.name, invocation.binding.metadata.name,
+                state.not_matched.append(NotMatched(compiled.name, binding.metadata.name,
                                                     f'matchCondition "{found.skipped_by}" evaluated to false'))
             else:
-                state.matched.append((invocation.compiled.name, invocation.binding.metadata.name))
+                state.matched.append((compiled.name, binding.metadata.name))
                 _collect(collector, found.published)
-        elif what is _POLICY_DONE:
+        elif what == POLICY_DONE:
             for key, values in collector.items():
                 state.published[f"{step[1].name}/{key}"] = values[0] if len(values) == 1 else ", ".join(values)
             collector = {}
-        elif what is _SKIPPED:
-            state.not_matched.append(step[1])
+        elif what == SKIPPED:
+            state.not_matched.append(NotMatched(step[1], step[2], not_matched_why(step[3], view, step[4])))
         else:
             state.config_error(step[1], step[2], step[3])
 
@@ -503,25 +490,29 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     reuses the first one's decisions instead of evaluating every expression again, a match condition
     several policies share is evaluated once (charged to each policy's budget as it would have been), and a
     policy's validations first run together as one program, one by one only when that is not simply true.
-    False evaluates everything per binding, as the straightforward reading of Kubernetes' loop (the tests
-    compare the two). With ``one_call`` too, the policies the request invokes first run as one program that
-    answers whether the request is all clear for every one of them (``all_clear.py``); the bindings are
-    evaluated one by one only when it is not. With ``prune_objects`` the engine is given only the parts of the
-    object and old object that the expressions of the policies that could match the request can read
-    (``cel/reads.py``); False gives them whole.
+    How a set of candidate policies matches a request is remembered by what its plans read of requests
+    (``dispatch.match_validating``). False evaluates and matches everything per request and binding, as the
+    straightforward reading of Kubernetes' loop (the tests compare the two). With ``one_call`` too, the
+    policies the request invokes first run as one program that answers whether the request is all clear for
+    every one of them (``all_clear.py``); the bindings are evaluated one by one only when it is not. With
+    ``prune_objects`` the engine is given only the parts of the object and old object that the expressions of
+    the policies that could match the request can read (``cel/reads.py``); False gives them whole.
     """
     excluded = is_excluded(request)
-    positions = () if excluded else policy_candidates(snapshot, request, mutating=False)
+    candidates = None if excluded else policy_candidate_set(snapshot, request, mutating=False)
+    if candidates is None or not candidates.positions:
+        # No policy could match (most requests to a cluster's admission webhook): nothing to evaluate.
+        response = review_response(request.review_api_version, request.uid, allowed=True)
+        return ValidationOutcome(response, True, None, (), _NO_ANNOTATIONS, (), (), (), excluded)
     state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
                                                      share=share_evaluations,
-                                                     reads=snapshot.candidate_reads(positions) if prune_objects
-                                                     else None, rounds_key="validating"),
+                                                     reads=candidates.reads if prune_objects else None,
+                                                     rounds_key="validating"),
                       validated={} if share_evaluations else None)
-    if not excluded:
-        view = RequestMatch(request, namespaces)
-        steps = _match(snapshot, positions, view)
-        clear = _clear_policies(state, steps, request, view) if one_call and share_evaluations else None
-        _dispatch(state, steps, request, view, clear)
+    view = RequestMatch(request, namespaces)
+    matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
+    clear = _clear_policies(state, matched, request, view) if one_call and share_evaluations else None
+    _dispatch(state, matched, request, view, clear)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)

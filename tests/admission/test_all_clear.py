@@ -204,3 +204,80 @@ def test_a_set_that_is_never_all_clear_is_tried_only_now_and_then(tmp_path: Path
         assert evaluate_validating(snap, NAMESPACES, request).warnings
     entry = _set_program(snap)
     assert entry.misses == MISS_STREAK + 2 and entry.passed_over == 2 * RETRY_EVERY
+
+
+SELECTORS = (None, {"matchLabels": {"app": "web"}}, {"matchExpressions": [{"key": "app", "operator": "NotIn",
+                                                                          "values": ["db"]}]})
+NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}}, {"matchExpressions": [{"key": "env",
+                                                                                      "operator": "Exists"}]})
+MATCHING_NAMESPACES = parse_namespaces("""
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: staging, labels: {team: a}}
+""")
+
+
+@st.composite
+def matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 4))):
+        name = f"m{index}.static.k8s.io"
+        rule: dict[str, Any] = {"apiGroups": ["apps"], "apiVersions": ["v1"],
+                                "operations": draw(st.sampled_from((["CREATE"], ["CREATE", "UPDATE"], ["*"]))),
+                                "resources": ["deployments"]}
+        if draw(st.booleans()):
+            rule["resourceNames"] = ["web"]
+        constraints: dict[str, Any] = {"resourceRules": [rule]}
+        for key, choices in (("objectSelector", SELECTORS), ("namespaceSelector", NAMESPACE_SELECTORS)):
+            selector = draw(st.sampled_from(choices))
+            if selector is not None:
+                constraints[key] = selector
+        validations = [draw(st.sampled_from(PASSING[:3])), *([TROUBLE[0]] if draw(st.booleans()) else [])]
+        objects.append(policy(name, matchConstraints=constraints, variables=VARIABLES, validations=validations))
+        for number in range(draw(st.integers(1, 2))):
+            extra: dict[str, Any] = {}
+            selector = draw(st.sampled_from(SELECTORS))
+            namespace_selector = draw(st.sampled_from(NAMESPACE_SELECTORS))
+            if selector is not None or namespace_selector is not None:
+                extra["matchResources"] = {key: value for key, value in (("objectSelector", selector),
+                                                                          ("namespaceSelector", namespace_selector))
+                                           if value is not None}
+            objects.append(binding(f"m{index}-b{number}.static.k8s.io", name, ("Deny",), **extra))
+    return objects
+
+
+requests = st.fixed_dictionaries({
+    "name": st.sampled_from(("web", "db")),
+    "namespace": st.sampled_from(("default", "staging", "unknown")),
+    "labels": st.sampled_from(({"app": "web"}, {"app": "db"}, {})),
+    "old_labels": st.sampled_from((None, {"app": "web"}, {"app": "db"})),
+    "replicas": st.sampled_from((1, 7)),
+})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=matching_sets(), shapes=st.lists(requests, min_size=2, max_size=12))
+def test_remembered_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
+                                                              shapes: list[dict[str, Any]]) -> None:
+    # One snapshot answers every request in turn, so each is matched through what the earlier ones left
+    # remembered; the straightforward evaluation matches each request from scratch.
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    for shape in shapes:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["metadata"].update(name=shape["name"], namespace=shape["namespace"], labels=shape["labels"])
+        obj["spec"].update(replicas=shape["replicas"], items=[1, 2])
+        old = None
+        if shape["old_labels"] is not None:
+            old = copy.deepcopy(obj)
+            old["metadata"]["labels"] = shape["old_labels"]
+        request = parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE", name=shape["name"],
+                                namespace=shape["namespace"]))
+        remembered = evaluate_validating(snap, MATCHING_NAMESPACES, request)
+        straightforward = evaluate_validating(snap, MATCHING_NAMESPACES, request, share_evaluations=False)
+        event("denied" if not remembered.allowed else "allowed")
+        assert _comparable(remembered) == _comparable(straightforward)
