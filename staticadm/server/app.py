@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging as stdlib_logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -131,9 +133,20 @@ def error_response(error: BadRequest, headers: dict[str, str] | None = None) -> 
 
 
 def _review_timeout(request: web.Request) -> float:
-    raw = request.query.get("timeout")
+    query = request.query_string
+    # kube-apiserver sends exactly one parameter, ``timeout=<duration>`` with nothing to unescape; anything
+    # else goes through the full query parser.
+    if query.startswith("timeout=") and "&" not in query and "%" not in query and "+" not in query:
+        raw: str | None = query[8:]
+    else:
+        raw = request.query.get("timeout")
     if raw is None:
         return DEFAULT_REVIEW_TIMEOUT
+    return _timeout_seconds(raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _timeout_seconds(raw: str) -> float:
     try:
         seconds = gofmt.parse_duration(raw)
     except ValueError:
@@ -224,10 +237,12 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
     if request.method != "POST":
         raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; send the AdmissionReview "
                                                   "with POST")
-    if request.content_type != "application/json":
+    headers = request.headers
+    # What kube-apiserver sends, compared as it is; any other spelling is parsed.
+    if headers.get("Content-Type") != "application/json" and request.content_type != "application/json":
         raise BadRequest(415, "UnsupportedMediaType", "Content-Type must be application/json")
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
+    encoding = headers.get("Content-Encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
         # kube-apiserver never compresses webhook bodies; inflating one would cost CPU on the event loop
         # (the daemon does not let aiohttp decompress: auto_decompress is off).
         raise BadRequest(415, "UnsupportedMediaType", "Content-Encoding must be identity (bodies are not "
@@ -397,7 +412,14 @@ def _raised_at(error: BaseException) -> str:
 def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: RequestDecision,
                 seconds: float) -> None:
     parsed, review, _ = item
-    for check in review.checks:
+    checks = review.checks
+    if not checks and decision is not RequestDecision.DENY:
+        # Most requests: allowed with nothing to report, logged only at debug.
+        if state.logger.is_enabled_for(stdlib_logging.DEBUG):
+            state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
+                               latency_ms=round(seconds * 1000, 3))
+        return
+    for check in checks:
         if endpoint == "mutate":
             state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
         else:
@@ -405,7 +427,7 @@ def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: R
                                               check.seconds)
     fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
     # A mutation is logged like a denial: an operator needs to know which policies changed which object.
-    notable = [c for c in review.checks
+    notable = [c for c in checks
                if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
     if not notable and decision is not RequestDecision.DENY:
         state.logger.debug("admission allowed", allowed=True, **fields)
