@@ -38,6 +38,9 @@ from staticadm.server.listeners import Listener, SharedListeningSocket
 from staticadm.server.metrics import ProcessMetrics, ProcessSum, render
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 
+#: What a worker process runs (its entry point imports this module and the daemon; this one imports neither).
+WORKER_MODULE = "staticadm.server.worker_process"
+
 #: Where a worker finds its configuration, listeners and control channel.
 WORKER_ENVIRONMENT = "STATICADM_WORKER"
 #: Replacing a worker that keeps dying is slowed down to this at most.
@@ -346,14 +349,6 @@ class WorkerLink:
         return result
 
 
-def worker_main() -> int:
-    """Entry point of a worker process (``python -m staticadm.server.workers``)."""
-    from staticadm.server.main import serve_worker
-
-    spec = WorkerSpec.decode(os.environ.pop(WORKER_ENVIRONMENT))
-    return serve_worker(spec)
-
-
 # -- the supervisor's side ------------------------------------------------------------------------
 
 
@@ -427,7 +422,7 @@ class WorkerPool:
                               "LISTEN_FDNAMES")}
         env[WORKER_ENVIRONMENT] = spec.encode()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "staticadm.server.workers", pass_fds=[*fds, theirs.fileno()], env=env,
+            sys.executable, "-m", WORKER_MODULE, pass_fds=[*fds, theirs.fileno()], env=env,
             stdin=asyncio.subprocess.DEVNULL)
         theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
@@ -635,11 +630,3 @@ def load_message(result: ReloadResult) -> Load | None:
     if result.status is not ReloadStatus.SUCCESS or served is None or served.contents is None:
         return None
     return Load(result.reason, served.contents)
-
-
-if __name__ == "__main__":
-    # Run as a module, this file is __main__; the messages unpickled here are classes of the importable
-    # module, so the worker runs that module's code, not this copy's.
-    from staticadm.server import workers
-
-    raise SystemExit(workers.worker_main())

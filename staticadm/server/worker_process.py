@@ -1,0 +1,24 @@
+"""The entry point of one worker process of ``serve --workers N`` (``python -m staticadm.server.worker_process``).
+
+The supervisor (``workers.py``) starts it with the worker's spec in the environment and the listeners and the
+control socket as inherited descriptors; it runs the daemon (``main.py``) on them. Kept apart from both so that
+neither imports the other: the daemon uses the supervisor's side, the worker's process uses both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from staticadm.server.main import serve_worker
+from staticadm.server.workers import WORKER_ENVIRONMENT, WorkerSpec
+
+
+def main() -> int:
+    spec = WorkerSpec.decode(os.environ.pop(WORKER_ENVIRONMENT))
+    return serve_worker(spec)
+
+
+if __name__ == "__main__":
+    # Run as a module, this file is __main__; the messages unpickled are classes of the importable
+    # staticadm.server.workers, imported above.
+    raise SystemExit(main())
