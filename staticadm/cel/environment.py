@@ -39,6 +39,7 @@ from staticadm.cel import (
 )
 from staticadm.cel.evaluation import (
     COST_LIMIT_MESSAGE,
+    CompileError,
     CostBudget,
     EvalError,
     EvaluationContext,
@@ -164,11 +165,6 @@ def _standard_overrides() -> list[Function]:
 _STANDARD_OVERRIDES = tuple(_standard_overrides())
 _OVERRIDDEN_NAMES = frozenset(function.name for function in _STANDARD_OVERRIDES)
 _STANDARD_OVERLOAD_IDS = frozenset(o.overload_id for f in _STANDARD_OVERRIDES for o in f.overloads)
-
-
-@dataclass(frozen=True, slots=True)
-class CompileError:
-    message: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cel_expr_python import cel
 
@@ -37,8 +37,39 @@ def _none_outlives_the_engine() -> None:
 
 _none_outlives_the_engine()
 
-if TYPE_CHECKING:
-    from staticadm.cel.environment import CompiledExpression
+
+
+@dataclass(frozen=True, slots=True)
+class CompileError:
+    """An expression that did not compile, with Kubernetes' words for why: a value, as runtime errors are."""
+
+    message: str
+
+
+class CompiledExpression(Protocol):
+    """What evaluating a compiled expression reads of it (``environment.CompiledExpression`` has it all; the
+    environment builds programs on this module, never the other way round)."""
+
+    @property
+    def program(self) -> Any: ...
+
+    @property
+    def result_type(self) -> str: ...
+
+    @property
+    def static_cost(self) -> int: ...
+
+    @property
+    def declaration_index(self) -> int: ...
+
+    @property
+    def linked_variables(self) -> tuple[tuple[str, CompiledExpression | CompileError], ...]: ...
+
+    def with_failed_variables(self, failures: Mapping[str, str]) -> Any: ...
+
+    def diagnostic(self, failures: Mapping[str, str]) -> Any: ...
+
+    def stepped(self) -> stepping.SteppedProgram: ...
 
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
 #: Kubernetes' words when a scope's budget runs out (``admission/plugin/cel/activation.go``).
@@ -529,9 +560,7 @@ class EvaluationContext:
         if name not in self._stepped_variables:
             compiled = self._stepping[-1][0]
             variable = dict(compiled.linked_variables).get(name)
-            from staticadm.cel.environment import CompiledExpression  # circular at import time only
-
-            if not isinstance(variable, CompiledExpression):
+            if variable is None or isinstance(variable, CompileError):
                 message = variable.message if variable is not None else "not defined"
                 value: Any = EvalError(f'composited variable "{name}" fails to compile: {message}')
             else:
@@ -576,9 +605,7 @@ class EvaluationContext:
             self._variable_failures = {}
         if name in self._variable_failures:
             return self._variable_failures[name]
-        from staticadm.cel.environment import CompiledExpression  # circular at import time only
-
-        if not isinstance(variable, CompiledExpression):
+        if isinstance(variable, CompileError):
             failure: str | None = f'composited variable "{name}" fails to compile: {variable.message}'
         else:
             outcome, run = self._evaluate(variable, earlier)
