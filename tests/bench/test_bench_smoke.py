@@ -51,6 +51,20 @@ def test_every_load_row_is_present_and_error_free(quick_run: tuple[str, dict]) -
     assert rows[("no-match", "staticadm", 100)]["matched"] == 0
 
 
+def test_open_loop_rows_for_the_null_server_and_staticadm(quick_run: tuple[str, dict]) -> None:
+    stdout, results = quick_run
+    rows = {(r["server"], r["load_of_null_capacity"]): r for r in results["open_loop"]}
+    servers = ["null", "staticadm"] + (["staticadm+kc"] if any(r["server"] == "staticadm+kc"
+                                                                for r in results["rows"]) else [])
+    for server in servers:
+        for load in (0.5, 0.8):
+            row = rows[(server, load)]
+            assert row["requests"] > 0 and row["offered_rps"] > 0, row
+            assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"] <= row["max_ms"], row
+    assert "== open loop" in stdout
+    assert {t["name"] for t in results["targets"] if t["name"].startswith("open loop")}
+
+
 def test_mutating_row_is_measured_or_skipped_with_a_note(quick_run: tuple[str, dict]) -> None:
     _, results = quick_run
     measured = [r for r in results["rows"] if r["workload"].endswith("/mutate")]
