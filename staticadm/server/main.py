@@ -45,6 +45,7 @@ from staticadm.server.connections import (
     connection_cap,
     raise_open_file_limit,
 )
+from staticadm.server.heap import Heap
 from staticadm.server.listeners import (
     HANDSHAKE_HINTS,
     Listener,
@@ -145,6 +146,7 @@ class _Daemon:
         self.link = link
         self.state: ServerState | None = None
         self._side_tasks: set[asyncio.Future[None]] = set()
+        self.heap = Heap()
         #: One thread: reloads in quick succession type-check one after the other, not all at once.
         self._type_check_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-typecheck")
         self.log = server_logging.get_logger("staticadm")
@@ -255,6 +257,8 @@ class _Daemon:
         served = self.source.current
         if served is not None:
             self.metrics.set_worker_hash(served.content_hash)
+        if result is not None and result.status is ReloadStatus.SUCCESS:
+            self.heap.settle_later()
         if result is not None and result.status is ReloadStatus.FAILURE:
             # The supervisor validated these bytes; failing here is a fault of this process.
             for error in result.errors:
@@ -289,6 +293,8 @@ class _Daemon:
         self._type_check_later(result)
         self._report_missing_cluster_view(result)
         self._notify(result)
+        if result.status is ReloadStatus.SUCCESS:
+            self.heap.settle_later()
 
     def _missing_cluster_view(self, served: Served | None) -> list[ClusterReads]:
         """Policies of ``served`` reading namespaceObject or calling authorizer that this daemon cannot answer."""
@@ -535,6 +541,8 @@ class _Daemon:
                 background.append(supervised("memory-allowance", lambda: link.watch_memory(
                     self.config.worker_memory_growth << 20, self.log)))
             state.first_load_done.set()
+            # What the first load made is there to stay: out of the collector's walks from now on.
+            self.heap.settle()
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
             await stop.wait()

@@ -1,0 +1,58 @@
+"""The daemon's heap after a load: frozen out of the collector's walks, and what earlier loads left collected."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from staticadm.server import heap
+from staticadm.server.heap import Heap
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def _cycle() -> weakref.ref[_Node]:
+    first, second = _Node(), _Node()
+    first.other, second.other = second, first
+    return weakref.ref(first)
+
+
+def test_settling_collects_cycles_frozen_before_and_freezes_what_is_alive() -> None:
+    try:
+        left = _cycle()
+        gc.freeze()  # as a previous load left it: the cycle frozen with everything else
+        gc.collect()
+        assert left() is not None, "a frozen cycle is never walked by the collector"
+        kept = _Node()
+        Heap().settle()
+        assert left() is None
+        assert gc.get_freeze_count() > 0
+        assert not gc.is_finalized(kept) and kept not in gc.get_objects(), "what is alive is frozen"
+    finally:
+        gc.unfreeze()
+
+
+def test_a_reload_settles_once_after_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "SETTLE_DELAY", 0.05)
+
+    async def burst() -> tuple[bool, bool]:
+        target = Heap()
+        target.settle_later()
+        target.settle_later()
+        left = _cycle()
+        gc.freeze()
+        await asyncio.sleep(0.01)
+        before = left() is not None
+        await asyncio.sleep(0.2)
+        return before, left() is None
+
+    try:
+        assert asyncio.run(burst()) == (True, True)
+    finally:
+        gc.unfreeze()
