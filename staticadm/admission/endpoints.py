@@ -49,7 +49,7 @@ def _checks(decisions: Any) -> tuple[PolicyCheck, ...]:
 
 def validate(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
              deadline: float | None = None) -> Review:
-    outcome = evaluate_validating(snapshot, namespaces, request, deadline=deadline)
+    outcome = evaluate_validating(snapshot, namespaces, request, deadline=deadline, explain=False)
     review = dict(outcome.response)
     if outcome.annotations:
         # The in-process keys would all be dropped by kube-apiserver once it prefixes the webhook's name.

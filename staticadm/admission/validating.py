@@ -399,10 +399,9 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
 
 
 def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionRequest,
-                    view: RequestMatch) -> dict[int, PolicyClear] | None:
-    """What each invoked policy that can join a set's program does, when one engine call finds the request all
-    clear for all of them (``all_clear.py``), by ``id`` of the compiled policy; None when the bindings are to be
-    evaluated one by one."""
+                    view: RequestMatch) -> tuple[_SetOf, list[PolicyClear]] | None:
+    """The invoked policies that can join a set's program and what each does, when one engine call finds the
+    request all clear for all of them (``all_clear.py``); None when the bindings are to be evaluated one by one."""
     if matched.config_errors or not matched.invoked:
         return None
     program = matched.program
@@ -417,9 +416,7 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     activations = state.activations
     context = activations.scope(activations.for_evaluation(resource, kind, namespace_object), None)
     found = all_clear(program.entry, program.joined, context)
-    if found is None:
-        return None
-    return {id(compiled): clear for compiled, clear in zip(program.joined, found, strict=True)}
+    return None if found is None else (program, found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,13 +427,25 @@ class _SetOf:
     joined: tuple[CompiledValidatingPolicy, ...]
     entry: SetProgram | None
     uses_namespace_object: bool
+    #: Whether every invoked policy joined.
+    whole: bool
 
     @classmethod
     def of(cls, matched: Matched) -> _SetOf:
         joined = tuple(compiled for compiled in matched.invoked if compiled.joins_sets)
         equivalent = any(step[0] == INVOKED and step[3] != MATCHED_ORIGINAL for step in matched.steps)
         return cls(joined, set_program(joined) if joined and not equivalent else None,
-                   any(compiled.uses_namespace_object for compiled in joined))
+                   any(compiled.uses_namespace_object for compiled in joined), len(joined) == len(matched.invoked))
+
+
+def _published(program: _SetOf, found: list[PolicyClear]) -> dict[str, str]:
+    """The audit annotations of a request all clear for every policy it invokes: each policy's bindings publish
+    the same values (what the validator decides never depends on the binding), so each key has one value."""
+    published = {}
+    for compiled, clear in zip(program.joined, found, strict=True):
+        for key, value in clear.published:
+            published[f"{compiled.name}/{key}"] = truncate_bytes(value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
+    return published
 
 
 def _dispatch(state: _Dispatch, matched: Matched, request: AdmissionRequest, view: RequestMatch,
@@ -479,7 +488,7 @@ def _collect(collector: dict[str, list[str]], published: Sequence[tuple[str, str
 
 def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest, *,
                         deadline: float | None = None, share_evaluations: bool = True,
-                        prune_objects: bool = True, one_call: bool = True) -> ValidationOutcome:
+                        prune_objects: bool = True, one_call: bool = True, explain: bool = True) -> ValidationOutcome:
     """The validating admission decision kube-apiserver would reach for ``request``; all CEL work stops at
     ``deadline`` (``time.perf_counter``), failing the remaining expressions as over budget.
 
@@ -496,7 +505,9 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     policies the request invokes first run as one program that answers whether the request is all clear for
     every one of them (``all_clear.py``); the bindings are evaluated one by one only when it is not. With
     ``prune_objects`` the engine is given only the parts of the object and old object that the expressions of
-    the policies that could match the request can read (``cel/reads.py``); False gives them whole.
+    the policies that could match the request can read (``cel/reads.py``); False gives them whole. With
+    ``explain`` False (the daemon, which never reads them) the outcome's ``matched`` and ``not_matched`` may be
+    left empty.
     """
     excluded = is_excluded(request)
     candidates = None if excluded else policy_candidate_set(snapshot, request, mutating=False)
@@ -511,8 +522,14 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
                       validated={} if share_evaluations else None)
     view = RequestMatch(request, namespaces)
     matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
-    clear = _clear_policies(state, matched, request, view) if one_call and share_evaluations else None
-    _dispatch(state, matched, request, view, clear)
+    cleared = _clear_policies(state, matched, request, view) if one_call and share_evaluations else None
+    if cleared is not None and cleared[0].whole and not explain:
+        # Nothing to decide and nobody to tell which bindings applied: only the annotations are left to publish.
+        state.published = _published(*cleared)
+    else:
+        clear = None if cleared is None else {id(compiled): found
+                                              for compiled, found in zip(cleared[0].joined, cleared[1], strict=True)}
+        _dispatch(state, matched, request, view, clear)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)

@@ -129,6 +129,10 @@ def _comparable(outcome: ValidationOutcome) -> Any:
             outcome.matched, [(n.policy, n.binding, n.reason) for n in outcome.not_matched], outcome.excluded)
 
 
+def _decided(outcome: ValidationOutcome) -> Any:
+    return _comparable(outcome)[:6]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=policy_sets(), replicas=st.sampled_from((1, 7, 60, 200)),
        labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {"app": "web", "skip": "1"}, {})),
@@ -149,6 +153,9 @@ def test_one_call_decides_as_the_straightforward_evaluation(objects: list[dict[s
     event("errors" if any(r.error_type.value != "no_error" for r in one_call.decisions) else "no errors")
     assert _comparable(one_call) == _comparable(straightforward)
     assert _comparable(exact) == _comparable(straightforward)
+    # The daemon's evaluation (nobody reads which bindings applied) decides the same.
+    quiet = evaluate_validating(snap, NAMESPACES, request, explain=False)
+    assert _decided(quiet) == _decided(straightforward)
 
 
 def _set_program(snap: Any) -> Any:
@@ -281,3 +288,5 @@ def test_remembered_matching_decides_as_matching_each_request(objects: list[dict
         straightforward = evaluate_validating(snap, MATCHING_NAMESPACES, request, share_evaluations=False)
         event("denied" if not remembered.allowed else "allowed")
         assert _comparable(remembered) == _comparable(straightforward)
+        assert _decided(evaluate_validating(snap, MATCHING_NAMESPACES, request, explain=False)) == \
+            _decided(straightforward)
