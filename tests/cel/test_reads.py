@@ -10,9 +10,11 @@ import pickle
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
-from staticadm.cel.reads import EACH, NOTHING, ReadPath, Reads
+from staticadm.cel.reads import EACH, NOTHING, ReadPath, Reads, _prune
 
 POD: dict[str, Any] = {
     "metadata": {"name": "web", "labels": {"app": "web", "tier": "front"}, "managedFields": [{"manager": "x"}]},
@@ -100,3 +102,21 @@ def test_values_that_are_not_lists_of_maps_are_kept_as_they_are() -> None:
 def test_the_markers_survive_pickling_as_themselves() -> None:
     assert pickle.loads(pickle.dumps(EACH)) is EACH
     assert pickle.loads(pickle.dumps(NOTHING)) is NOTHING
+
+
+_KEYS = st.sampled_from(["a", "b", "spec", "items", "x y", "'", "\\", "0"])
+_PATHS = st.lists(st.lists(st.one_of(_KEYS, st.just(EACH)), max_size=4).map(tuple)
+                  .flatmap(lambda path: st.sampled_from((path, (*path, NOTHING)) if path else (path,))),
+                  max_size=6)
+_VALUES = st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=3)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(paths=_PATHS, value=_VALUES)
+def test_the_written_pruner_prunes_as_the_trie_walk(paths: list[ReadPath], value: Any) -> None:
+    reads = Reads.of([{"object": set(paths)}])
+    tries = reads._tries  # the walk is the reference the written code must agree with
+    assert reads.prune("object", value) == _prune(value, tries["object"])
+    assert reads.prune("oldObject", value) == _prune(value, tries["oldObject"])
