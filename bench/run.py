@@ -53,6 +53,9 @@ TARGET_SET = 100
 RENAME_TIMEOUT = 60.0
 #: Open-loop rates, as fractions of the null server's single-core capacity (its closed-loop pod-create req/s).
 OPEN_LOOP_LOADS = (0.5, 0.8)
+#: And as a fraction of the server's own capacity: its latency tail when it is not overloaded (a server slower than
+#: half the null server's capacity is at 50% of the null server's).
+OPEN_LOOP_OWN_LOAD = 0.5
 
 
 @dataclass
@@ -112,10 +115,12 @@ class OpenLoopRow:
     policies: int | None
     load: float
     result: OpenLoopResult
+    #: The load is a fraction of this server's own capacity, not the null server's.
+    own: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"server": self.server, "policies": self.policies, "load_of_null_capacity": self.load,
-                **self.result.to_json()}
+        key = "load_of_own_capacity" if self.own else "load_of_null_capacity"
+        return {"server": self.server, "policies": self.policies, key: self.load, **self.result.to_json()}
 
 
 @dataclass
@@ -137,8 +142,9 @@ class Results:
     def null(self, workload: str) -> Row | None:
         return self.row(workload, "null", None)
 
-    def open_loop_row(self, server: str, load: float) -> OpenLoopRow | None:
-        return next((row for row in self.open_loop if row.server == server and row.load == load), None)
+    def open_loop_row(self, server: str, load: float, own: bool = False) -> OpenLoopRow | None:
+        return next((row for row in self.open_loop if row.server == server and row.load == load and row.own == own),
+                    None)
 
 
 # Each workload: the endpoint, the AdmissionReview body, and which null row it is compared with.
@@ -182,15 +188,20 @@ def _measured_row(server: Server, workload: str, server_label: str, policies_cou
 
 def _open_loop_rows(server: Server, label: str, policies_count: int | None, body: bytes, options: Options,
                     results: Results) -> None:
-    """pod-create at each of ``OPEN_LOOP_LOADS`` of the null server's capacity (measured first, in this run)."""
+    """pod-create at each of ``OPEN_LOOP_LOADS`` of the null server's capacity (measured first, in this run), and
+    for staticadm at ``OPEN_LOOP_OWN_LOAD`` of its own (its closed-loop pod-create row)."""
     null = results.null("pod-create")
     if null is None or not null.result.rps:
         return
-    for load in OPEN_LOOP_LOADS:
-        rate = load * null.result.rps
-        _say(f"{label}: open loop at {rate:.0f} req/s ({load:.0%} of the null server's capacity)")
+    rates = [(load, load * null.result.rps, False) for load in OPEN_LOOP_LOADS]
+    own = results.row("pod-create", label, policies_count)
+    if label != "null" and own is not None and own.result.rps:
+        rates.append((OPEN_LOOP_OWN_LOAD, OPEN_LOOP_OWN_LOAD * own.result.rps, True))
+    for load, rate, of_own in rates:
+        whose = "its own" if of_own else "the null server's"
+        _say(f"{label}: open loop at {rate:.0f} req/s ({load:.0%} of {whose} capacity)")
         results.open_loop.append(OpenLoopRow(label, policies_count, load, run_open_loop(
-            server.url + "/validate", body, rate=rate, duration=options.duration)))
+            server.url + "/validate", body, rate=rate, duration=options.duration), of_own))
 
 
 def _median_us(function: Callable[[], Any], repeat: int) -> float:
@@ -564,6 +575,10 @@ def _open_loop_target(results: Results, server: str) -> Target:
     ratio = row.result.p99_ms / null.result.p99_ms
     overloaded = (f", answered {row.result.achieved_rps:.0f} of {row.result.offered_rps:.0f} req/s"
                   if row.result.achieved_rps < 0.98 * row.result.offered_rps else "")
+    own = results.open_loop_row(server, OPEN_LOOP_OWN_LOAD, own=True)
+    if own is not None:
+        overloaded += (f"; at {OPEN_LOOP_OWN_LOAD:.0%} of its own capacity ({own.result.offered_rps:.0f} req/s) p99 "
+                       f"{own.result.p99_ms:.1f} ms")
     return Target(name, f"{row.result.p99_ms:.1f}/{null.result.p99_ms:.1f} ms = {ratio:.2f}x{overloaded}",
                   ratio <= 3.0)
 
@@ -675,12 +690,13 @@ def format_report(results: Results) -> str:
     if results.open_loop:
         lines += ["", "== open loop: pod-create at a fixed rate, latency from each request's due time "
                       "(bench/open_loop.py) ==",
-                  f"{'server':<14} {'policies':>8} {'load':>5} {'offered':>8} {'answered':>8} {'p50 ms':>8} "
+                  f"{'server':<14} {'policies':>8} {'load':>9} {'offered':>8} {'answered':>8} {'p50 ms':>8} "
                   f"{'p99 ms':>8} {'p99.9 ms':>9} {'max ms':>8} {'lag p99':>8} {'errors':>6}"]
         for item in results.open_loop:
             r = item.result
+            load = f"{item.load:.0%} {'own' if item.own else 'null'}"
             lines.append(f"{item.server:<14} {item.policies if item.policies is not None else '-':>8} "
-                         f"{item.load:>5.0%} {r.offered_rps:>8.0f} {r.achieved_rps:>8.0f} {r.p50_ms:>8.2f} "
+                         f"{load:>9} {r.offered_rps:>8.0f} {r.achieved_rps:>8.0f} {r.p50_ms:>8.2f} "
                          f"{r.p99_ms:>8.2f} {r.p999_ms:>9.2f} {r.max_ms:>8.2f} {r.lag_p99_ms:>8.2f} {r.errors:>6}")
     lines += ["", "== CPU per request (µs): in-process validate vs the engine's floor for the same request ==",
               f"{'workload':<20} {'policies':>8} {'validate':>9} {'engine':>8} {'ratio':>6}"]

@@ -53,12 +53,14 @@ def test_every_load_row_is_present_and_error_free(quick_run: tuple[str, dict]) -
 
 def test_open_loop_rows_for_the_null_server_and_staticadm(quick_run: tuple[str, dict]) -> None:
     stdout, results = quick_run
-    rows = {(r["server"], r["load_of_null_capacity"]): r for r in results["open_loop"]}
+    rows = {(r["server"], r.get("load_of_null_capacity"), r.get("load_of_own_capacity")): r
+            for r in results["open_loop"]}
     servers = ["null", "staticadm"] + (["staticadm+kc"] if any(r["server"] == "staticadm+kc"
                                                                 for r in results["rows"]) else [])
     for server in servers:
-        for load in (0.5, 0.8):
-            row = rows[(server, load)]
+        loads = [(0.5, None), (0.8, None)] + ([(None, 0.5)] if server != "null" else [])
+        for load in loads:
+            row = rows[(server, *load)]
             assert row["requests"] > 0 and row["offered_rps"] > 0, row
             assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["p999_ms"] <= row["max_ms"], row
     assert "== open loop" in stdout
