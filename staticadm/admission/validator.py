@@ -29,6 +29,7 @@ from staticadm.admission.vocabulary import (
 from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalError
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.evaluation import CostBudget, SharedActivation
+from staticadm.cel.string_format import type_name
 from staticadm.compiled import CompiledValidatingPolicy
 
 #: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
@@ -48,23 +49,6 @@ class PolicyDecision:
     #: Decided from the evaluation itself; kube-apiserver reads the same from the message's prefix.
     error_type: ErrorType = ErrorType.NO_ERROR
     site: DecisionSite = DecisionSite.VALIDATION
-
-
-
-def _cel_type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, bytes):
-        return "bytes"
-    if isinstance(value, list | tuple):
-        return "list"
-    if isinstance(value, dict):
-        return "map"
-    return type(value).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +149,7 @@ def validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource,
             else:
                 audit.append(AuditResult(annotation.key, AuditAnnotationAction.ERROR, error=(
                     f"valueExpression '{annotation.value_expression}' resulted in unsupported return type: "
-                    f"{_cel_type_name(value)}. Return type must be either string or null.")))
+                    f"{type_name(value)}. Return type must be either string or null.")))
     if not decisions and not audit:
         return NOTHING
     return ValidateResult(tuple(decisions), tuple(audit))
