@@ -250,26 +250,28 @@ def encode(message: Any) -> bytes:
     return any_pb2.Any(type_url=url, value=message.SerializeToString()).SerializeToString()
 
 
-def children(node: Any) -> Iterator[Any]:
-    """The direct operands of one node."""
+def children(node: Any) -> list[Any]:
+    """The direct operands of one node (a list, not a generator: every walk over every compiled expression calls
+    this once per node, and loading 1,000 policies walks about 400,000 nodes)."""
     kind = node.WhichOneof("expr_kind")
     if kind == "select_expr":
-        yield node.select_expr.operand
-    elif kind == "call_expr":
+        return [node.select_expr.operand]
+    if kind == "call_expr":
         call = node.call_expr
-        if call.HasField("target"):
-            yield call.target
-        yield from call.args
-    elif kind == "list_expr":
-        yield from node.list_expr.elements
-    elif kind == "struct_expr":
+        return [call.target, *call.args] if call.HasField("target") else [*call.args]
+    if kind == "list_expr":
+        return [*node.list_expr.elements]
+    if kind == "struct_expr":
+        operands = []
         for entry in node.struct_expr.entries:
             if entry.HasField("map_key"):
-                yield entry.map_key
-            yield entry.value
-    elif kind == "comprehension_expr":
+                operands.append(entry.map_key)
+            operands.append(entry.value)
+        return operands
+    if kind == "comprehension_expr":
         comp = node.comprehension_expr
-        yield from (comp.iter_range, comp.accu_init, comp.loop_condition, comp.loop_step, comp.result)
+        return [comp.iter_range, comp.accu_init, comp.loop_condition, comp.loop_step, comp.result]
+    return []
 
 
 def walk(expr: Any) -> Iterator[Any]:

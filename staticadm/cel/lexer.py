@@ -9,8 +9,9 @@ line and column of the original source and rendered with the original line, as c
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _STRING_START = re.compile(r"(?:[rR][bB]?|[bB][rR]?)?('''|\"\"\"|'|\")")
@@ -27,8 +28,10 @@ class Token:
     end: int
 
 
-def tokens(source: str) -> list[Token]:
-    """The source's tokens; whitespace and ``//`` comments are skipped."""
+@functools.lru_cache(maxsize=64)
+def tokens(source: str) -> tuple[Token, ...]:
+    """The source's tokens; whitespace and ``//`` comments are skipped. Remembered for the last sources: compiling
+    one expression lexes its source once for each source rewrite that looks at it."""
     found: list[Token] = []
     position, length = 0, len(source)
     while position < length:
@@ -54,7 +57,7 @@ def tokens(source: str) -> list[Token]:
             continue
         found.append(Token("punct", char, position, position + 1))
         position += 1
-    return found
+    return tuple(found)
 
 
 def _string_end(source: str, position: int, quote: str, *, raw: bool) -> int:
@@ -72,7 +75,7 @@ def _string_end(source: str, position: int, quote: str, *, raw: bool) -> int:
     return length
 
 
-def closing_paren(found: list[Token], opening: int) -> int | None:
+def closing_paren(found: Sequence[Token], opening: int) -> int | None:
     """Index of the ``)`` matching the ``(`` at ``opening``, or None when unbalanced."""
     depth = 0
     for index in range(opening, len(found)):

@@ -11,6 +11,8 @@ expression type-checks with the real optional type, so ``== optional.none()``, `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from staticadm.cel import lexer
 
 OPTIONAL_INDEX = "[?0]"
@@ -39,7 +41,7 @@ def optional_call_edits(source: str, members: frozenset[str], globals_: frozense
     return edits
 
 
-def _dotted_name(found: list[lexer.Token], index: int) -> tuple[str, int]:
+def _dotted_name(found: Sequence[lexer.Token], index: int) -> tuple[str, int]:
     """(``a.b.c``, index after it) for the qualified name starting at ``index``."""
     parts = [found[index].text]
     cursor = index + 1

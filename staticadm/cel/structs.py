@@ -23,6 +23,7 @@ comments are never touched, and it keeps every character of the source outside t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from staticadm.cel import lexer
@@ -45,7 +46,7 @@ class StructSyntaxError(Exception):
     """A struct creation we cannot rewrite; the message is shown as a compile error."""
 
 
-def _struct_at(tokens: list[lexer.Token], index: int) -> tuple[str, int] | None:
+def _struct_at(tokens: Sequence[lexer.Token], index: int) -> tuple[str, int] | None:
     """(type name, index of its ``{``) when a struct creation starts at ``index``."""
     first = tokens[index]
     if first.kind != "ident" or first.text not in (OBJECT_TYPE, JSONPATCH_TYPE):
@@ -117,7 +118,7 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
     return [lexer.Edit(cast(int, start), cast(int, end), str(text)) for start, end, text in replacements]
 
 
-def _field_of_creation(tokens: list[lexer.Token], closing: int, type_name: str, opening: int, first: int,
+def _field_of_creation(tokens: Sequence[lexer.Token], closing: int, type_name: str, opening: int, first: int,
                        replacements: list[list[int | str]]) -> None:
     """When the creation that ``tokens[closing]`` ends is the operand of a field selection (``S.f``, not a
     method call ``S.f()``), the selection becomes a call of the field function (``has(S.f)`` of the presence

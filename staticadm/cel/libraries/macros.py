@@ -9,6 +9,8 @@ edit: error positions map back to the source as written).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from staticadm.cel import lexer
 
 _LEGACY = "exists_one"
@@ -30,7 +32,7 @@ def exists_one_edits(source: str) -> list[lexer.Edit]:
     return edits
 
 
-def _top_level_arguments(found: list[lexer.Token], opening: int, closing: int) -> int:
+def _top_level_arguments(found: Sequence[lexer.Token], opening: int, closing: int) -> int:
     if closing == opening + 1:
         return 0
     depth, commas = 0, 0
