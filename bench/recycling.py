@@ -6,7 +6,7 @@ connections share requests paced at ``--rate`` per second; a connection whose se
 (an EOF seen before the next request, as Go's transport notices in its read loop) or that was answered with
 ``Connection: close`` is replaced, which is no failure; a request that gets no answer (EOF, reset, or
 nothing within ``--timeout``) is one. The policy calls ``quantity()``, ``url()`` and ``ip()`` on request
-values, whose arguments the CEL engine keeps (README "Known gaps"), so with a small
+values, whose arguments the CEL engine keeps (docs/known-gaps.md), so with a small
 ``--worker-memory-growth`` workers are replaced every few seconds.
 
     python -m bench.recycling                                  # 120 s at 500 req/s, 8 connections

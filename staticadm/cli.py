@@ -557,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Finds every staticadm.io/v1alpha1 PolicyTest document in the given files and, recursively,\n"
                     "directories; evaluates each case with the daemon's engine against the manifests the file\n"
-                    "names, and compares the answer with the case's expectation (README, \"Policy tests\").\n\n"
+                    "names, and compares the answer with the case's expectation (docs/policy-tests.md,\n"
+                    "\"Policy tests\").\n\n"
                     "Exit codes: 0 every case passed; 1 some case failed; 2 a test file or its manifests\n"
                     "are unusable, or no test was found.\n\n"
                     "example: staticadm test manifests/examples/tests\n"

@@ -5,7 +5,7 @@ An AdmissionReview answer carries the first denial only. The offline commands (`
 policy and binding whether it matched (and why not), each validation's outcome with its message and the
 validationActions it went through, errors (match conditions, configuration, cost budget) with what the
 failurePolicy made of them, audit annotations, and each mutation's own patch. The shape is versioned by
-``apiVersion``/``kind`` (README, "Machine-readable output"); a change that removes or retypes a field is
+``apiVersion``/``kind`` (docs/policy-tests.md, "Machine-readable output"); a change that removes or retypes a field is
 a new version.
 """
 

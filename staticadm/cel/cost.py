@@ -49,7 +49,7 @@ RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS = 2_500_000
 TICK_FUNCTION = "@staticadm.tick"
 #: Iterations of the expression's own loops (not a variable's) with a weight up to this charge through a
 #: function without arguments, ``@staticadm.tick<weight>``: cel-expr-python keeps the argument tuple of
-#: every call into Python (README, Known gaps), and a call without arguments passes the shared empty one.
+#: every call into Python (docs/known-gaps.md), and a call without arguments passes the shared empty one.
 MAX_FIXED_TICK_WEIGHT = 64
 
 

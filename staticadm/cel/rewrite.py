@@ -751,7 +751,7 @@ def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
 
 def _tick(ids: Ids, weight: int, owner_args: tuple[int, ...]) -> Any:
     """What one loop iteration calls to be charged: functions without arguments where it can (cel-expr-python
-    keeps the argument tuple of every call into Python: README, Known gaps), joined with ``&&``."""
+    keeps the argument tuple of every call into Python: docs/known-gaps.md), joined with ``&&``."""
     owner = owner_args[0] if owner_args else None
     parts = cost.fixed_tick_parts(weight, owner)
     if parts is None:
@@ -784,7 +784,7 @@ def _guard_collection_loop(node: Any, ids: Ids) -> None:
     a long one is evaluated in steps instead:
     ``bind(r, range, (size(r) <= APPEND_SLICE ? true : direct()) ? loop over r : fail)``; the failure is only
     the signal to re-run in steps (``evaluation.py``). A short range never calls into Python (a call with
-    arguments would leave its argument tuple behind: README, Known gaps)."""
+    arguments would leave its argument tuple behind: docs/known-gaps.md)."""
     loop = ast.Expr()
     loop.CopyFrom(node)
     loop.id = ids()

@@ -24,8 +24,8 @@ DEFAULT_BODY_TIMEOUT = 10.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_IDLE_TIMEOUT = 90.0
 DEFAULT_MAX_CONNECTIONS = 4096
-#: cel-expr-python 0.1.3 keeps the argument tuple of every call it makes into Python (~50-100 bytes; README
-#: "Known gaps"): with --workers, a worker is replaced once it has grown this much.
+#: cel-expr-python 0.1.3 keeps the argument tuple of every call it makes into Python (~50-100 bytes;
+#: docs/known-gaps.md): with --workers, a worker is replaced once it has grown this much.
 DEFAULT_WORKER_MEMORY_GROWTH_MIB = 64
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -285,7 +285,7 @@ def format_listen(address: tuple[str, int]) -> str:
 
 def default_workers(cores: int | None = None) -> int:
     """The node's cores, at least 2 and at most 4. At least 2: only workers are replaced when they grow
-    (the CEL engine keeps memory with each call of a library in Python: README, Known gaps), and replacing
+    (the CEL engine keeps memory with each call of a library in Python: docs/known-gaps.md), and replacing
     one fails no request only while another serves. At most 4: each worker holds its own compiled snapshot
     (about 90 MB at 100 policies, 135 MB at 1000), and the shipped unit caps the service at 1 GiB."""
     return max(2, min(cores if cores is not None else os.cpu_count() or 1, 4))

@@ -92,7 +92,7 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
                     config=effective_options(config))
     if config.workers == 1:
         daemon.log.warning("one process (--workers 1): nothing replaces it while the memory the CEL engine keeps "
-                           "grows (README, Known gaps); with 2 or more, a worker that grows is replaced without "
+                           "grows (docs/known-gaps.md); with 2 or more, a worker that grows is replaced without "
                            "failing a request")
     try:
         return asyncio.run(daemon.run())
@@ -317,7 +317,8 @@ class _Daemon:
                              "and its failurePolicy decides every request it matches",
                              kind=entry.kind, policy=entry.policy, bindings=list(entry.bindings),
                              reads=list(entry.reads),
-                             hint="serve --kubeconfig (README, Cluster view); namespaceObject also from --namespaces")
+                             hint="serve --kubeconfig (docs/deployment.md, \"Cluster view\"); namespaceObject also "
+                                  "from --namespaces")
         for read in (NAMESPACE_OBJECT, AUTHORIZER):
             self.metrics.missing_cluster_view.labels(reads=read).set(
                 sum(1 for entry in missing if read in entry.reads))

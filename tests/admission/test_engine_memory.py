@@ -1,6 +1,6 @@
 """What the CEL engine keeps of a request once it is answered.
 
-cel-expr-python 0.1.3 never frees the argument tuple of a call into Python (README, Known gaps), so
+cel-expr-python 0.1.3 never frees the argument tuple of a call into Python (docs/known-gaps.md), so
 staticadm's own calls into Python on the evaluation path take no arguments: loop ticks (of the
 expression and of each variable) and the guard of loops that build lists. A daemon evaluating a policy
 set like the benchmark's then stays the same size however many requests it answers.

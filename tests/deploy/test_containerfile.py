@@ -61,7 +61,8 @@ def test_multi_stage_with_a_slim_glibc_base() -> None:
 
 
 def test_the_base_is_a_build_argument_defaulting_to_python_slim() -> None:
-    # Where docker.io cannot be reached the image is built from another base (README, Container image).
+    # Where docker.io cannot be reached the image is built from another base (docs/deployment.md,
+    # "Container image and kubeadm static pod").
     text = (REPO_ROOT / "Containerfile").read_text()
     assert "ARG BASE=docker.io/library/python:3.12-slim-bookworm" in text
     assert [stage.base for stage in _stages()] == ["docker.io/library/python:3.12-slim-bookworm"] * 2

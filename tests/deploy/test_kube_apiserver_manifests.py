@@ -95,7 +95,8 @@ def test_kubeadm_static_pod_runs_the_sidecar_unprivileged() -> None:
     volumes = {volume["name"]: volume for volume in spec["volumes"]}
     assert all("emptyDir" in volumes[name] for name, mount in mounts.items() if not mount.get("readOnly"))
     assert "--state-dir=/var/lib/staticadm" in container["args"]
-    # The memory limit follows from --workers (README): (workers + 1) x 135 MB + workers x 64 MiB.
+    # The memory limit follows from --workers (docs/deployment.md, "Container image and kubeadm static pod"):
+    # (workers + 1) x 135 MB + workers x 64 MiB.
     [workers] = [int(arg.split("=")[1]) for arg in container["args"] if arg.startswith("--workers=")]
     limit_mib = int(container["resources"]["limits"]["memory"].removesuffix("Mi"))
     needed_mib = ((workers + 1) * 135e6) / 2**20 + workers * 64

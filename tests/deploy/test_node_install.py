@@ -1,8 +1,8 @@
-"""The README's install on a node, as installed: a non-editable venv under /opt/staticadm that the shipped unit
-runs unchanged, after the checkout is gone, as an unprivileged user with the environment systemd gives it,
+"""The install on a node of docs/deployment.md, as installed: a non-editable venv under /opt/staticadm that the
+shipped unit runs unchanged, after the checkout is gone, as an unprivileged user with the environment systemd gives it,
 started directly (Type=notify) and by systemd's own ``systemd-socket-activate``.
 
-The install runs the README's block literally in a temporary root (absolute paths re-rooted, ``systemctl``
+The install runs the page's block literally in a temporary root (absolute paths re-rooted, ``systemctl``
 recorded instead of run); the unit's ExecStart is run with its paths re-rooted and nothing else changed.
 The installed configuration is the shipped one with its paths re-rooted and the test's port.
 """
@@ -25,19 +25,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.documentation import section, sh_block
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, reroot
-from tests.kube_apiserver.test_kubeadm_steps import readme_block
 from tests.server.harness import REPO_ROOT
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 #: The unprivileged user the unit's DynamicUser= would allocate (any free uid will do for the test).
 SERVICE_UID = 61234
+DEPLOYMENT = "docs/deployment.md"
 NAMESPACES = {name: {"kubernetes.io/metadata.name": name} for name in ("shop", "kube-system")}
 
 
 def _system_python_ok() -> str | None:
     if not SYSTEM_PYTHON.exists():
-        return f"{SYSTEM_PYTHON} is missing: the README installs with the distribution's python3"
+        return f"{SYSTEM_PYTHON} is missing: the install uses the distribution's python3"
     version = subprocess.run([str(SYSTEM_PYTHON), "-c", "import sys; print(sys.version_info >= (3, 11))"],
                              capture_output=True, text=True, check=False).stdout.strip()
     return None if version == "True" else f"{SYSTEM_PYTHON} is older than 3.11"
@@ -54,7 +55,7 @@ def _unit(path: Path) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def installed() -> Iterator[ControlPlaneNode]:
-    """The README's install, done once for the module; the checkout copy it came from is gone afterwards."""
+    """docs/deployment.md's install, done once for the module; the checkout copy it came from is gone afterwards."""
     reason = _system_python_ok()
     if reason is not None:
         pytest.skip(reason)
@@ -77,7 +78,7 @@ def installed() -> Iterator[ControlPlaneNode]:
     (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> "{base}/systemctl.calls"\n')
     (bin_dir / "systemctl").chmod(0o755)
     node = ControlPlaneNode(root)
-    script = reroot(readme_block("python3 -m venv /opt/staticadm"), root, node.port)
+    script = reroot(sh_block(DEPLOYMENT, "python3 -m venv /opt/staticadm"), root, node.port)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
@@ -85,7 +86,7 @@ def installed() -> Iterator[ControlPlaneNode]:
     completed = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=source, env=env, capture_output=True,
                                text=True, timeout=900, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    print(f"README install block: {time.monotonic() - started:.1f} s")
+    print(f"install block: {time.monotonic() - started:.1f} s")
     assert (base / "systemctl.calls").read_text().splitlines() == [
         "daemon-reload", "enable --now staticadm.socket staticadm.service"]
     shutil.rmtree(source)  # the checkout is moved away: nothing may point back into it
@@ -242,13 +243,13 @@ def test_socket_activation_answers_the_first_request(installed: ControlPlaneNode
         node.stop()
 
 
-#: Node paths the shipped files name that no step of the README creates, and who provides each.
+#: Node paths the shipped files name that no step of docs/deployment.md creates, and who provides each.
 PROVIDED_ELSEWHERE = {
     "/etc/kubernetes/manifests": "the kubelet's static pod directory (kubeadm); the pod is copied there",
     "/etc/kubernetes/manifests/kube-apiserver.yaml": "kubeadm's kube-apiserver static pod",
     "/etc/staticadm/tls": "the static pod's alternative to the state directory: its header's `staticadm certs`",
     "/etc/staticadm/tls/ca.crt": "the static pod's CA, made by its header's `staticadm certs`",
-    "/etc/staticadm/kubeconfig": "optional cluster view: README, Cluster view (`kubeadm kubeconfig user`)",
+    "/etc/staticadm/kubeconfig": 'cluster view (`kubeadm kubeconfig user`): docs/deployment.md, "Cluster view"',
     "/run/credentials/staticadm.service/kubeconfig": "systemd's LoadCredential= of that kubeconfig",
     "/etc/staticadm/namespaces.yaml": "optional --namespaces file, written by the operator",
     "/etc/staticadm/shadow": "optional --shadow-manifests directory, made by the operator",
@@ -260,19 +261,19 @@ _SHIPPED = ["systemd/staticadm.service", "systemd/staticadm.socket", "systemd/st
 _NODE_PATH = re.compile(r"(?<![\w.:/-])(/(?:etc|var|run|opt|usr/local)/[\w./@-]*[\w@-])")
 
 
-def _readme_deployment() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    return text[text.index("## Deployment"):text.index("## Commands")]
+def _deployment_documentation() -> str:
+    """What the documentation tells an operator to do on a node: deployment, and operations' recipes."""
+    return (REPO_ROOT / DEPLOYMENT).read_text() + section(REPO_ROOT / "docs/operations.md", "Operations")
 
 
 def test_every_node_path_a_shipped_file_names_is_made_by_the_steps(installed: ControlPlaneNode) -> None:
     node = installed
-    # The rest of the README's steps on this node, with the installed staticadm: its CA, then kube-apiserver's
+    # The rest of the page's steps on this node, with the installed staticadm: its CA, then kube-apiserver's
     # files (tests/kube_apiserver/test_kubeadm_steps.py runs them against the daemon too).
     staticadm = str(node.path("/usr/local/bin/staticadm"))
     subprocess.run([staticadm, "certs", "--out-dir", str(node.path("/var/lib/staticadm/tls"))], check=False,
                    capture_output=True)
-    script = reroot(readme_block("install -d -m 0755 /etc/kubernetes/admission/"), node.root, node.port)
+    script = reroot(sh_block(DEPLOYMENT, "install -d -m 0755 /etc/kubernetes/admission/"), node.root, node.port)
     completed = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO_ROOT, capture_output=True,
                                text=True, check=False, timeout=120,
                                env={**os.environ, "PATH": f"{node.path('/usr/local/bin')}:/usr/bin:/bin"})
@@ -281,19 +282,11 @@ def test_every_node_path_a_shipped_file_names_is_made_by_the_steps(installed: Co
     for name in _SHIPPED:
         for path in _NODE_PATH.findall((REPO_ROOT / name).read_text()):
             named.setdefault(path.rstrip("."), set()).add(name)
-    for path in _NODE_PATH.findall(_readme_deployment()):
-        named.setdefault(path.rstrip("."), set()).add("README.md")
+    for path in _NODE_PATH.findall(_deployment_documentation()):
+        named.setdefault(path.rstrip("."), set()).add("docs")
     missing = {path: sorted(sources) for path, sources in named.items()
                if not node.path(path).exists() and path not in PROVIDED_ELSEWHERE}
     assert not missing, f"named by shipped files but made by no step: {missing}"
-
-
-def test_shipped_files_name_only_readme_sections_that_exist() -> None:
-    headings = {line.lstrip("#").strip() for line in (REPO_ROOT / "README.md").read_text().splitlines()
-                if line.startswith("#")}
-    for name in [*_SHIPPED, "Containerfile"]:
-        for section in re.findall(r'README(?:\.md)?,? "([^"]+)"', (REPO_ROOT / name).read_text()):
-            assert any(heading.startswith(section) for heading in headings), f"{name}: README has no {section!r}"
 
 
 def test_container_paths_agree_between_the_image_and_the_pod() -> None:
@@ -311,8 +304,8 @@ def test_container_paths_agree_between_the_image_and_the_pod() -> None:
     assert {runtime.group(1), state.group(1)} <= mounts
     uid = pod_manifest["spec"]["securityContext"]["runAsUser"]
     assert f"USER {uid}:{uid}" in containerfile
-    readme = _readme_deployment()
-    assert f"-t {container['image']} " in readme and f"{container['image']}" in readme
+    deployment = (REPO_ROOT / DEPLOYMENT).read_text()
+    assert f"-t {container['image']} " in deployment
     for arg in container["args"]:
         if arg.startswith(("--tls-cert=", "--tls-key=", "--client-ca=", "--manifests=")):
             path = arg.split("=", 1)[1]

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.documentation import sh_block
 from tests.server.harness import REPO_ROOT
-
-
-def _block_starting(text: str, first_line: str) -> str:
-    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
-    return next(block for block in blocks if block.startswith(first_line))
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
@@ -26,7 +21,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
 
 
 def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> None:
-    script = _block_starting((REPO_ROOT / "README.md").read_text(), "mkdir -p my-policies/tests")
+    script = sh_block("README.md", "mkdir -p my-policies/tests")
     env = _environment(tmp_path)
     completed = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                                timeout=120)
@@ -36,7 +31,7 @@ def test_the_first_policy_walkthrough_checks_and_tests_green(tmp_path: Path) -> 
 
 def test_the_offline_quickstart_commands_work_as_written(tmp_path: Path) -> None:
     """Every file they name exists, and each command answers as its comment says (no command errors)."""
-    script = _block_starting((REPO_ROOT / "README.md").read_text(), "staticadm check manifests/examples")
+    script = sh_block("README.md", "staticadm check manifests/examples")
     env = _environment(tmp_path)
     commands = script.replace("\\\n", " ").splitlines()
     assert len(commands) == 4

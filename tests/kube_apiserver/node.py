@@ -1,6 +1,6 @@
 """A kubeadm control-plane node laid out under a temporary root, with staticadm running as its unit runs it.
 
-The shipped files are installed as the README's steps install them; only absolute paths are re-rooted
+The shipped files are installed as docs/deployment.md's steps install them; only absolute paths are re-rooted
 under the temporary directory and the webhook port 8443 is replaced by a free one (other tests run at the
 same time). kubeadm's part is played by ``tests.pki``: the cluster's front-proxy CA and kube-apiserver's
 front-proxy-client certificate, where ``kubeadm init`` puts them.
@@ -131,7 +131,8 @@ class ControlPlaneNode:
     # -- kube-apiserver's side ------------------------------------------------------------------------
 
     def install_admission_files(self) -> None:
-        """The README's kubeadm steps' files: admission configuration, webhook kubeconfig, generated webhooks."""
+        """The kubeadm steps' files (docs/deployment.md, "kube-apiserver 1.36+"): admission configuration,
+        webhook kubeconfig, generated webhooks."""
         admission = self.path("/etc/kubernetes/admission")
         for name in ("validating-webhooks", "mutating-webhooks"):
             (admission / name).mkdir(parents=True, exist_ok=True)

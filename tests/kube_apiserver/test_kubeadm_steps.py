@@ -1,5 +1,6 @@
-"""The README's kubeadm steps and troubleshooting recipe, run literally on a node laid out under a temporary
-root (paths re-rooted, port 8443 replaced), ending with kube-apiserver's webhook client getting decisions."""
+"""The kubeadm steps (docs/deployment.md) and the troubleshooting recipe (docs/operations.md), run literally on
+a node laid out under a temporary root (paths re-rooted, port 8443 replaced), ending with kube-apiserver's webhook
+client getting decisions."""
 
 from __future__ import annotations
 
@@ -12,20 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.documentation import sh_block
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, reroot, with_port
 from tests.server.harness import REPO_ROOT
 
+DEPLOYMENT, OPERATIONS = "docs/deployment.md", "docs/operations.md"
 NAMESPACES = {name: {"kubernetes.io/metadata.name": name} for name in ("shop", "kube-system")}
-
-
-def readme_block(first_line: str) -> str:
-    """The README's ``sh`` block whose first line starts with ``first_line`` (indentation removed)."""
-    for block in re.findall(r"^( *)```sh\n(.*?)^\1```", (REPO_ROOT / "README.md").read_text(), flags=re.S | re.M):
-        indent, text = block
-        lines = [line[len(indent):] for line in text.splitlines()]
-        if lines and lines[0].startswith(first_line):
-            return "\n".join(lines) + "\n"
-    raise AssertionError(f"README has no sh block starting with {first_line!r}")
 
 
 def run_block(script: str, node: ControlPlaneNode, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -50,7 +43,7 @@ def node(tmp_path: Path) -> Iterator[ControlPlaneNode]:
 
 
 def test_the_kubeadm_steps_end_with_kube_apiserver_getting_decisions(node: ControlPlaneNode, tmp_path: Path) -> None:
-    completed = run_block(readme_block("install -d -m 0755 /etc/kubernetes/admission/"), node, tmp_path)
+    completed = run_block(sh_block(DEPLOYMENT, "install -d -m 0755 /etc/kubernetes/admission/"), node, tmp_path)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     admission = node.path("/etc/kubernetes/admission")
     assert sorted(path.relative_to(admission).as_posix() for path in admission.rglob("*.yaml")) == [
@@ -73,7 +66,7 @@ def test_the_kubeadm_steps_end_with_kube_apiserver_getting_decisions(node: Contr
 
 def test_the_troubleshooting_recipe_works_with_the_shipped_configuration(node: ControlPlaneNode,
                                                                         tmp_path: Path) -> None:
-    recipe = readme_block("curl --unix-socket /run/staticadm/staticadm.sock")
+    recipe = sh_block(OPERATIONS, "curl --unix-socket /run/staticadm/staticadm.sock")
     # The curl lines, not journalctl (no journal here): each must print the verbose readiness.
     for line in re.split(r"(?<!\\)\n", recipe):
         if not line.startswith("curl"):

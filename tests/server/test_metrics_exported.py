@@ -1,12 +1,13 @@
-"""What /metrics shows before anything has happened: every family the README lists, at zero where its label
-values are known in advance, and the memory, CPU and descriptors of each process (real daemon, real scrape)."""
+"""What /metrics shows before anything has happened: every family the documentation names (README.md and the
+pages under docs/; docs/operations.md lists them), at zero where its label values are known in advance, and the
+memory, CPU and descriptors of each process (real daemon, real scrape)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.documentation import pages
 from tests.server.harness import DaemonFactory, wait_for
 
 #: Families with a series per policy and binding: they appear with the first check, as kube-apiserver's do.
@@ -15,8 +16,8 @@ PER_POLICY = ("staticadm_validating_admission_policy_check_total", "staticadm_mu
 CLUSTER_VIEW = "staticadm_cluster_"
 
 
-def _readme_families() -> set[str]:
-    return set(re.findall(r"`(staticadm_[a-z_]+)", (REPO_ROOT / "README.md").read_text()))
+def _documented_families() -> set[str]:
+    return {family for page in pages() for family in re.findall(r"`(staticadm_[a-z_]+)", page.read_text())}
 
 
 def _samples(text: str) -> dict[str, list[str]]:
@@ -34,7 +35,7 @@ def _samples(text: str) -> dict[str, list[str]]:
     return families
 
 
-def test_every_family_the_readme_lists_is_exported_from_start_with_process_metrics_per_process(
+def test_every_family_the_documentation_names_is_exported_from_start_with_process_metrics_per_process(
         make_daemon: DaemonFactory, tmp_path: Path) -> None:
     shadow = tmp_path / "shadow"
     shadow.mkdir()
@@ -42,10 +43,10 @@ def test_every_family_the_readme_lists_is_exported_from_start_with_process_metri
     assert wait_for(lambda: b"staticadm_worker_config_info{" in daemon.get("/metrics").body
                     and daemon.get("/metrics").body.count(b"\nprocess_resident_memory_bytes{") == 3, timeout=20)
     families = _samples(daemon.get("/metrics").body.decode())
-    listed = _readme_families()
+    listed = _documented_families()
     assert len(listed) > 10, listed
     missing = sorted(name for name in listed if name not in families)
-    assert not missing, f"README lists families /metrics does not declare: {missing}"
+    assert not missing, f"the documentation names families /metrics does not declare: {missing}"
     empty = sorted(name for name in listed if not families[name] and name not in PER_POLICY
                    and not name.startswith(CLUSTER_VIEW))
     assert not empty, f"families exported without a series before their first event: {empty}"
