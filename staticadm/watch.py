@@ -37,15 +37,15 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from staticadm.manifests.files import is_manifest_name
-from staticadm.source import ManifestSource, ReloadResult
+from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 
 DEFAULT_POLL_INTERVAL = 60.0
 #: watchdog joins its emitter threads without a timeout when a watch is removed or the observer
 #: stops, and that join has been seen to hang (SIGTERM never finishing); we wait this long at most.
 OBSERVER_STOP_TIMEOUT = 2.0
-#: Until a first snapshot is served, the directory is retried this often (doubling from the first
-#: value), so a volume mounted late or a fix without a file event is picked up without waiting a whole
-#: poll interval.
+#: Until a first snapshot is served, or while reads fail for want of descriptors or memory, the directory is
+#: retried this often (doubling from the first value), so a volume mounted late, a fix without a file event
+#: or a change made while the process was out of descriptors is picked up without waiting a whole poll interval.
 FIRST_RETRY = 0.5
 MAX_RETRY = 10.0
 
@@ -147,9 +147,10 @@ class DirectoryWatcher:
         self.start()
         assert self._wake is not None
         try:
+            retrying = True  # nothing is served yet
             while True:
                 waiting = self.poll_interval
-                if self.source.current is None:
+                if retrying:
                     waiting = min(self.retry_seconds, self.poll_interval)
                     self.retry_seconds = min(self.retry_seconds * 2, MAX_RETRY)
                 try:
@@ -159,13 +160,17 @@ class DirectoryWatcher:
                         await self._wake.wait()
                     reason = self._pending_reason
                 except TimeoutError:
-                    reason = "poll" if self.source.current is not None else "retry"
+                    reason = "retry" if retrying else "poll"
                 self._wake.clear()
                 self._pending_reason = "watch"
                 # Watches are re-added before loading so that no event between the two is lost.
                 self._sync_watches()
-                await self.reload(reason)
+                result = await self.reload(reason)
                 self._sync_watches()
+                retrying = self.source.current is None or (
+                    result.status is ReloadStatus.FAILURE and any(error.transient for error in result.errors))
+                if not retrying:
+                    self.retry_seconds = FIRST_RETRY
         finally:
             self._stop_observer()
 

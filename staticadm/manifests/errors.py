@@ -34,6 +34,9 @@ class ManifestError:
     name: str = ""
     #: Field path inside the object, e.g. ``spec.validations[0].expression``; "" when not a field.
     field: str = ""
+    #: The read failed for want of a resource (file descriptors, memory) whose return no file event
+    #: announces: the directory watcher tries again, rather than waiting for a change or a poll.
+    transient: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message", _bounded(self.message))

@@ -9,6 +9,7 @@ contribute to the hash.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -17,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from staticadm.manifests.errors import ManifestError
+
+#: Read failures that end without any change to the files: out of descriptors (the process's or the system's)
+#: or of kernel memory.
+_TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
 MANIFEST_EXTENSIONS = frozenset({".yaml", ".yml", ".json"})
 
@@ -93,8 +98,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     try:
         directory_mode: int | None = os.stat(directory).st_mode
     except OSError as err:
-        message = f"failed to read manifest directory {directory!r}: {err.strerror or err}"
-        return DirectoryContents((), "", None, (ManifestError(directory, message),), read_at=read_at)
+        return DirectoryContents((), "", None, (_read_failure(directory, "manifest directory", err),), read_at=read_at)
     if directory_mode is None or not stat.S_ISDIR(directory_mode):
         message = f"failed to read manifest directory {directory!r}: not a directory"
         return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),), read_at=read_at)
@@ -102,8 +106,8 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
         with os.scandir(directory) as scan:
             entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in scan]
     except OSError as err:
-        message = f"failed to read manifest directory {directory!r}: {err.strerror or err}"
-        return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),), read_at=read_at)
+        return DirectoryContents((), "", directory_mode, (_read_failure(directory, "manifest directory", err),),
+                                 read_at=read_at)
 
     reusable = {} if previous is None else {
         file.path: file for file in previous.files if previous.read_at - file.stamp[4] > _REREAD_WITHIN_NS}
@@ -192,7 +196,7 @@ def _read_file(path: str, max_file_bytes: int, known: ManifestFile | None = None
         # anything that is not a regular file.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        return ManifestError(path, f"failed to read file {path!r}: {err.strerror or err}")
+        return _read_failure(path, "file", err)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -216,9 +220,14 @@ def _read_file(path: str, max_file_bytes: int, known: ManifestFile | None = None
         stamp = _stamp(info)
         return ManifestFile(path, data, info.st_mode, stamp), _stamp(os.fstat(fd)) != stamp
     except OSError as err:
-        return ManifestError(path, f"failed to read file {path!r}: {err.strerror or err}")
+        return _read_failure(path, "file", err)
     finally:
         os.close(fd)
+
+
+def _read_failure(path: str, what: str, err: OSError) -> ManifestError:
+    return ManifestError(path, f"failed to read {what} {path!r}: {err.strerror or err}",
+                         transient=err.errno in _TRANSIENT_ERRNOS)
 
 
 def _too_large(path: str, max_file_bytes: int) -> ManifestError:

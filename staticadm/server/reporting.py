@@ -42,7 +42,12 @@ class ReloadReporter:
             for error in result.errors:
                 log.error("manifest error", file=error.path, field=error.field, kind=error.kind, name=error.name,
                           err=str(error))
-        if result.served is not None:
+        if result.served is not None and any(error.transient for error in result.errors):
+            # Nothing announces when descriptors or memory are back: the watcher tries again by itself.
+            log.error("reloading manifest config failed; keeping the last good configuration and retrying",
+                      errors=len(result.errors), repeated=repeated, served_hash=result.served.content_hash,
+                      retry_seconds=retry_seconds)
+        elif result.served is not None:
             log.error("reloading manifest config failed; keeping the last good configuration",
                       errors=len(result.errors), repeated=repeated, served_hash=result.served.content_hash)
         else:
