@@ -1,56 +1,22 @@
 """What one admission request looks like to CEL, shared by the validating and mutating dispatchers.
 
 Kubernetes builds the same activation for both plugins (``CreateAdmissionRequest``, the authorizer, the
-namespace object); the records here are what the explain view, logs and metrics read.
+namespace object); here it is built once per request and per version of what the expressions read of the
+object. Running expressions over it is ``expressions.py``; what they produced is ``outcomes.py``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, cast
 
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
-from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType
-from staticadm.cel import COST_LIMIT_MESSAGE, CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import CostBudget, EvaluationContext, RememberedOutcomes, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.cel.reads import Reads
-from staticadm.compiled import Program
-from staticadm.model import MatchCondition
-from staticadm.snapshot import CandidateSet, Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """What happened for one decision of one (policy, binding): the explain view and metrics read it."""
-
-    policy: str
-    binding: str | None
-    action: EnforcementAction
-    error_type: ErrorType
-    message: str = ""
-    reason: str = ""
-    expression_index: int | None = None
-    #: Wall time spent on this (policy, binding), for the check-duration histogram.
-    seconds: float = 0.0
-    #: Where the decision comes from; ``expression_index`` indexes the validations or mutations.
-    site: DecisionSite = DecisionSite.VALIDATION
-
-
-@dataclass(slots=True)  # not frozen: one per candidate that does not apply, on every request (see Invocation)
-class NotMatched:
-    policy: str
-    binding: str | None
-    #: The reason, or how to say it (built only when read: see MatchOutcome.why).
-    why: str | Callable[[], str]
-
-    @property
-    def reason(self) -> str:
-        return self.why() if callable(self.why) else self.why
 
 
 def request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
@@ -85,85 +51,12 @@ def authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class ExpressionFailure:
-    """Why one expression gave no value: Kubernetes' text, and its error type decided from the evaluation
-    itself (kube-apiserver derives the same type from the text's prefix)."""
-
-    message: str
-    error_type: ErrorType
-
-    @property
-    def ends_scope(self) -> bool:
-        """The scope's budget ran out: Kubernetes evaluates nothing more in it."""
-        return self.error_type is ErrorType.OUT_OF_BUDGET
-
-
-def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
-    if outcome.budget_exhausted:
-        # Not about one expression: the scope's budget ran out and Kubernetes says so as it is.
-        return ExpressionFailure(outcome.message, ErrorType.OUT_OF_BUDGET)
-    if outcome.cost_exceeded:
-        # One expression over its own limit is an invalid_error in kube-apiserver's metrics.
-        return ExpressionFailure(f"expression '{source}' resulted in error: {COST_LIMIT_MESSAGE}",
-                                 ErrorType.INVALID_ERROR)
-    return ExpressionFailure(f"expression '{source}' resulted in error: {outcome.message}", ErrorType.INVALID_ERROR)
-
-
-def run_program(program: Program, source: str, context: EvaluationContext,
-                remembered: RememberedOutcomes | None = None,
-                ) -> tuple[Any, ExpressionFailure | None]:
-    """(value, None) or (None, why this expression gave no value); with ``remembered``, an outcome the
-    request already had for this program over the same activation is reused (``run_remembered``)."""
-    if program.__class__ is CompileError:
-        return None, ExpressionFailure(f"compilation error: {cast(CompileError, program).message}",
-                                       ErrorType.COMPILE_ERROR)
-    if remembered is None:
-        outcome = context.run(cast(CompiledExpression, program))
-    else:
-        outcome = context.run_remembered(cast(CompiledExpression, program), remembered)
-    if outcome.__class__ is EvalError:
-        return None, expression_failure(source, outcome)
-    return outcome, None
-
-
-def aggregate_failures(failures: Sequence[ExpressionFailure]) -> ExpressionFailure:
-    """``utilerrors.NewAggregate(errs)``: one error stays itself; several are listed, an invalid_error."""
-    if len(failures) == 1:
-        return failures[0]
-    return ExpressionFailure("[" + ", ".join(failure.message for failure in failures) + "]",
-                             ErrorType.INVALID_ERROR)
-
-
 def namespace_name(request: AdmissionRequest) -> str:
     kind = request.original_kind
     # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
     if kind.group == "" and kind.version == "v1" and kind.kind == "Namespace":
         return ""
     return request.namespace
-
-
-def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,
-                              remembered: RememberedOutcomes | None = None,
-                              ) -> tuple[str | None, list[ExpressionFailure]]:
-    """(name of the first condition that is false, or None; the failures of those that failed).
-
-    A false condition wins over errors: the policy simply does not apply. Policies often share their
-    conditions (``request.namespace != 'kube-system'``): with ``remembered`` (the request's
-    ``RequestActivations.remembered``) a condition another policy of the request already evaluated over
-    the same activation is not evaluated again.
-    """
-    failures: list[ExpressionFailure] = []
-    for condition, program in conditions:
-        value, failure = run_program(program, condition.expression, context, remembered)
-        if failure is not None and failure.ends_scope:
-            # The matcher's filter itself failed: no condition after it is looked at.
-            return None, [failure]
-        if failure is not None:
-            failures.append(failure)
-        elif value is False:
-            return condition.name, failures
-    return None, failures
 
 
 #: ``current`` of :meth:`RequestActivations.for_evaluation` when it is the request's own object.
@@ -354,18 +247,3 @@ def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
         return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
                       "(give its Namespace object to the namespace source)")
     return info.object, None
-
-
-def policy_candidates(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> tuple[int, ...]:
-    """Positions of the policies whose rules could match, by the request's original resource and the one
-    the webhook received."""
-    return policy_candidate_set(snapshot, request, mutating=mutating).positions
-
-
-def policy_candidate_set(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> CandidateSet:
-    """``policy_candidates`` with what the request path remembers about them (``Snapshot.candidate_set``)."""
-    original, received = request.original_resource, request.resource
-    if original is received or (original.group == received.group and original.resource == received.resource):
-        return snapshot.candidate_set(request.operation, ((original.group, original.resource),), mutating=mutating)
-    return snapshot.candidate_set(request.operation, ((original.group, original.resource),
-                                                      (received.group, received.resource)), mutating=mutating)

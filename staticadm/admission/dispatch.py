@@ -18,7 +18,7 @@ from staticadm.admission.matching import matches
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MatchResources, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
-from staticadm.snapshot import CandidateSet
+from staticadm.snapshot import CandidateSet, Snapshot
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
 RecordedPolicy = TypeVar("RecordedPolicy", contravariant=True)
@@ -217,3 +217,18 @@ def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int
             recorder.config_error(compiled, None, conversion_error(request, kind))
             continue
         yield MatchedPolicy(compiled, resource, kind, view, recorder, conversion)
+
+
+def policy_candidates(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> tuple[int, ...]:
+    """Positions of the policies whose rules could match, by the request's original resource and the one
+    the webhook received."""
+    return policy_candidate_set(snapshot, request, mutating=mutating).positions
+
+
+def policy_candidate_set(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> CandidateSet:
+    """``policy_candidates`` with what the request path remembers about them (``Snapshot.candidate_set``)."""
+    original, received = request.original_resource, request.resource
+    if original is received or (original.group == received.group and original.resource == received.resource):
+        return snapshot.candidate_set(request.operation, ((original.group, original.resource),), mutating=mutating)
+    return snapshot.candidate_set(request.operation, ((original.group, original.resource),
+                                                      (received.group, received.resource)), mutating=mutating)

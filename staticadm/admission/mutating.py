@@ -17,21 +17,13 @@ from typing import Any
 
 import orjson
 
-from staticadm.admission.activation import (
-    DecisionRecord,
-    ExpressionFailure,
-    NotMatched,
-    RequestActivations,
-    aggregate_failures,
-    evaluate_match_conditions,
-    namespace_object_for,
-    policy_candidates,
-    run_program,
-)
-from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies
+from staticadm.admission.activation import RequestActivations, namespace_object_for
+from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
+from staticadm.admission.expressions import evaluate_match_conditions, run_program
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotMatched, aggregate_failures
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
 from staticadm.admission.response import review_response
 from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType

@@ -21,13 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
-from staticadm.admission.activation import (
-    DecisionRecord,
-    NotMatched,
-    RequestActivations,
-    namespace_object_for,
-    policy_candidate_set,
-)
+from staticadm.admission.activation import RequestActivations, namespace_object_for
 from staticadm.admission.all_clear import PolicyClear, SetProgram, all_clear, set_program
 from staticadm.admission.dispatch import (
     INVOKED,
@@ -37,10 +31,12 @@ from staticadm.admission.dispatch import (
     Matched,
     match_validating,
     not_matched_why,
+    policy_candidate_set,
 )
 from staticadm.admission.match_plan import MATCHED_ORIGINAL, RequestMatch, matched_as
 from staticadm.admission.matching import describe_request, is_excluded
 from staticadm.admission.namespaces import NamespaceSource
+from staticadm.admission.outcomes import DecisionRecord, NotMatched
 from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.response import (
     MAX_AUDIT_ANNOTATION_VALUE_BYTES,

@@ -11,13 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.admission.activation import (
-    ExpressionFailure,
-    RequestActivations,
-    aggregate_failures,
-    evaluate_match_conditions,
-    run_program,
-)
+from staticadm.admission.activation import RequestActivations
+from staticadm.admission.expressions import evaluate_match_conditions, run_program
+from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
 from staticadm.admission.request import GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import (
     AuditAnnotationAction,

@@ -1,0 +1,54 @@
+"""Running one compiled expression, or a policy's match conditions, over a request's activation: the
+validating and mutating dispatchers' shared step between the activation and their decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from staticadm.admission.outcomes import ExpressionFailure, expression_failure
+from staticadm.admission.vocabulary import ErrorType
+from staticadm.cel import CompiledExpression, CompileError, EvalError
+from staticadm.cel.evaluation import EvaluationContext, RememberedOutcomes
+from staticadm.compiled import Program
+from staticadm.model import MatchCondition
+
+
+def run_program(program: Program, source: str, context: EvaluationContext,
+                remembered: RememberedOutcomes | None = None,
+                ) -> tuple[Any, ExpressionFailure | None]:
+    """(value, None) or (None, why this expression gave no value); with ``remembered``, an outcome the
+    request already had for this program over the same activation is reused (``run_remembered``)."""
+    if program.__class__ is CompileError:
+        return None, ExpressionFailure(f"compilation error: {cast(CompileError, program).message}",
+                                       ErrorType.COMPILE_ERROR)
+    if remembered is None:
+        outcome = context.run(cast(CompiledExpression, program))
+    else:
+        outcome = context.run_remembered(cast(CompiledExpression, program), remembered)
+    if outcome.__class__ is EvalError:
+        return None, expression_failure(source, outcome)
+    return outcome, None
+
+
+def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,
+                              remembered: RememberedOutcomes | None = None,
+                              ) -> tuple[str | None, list[ExpressionFailure]]:
+    """(name of the first condition that is false, or None; the failures of those that failed).
+
+    A false condition wins over errors: the policy simply does not apply. Policies often share their
+    conditions (``request.namespace != 'kube-system'``): with ``remembered`` (the request's
+    ``RequestActivations.remembered``) a condition another policy of the request already evaluated over
+    the same activation is not evaluated again.
+    """
+    failures: list[ExpressionFailure] = []
+    for condition, program in conditions:
+        value, failure = run_program(program, condition.expression, context, remembered)
+        if failure is not None and failure.ends_scope:
+            # The matcher's filter itself failed: no condition after it is looked at.
+            return None, [failure]
+        if failure is not None:
+            failures.append(failure)
+        elif value is False:
+            return condition.name, failures
+    return None, failures
