@@ -544,6 +544,7 @@ class _Daemon:
             state.first_load_done.set()
             # What the first load made is there to stay: out of the collector's walks from now on.
             self.heap.settle()
+            background.append(supervised("heap-freezer", self.heap.keep_survivors_frozen))
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
             await stop.wait()

@@ -56,3 +56,34 @@ def test_a_reload_settles_once_after_a_burst(monkeypatch: pytest.MonkeyPatch) ->
         assert asyncio.run(burst()) == (True, True)
     finally:
         gc.unfreeze()
+
+
+def test_what_survives_the_young_generations_is_frozen_and_their_garbage_collected() -> None:
+    try:
+        gc.collect()
+        gc.freeze()  # as after a load
+        garbage = _cycle()  # a cycle nothing refers to: the young collection frees it
+        alive = _Node()
+        alive.other = _Node()
+        assert alive in gc.get_objects()
+        Heap.freeze_survivors()
+        assert garbage() is None
+        assert alive not in gc.get_objects(), "no collection of the oldest generation walks it any more"
+    finally:
+        gc.unfreeze()
+
+
+def test_the_daemon_keeps_freezing_survivors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "SURVIVOR_FREEZE_INTERVAL", 0.01)
+
+    async def serve_a_while() -> bool:
+        task = asyncio.create_task(Heap().keep_survivors_frozen())
+        made_later = _Node()
+        await asyncio.sleep(0.1)
+        task.cancel()
+        return made_later not in gc.get_objects()
+
+    try:
+        assert asyncio.run(serve_a_while())
+    finally:
+        gc.unfreeze()
