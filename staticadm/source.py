@@ -98,6 +98,12 @@ class ReloadResult:
         return sorted((policy, binding) for policy, binding in before.bound - after.bound
                       if policy in after.policy_names)
 
+    @property
+    def failed_transiently(self) -> bool:
+        """The files could not be read for want of descriptors or memory (``ManifestError.transient``): worth
+        reading again without waiting for a change."""
+        return self.status is ReloadStatus.FAILURE and any(error.transient for error in self.errors)
+
 
 def _served_from(result: LoadResult, snapshot: Snapshot, contents: DirectoryContents) -> Served:
     bound = frozenset((binding.spec.policy_name, binding.metadata.name) for binding in result.bindings)

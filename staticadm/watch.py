@@ -37,7 +37,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
 from staticadm.manifests.files import is_manifest_name
-from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
+from staticadm.source import ManifestSource, ReloadResult
 
 DEFAULT_POLL_INTERVAL = 60.0
 #: watchdog joins its emitter threads without a timeout when a watch is removed or the observer
@@ -167,8 +167,7 @@ class DirectoryWatcher:
                 self._sync_watches()
                 result = await self.reload(reason)
                 self._sync_watches()
-                retrying = self.source.current is None or (
-                    result.status is ReloadStatus.FAILURE and any(error.transient for error in result.errors))
+                retrying = self.source.current is None or result.failed_transiently
                 if not retrying:
                     self.retry_seconds = FIRST_RETRY
         finally:

@@ -42,7 +42,7 @@ class ReloadReporter:
             for error in result.errors:
                 log.error("manifest error", file=error.path, field=error.field, kind=error.kind, name=error.name,
                           err=str(error))
-        if result.served is not None and any(error.transient for error in result.errors):
+        if result.served is not None and result.failed_transiently:
             # Nothing announces when descriptors or memory are back: the watcher tries again by itself.
             log.error("reloading manifest config failed; keeping the last good configuration and retrying",
                       errors=len(result.errors), repeated=repeated, served_hash=result.served.content_hash,
