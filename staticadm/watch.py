@@ -147,7 +147,8 @@ class DirectoryWatcher:
         self.start()
         assert self._wake is not None
         try:
-            retrying = True  # nothing is served yet
+            # The daemon's startup load ran before: a retry is due only if it served nothing.
+            retrying = self.source.current is None
             while True:
                 waiting = self.poll_interval
                 if retrying:

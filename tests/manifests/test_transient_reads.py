@@ -107,3 +107,24 @@ def test_a_failure_of_the_files_themselves_waits_for_the_next_change(tmp_path: P
         assert all(result.reason == "watch" for result in results[before:])
 
     asyncio.run(_watch(tmp_path, scenario))
+
+
+def test_a_watch_started_after_a_successful_load_reloads_only_on_a_change(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+    tmp_path.chmod(0o755)
+    source = ManifestSource(tmp_path)
+    assert source.reload("startup").status is ReloadStatus.SUCCESS  # as the daemon loads before it watches
+
+    async def watch_a_while() -> list[ReloadResult]:
+        results: list[ReloadResult] = []
+        watcher = DirectoryWatcher(source, poll_interval=NO_POLL, logger=structlog.get_logger(),
+                                   on_result=results.append)
+        task = asyncio.create_task(watcher.run())
+        await asyncio.sleep(1.5)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        watcher.close()
+        return results
+
+    assert asyncio.run(watch_a_while()) == []
