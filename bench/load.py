@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.stats import percentile
+
 LUA_SCRIPT = Path(__file__).with_name("post.lua")
 WRK_TOOL = "wrk"
 FALLBACK_TOOL = "python-fallback (not saturating)"
@@ -108,12 +110,8 @@ async def _fallback(url: str, body: bytes, duration: float, connections: int) ->
     if not latencies:
         return LoadResult(FALLBACK_TOOL, 0, elapsed, 0.0, 0.0, 0.0, 0.0, errors)
     ordered = sorted(latencies)
-
-    def percentile(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return LoadResult(FALLBACK_TOOL, len(ordered), elapsed, statistics.median(ordered) * 1000, percentile(0.9),
-                      percentile(0.99), ordered[-1] * 1000, errors)
+    return LoadResult(FALLBACK_TOOL, len(ordered), elapsed, statistics.median(ordered) * 1000,
+                      percentile(ordered, 0.9) * 1000, percentile(ordered, 0.99) * 1000, ordered[-1] * 1000, errors)
 
 
 def run_fallback(url: str, body: bytes, *, duration: float, connections: int) -> LoadResult:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.stats import percentile
+
 #: Connections opened before the run; requests due while all are busy wait for one.
 DEFAULT_CONNECTIONS = 64
 WARM_UP_SECONDS = 1.0
@@ -53,12 +55,6 @@ class OpenLoopResult:
 
     def to_json(self) -> dict[str, Any]:
         return {key: round(value, 3) if isinstance(value, float) else value for key, value in asdict(self).items()}
-
-
-def _percentile(ordered: list[float], fraction: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 class _Connection(asyncio.Protocol):
@@ -196,9 +192,9 @@ async def measure(url: str, body: bytes, rate: float, duration: float,
     measured = len(ordered)
     return OpenLoopResult(
         offered_rps=rate, achieved_rps=measured / duration, requests=measured,
-        p50_ms=_percentile(ordered, 0.5) * 1000, p99_ms=_percentile(ordered, 0.99) * 1000,
-        p999_ms=_percentile(ordered, 0.999) * 1000, max_ms=(ordered[-1] if ordered else float("nan")) * 1000,
-        lag_p99_ms=_percentile(lag, 0.99) * 1000, errors=run.errors + run.outstanding,
+        p50_ms=percentile(ordered, 0.5) * 1000, p99_ms=percentile(ordered, 0.99) * 1000,
+        p999_ms=percentile(ordered, 0.999) * 1000, max_ms=(ordered[-1] if ordered else float("nan")) * 1000,
+        lag_p99_ms=percentile(lag, 0.99) * 1000, errors=run.errors + run.outstanding,
         unanswered=run.outstanding)
 
 
