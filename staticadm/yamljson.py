@@ -11,8 +11,10 @@ through here, so each gets the same guarantees:
   stack near 30,000 levels, is never used), JSON is measured by a scan that does not recurse.
 - **Aliases.** A document may not expand past :data:`MAX_EXPANDED_NODES` nodes or
   :data:`MAX_ALIAS_EXPANSION_RATIO` times its own size ("billion laughs"), and may not refer to itself.
-- **JSON semantics for YAML**, as sigs.k8s.io/yaml converts it: timestamps stay text, merge keys
-  (``<<``) apply, map keys become strings, duplicate keys are an error (strict decoding).
+- **Scalars as kube-apiserver reads them**: go-yaml v2's resolution (``y``/``n``/``on``/``off`` are
+  booleans, ``1:30`` is text, ``1e3`` and ``0o17`` are numbers) and sigs.k8s.io/yaml's conversion to JSON
+  (:mod:`staticadm.yamlresolve`): timestamps stay text, merge keys (``<<``) apply, map keys become strings,
+  duplicate keys are an error (strict decoding).
 - **Errors** are :class:`ParseError` naming the line and column (of the whole text, so they locate the
   document of a stream too), never a ``RecursionError`` or PyYAML's ``<unicode string>``.
 """
@@ -36,7 +38,8 @@ from yaml.events import (
     SequenceStartEvent,
     StreamEndEvent,
 )
-from yaml.nodes import ScalarNode
+
+from staticadm.yamlresolve import MERGE_TAG, Resolved, ResolveError, go_key_text, json_key, json_value, resolve
 
 #: The deepest nesting of maps and lists accepted, aliases expanded. kube-apiserver's is 10,000
 #: (:data:`KUBERNETES_MAX_DEPTH`); staticadm's walks over values (json.dumps, request building, pruning, CEL
@@ -49,9 +52,6 @@ MAX_EXPANDED_NODES = 1_000_000
 #: Aliases may not multiply a document by more than this factor (plus some slack for small files).
 MAX_ALIAS_EXPANSION_RATIO = 10
 ALIAS_EXPANSION_SLACK = 10_000
-
-_STR_TAG = "tag:yaml.org,2002:str"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class ParseError(ValueError):
@@ -161,13 +161,8 @@ _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 
 
 class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """SafeLoader without the timestamp resolver: YAML-to-JSON conversion keeps timestamps as text."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+    """Only the parser's events are used: scalars are resolved as go-yaml v2 does (yamlresolve), not by
+    PyYAML's YAML 1.1 resolvers."""
 
 
 def parse_yaml(text: str) -> Any:
@@ -216,7 +211,7 @@ def _another_document(loader: _Loader) -> None:
 class _Collection:
     """A map or list being built, with what its alias accounting and depth checks need."""
 
-    __slots__ = ("anchor", "first_node", "height", "key", "key_line", "merged", "state", "value")
+    __slots__ = ("anchor", "first_node", "height", "key", "key_line", "key_shown", "merged", "state", "value")
 
     def __init__(self, value: dict[str, Any] | list[Any], anchor: str | None, first_node: int) -> None:
         self.value = value
@@ -229,6 +224,8 @@ class _Collection:
         self.state = 0
         self.key: Any = None
         self.key_line = 0
+        #: The key as go-yaml's duplicate-key error shows it (Go's %#v of the resolved key).
+        self.key_shown = ""
         self.merged: dict[str, Any] | None = None
 
 
@@ -240,7 +237,8 @@ class _DocumentBuilder:
         self._loader = loader
         self._text_length = text_length
         self._stack: list[_Collection] = []
-        #: Anchor name -> (value, node count, height) of the anchored node, once it is complete.
+        #: Anchor name -> (value, node count, height) of the anchored node, once it is complete; a scalar's
+        #: value is its :class:`Resolved`, converted where it is used (as a key or as a value).
         self._anchors: dict[str, tuple[Any, int, int]] = {}
         #: Nodes in the document as written, and as built (aliases expanded).
         self._written = 0
@@ -264,15 +262,19 @@ class _DocumentBuilder:
             event = loader.get_event()
             kind = event.__class__
             if kind is ScalarEvent:
-                tag = self._tag(event)
-                if tag == _MERGE_TAG and self._expects_key():
+                tag = event.tag or ""
+                plain = bool(event.implicit[0])
+                expects_key = self._expects_key()
+                # decode.go's isMerge: a plain "<<" or one tagged !!merge, as a map key.
+                if expects_key and event.value == "<<" and (plain or tag == MERGE_TAG):
                     self._stack[-1].state = 2
                     self._count(1, 1)
                     continue
-                value, height = self._scalar(event, tag), 0
+                resolved = self._resolve(event, tag, plain)
+                value, height = self._converted(resolved, event, as_key=expects_key), 0
                 self._count(1, 1)
                 if event.anchor is not None:
-                    self._anchors[event.anchor] = (value, 1, 0)
+                    self._anchors[event.anchor] = (resolved, 1, 0)
             elif kind is MappingStartEvent or kind is SequenceStartEvent:
                 self._open(event, {} if kind is MappingStartEvent else [])
                 continue
@@ -302,23 +304,23 @@ class _DocumentBuilder:
         if self._built > MAX_EXPANDED_NODES:
             raise _DecodeError(f"invalid YAML: document expands to more than {MAX_EXPANDED_NODES} nodes")
 
-    def _tag(self, event: ScalarEvent) -> str:
-        tag = event.tag
-        if tag is None or tag == "!":
-            return str(self._loader.resolve(ScalarNode, event.value, event.implicit))
-        return tag
-
-    def _scalar(self, event: ScalarEvent, tag: str) -> Any:
-        if tag == _STR_TAG:
-            return event.value
-        if tag == _MERGE_TAG:
-            # "<<" anywhere but a map key is the text itself, as go-yaml decodes it.
-            return event.value
-        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)  # type: ignore[arg-type]
+    def _resolve(self, event: Event, tag: str, plain: bool) -> Resolved:
         try:
-            return self._loader.construct_object(node, deep=True)
-        except yaml.YAMLError as error:
-            raise _DecodeError(f"invalid YAML: {describe_yaml_error(error)}") from None
+            return resolve(tag, event.value, plain=plain)  # type: ignore[attr-defined]
+        except ResolveError as error:
+            line, column, _ = _position(event)
+            raise _DecodeError(f"invalid YAML: line {line}, column {column}: {error}") from None
+
+    def _converted(self, resolved: Resolved, event: Event, *, as_key: bool) -> Any:
+        """A scalar as sigs.k8s.io/yaml writes it: a JSON object key (text) or a JSON value."""
+        try:
+            if as_key:
+                self._stack[-1].key_shown = go_key_text(resolved)
+                return json_key(resolved)
+            return json_value(resolved)
+        except ResolveError as error:
+            line, column, _ = _position(event)
+            raise _DecodeError(f"invalid YAML: line {line}, column {column}: {error}") from None
 
     def _open(self, event: Event, value: dict[str, Any] | list[Any]) -> None:
         if len(self._stack) >= MAX_DEPTH:
@@ -346,6 +348,8 @@ class _DocumentBuilder:
                 raise ParseError(f"invalid YAML: {where}: recursive alias")
             raise ParseError(f"invalid YAML: {where}: found undefined alias {event.anchor!r}")
         value, size, height = found
+        if isinstance(value, Resolved):
+            return self._converted(value, event, as_key=self._expects_key()), 0
         if len(self._stack) + height > MAX_DEPTH:
             raise ParseError(f"invalid YAML: {_too_deep(line, column)}")
         # Refused before the copy when even the rest of the text could not bring the document up to the
@@ -364,7 +368,10 @@ class _DocumentBuilder:
         if isinstance(container, list):
             container.append(value)
         elif collection.state == 0:
-            collection.key = _json_key(value)
+            if not isinstance(value, str):
+                raise _DecodeError(f"invalid YAML: line {_position(event)[0]}: "
+                                   f"unsupported map key {_shown_key(value)} (a map or a list)")
+            collection.key = value
             collection.key_line = _position(event)[0]
             collection.state = 1
         elif collection.state == 2:
@@ -374,7 +381,7 @@ class _DocumentBuilder:
             key = collection.key
             if key in container:
                 raise _DecodeError(f"yaml: unmarshal errors:\n  line {collection.key_line}: "
-                                   f'key "{key}" already set in map')
+                                   f"key {collection.key_shown} already set in map")
             container[key] = value
             collection.state = 0
 
@@ -394,19 +401,6 @@ def _merge_sources(value: Any) -> dict[str, Any]:
             raise _DecodeError("invalid YAML: map merge requires map or sequence of maps as the value")
         merged.update(source)
     return merged
-
-
-def _json_key(key: Any) -> str:
-    """YAML keys become JSON object keys: non-string scalars are rendered as text."""
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if key is None:
-        return "null"
-    if isinstance(key, int | float):
-        return str(key)
-    raise _DecodeError(f"invalid YAML: unsupported map key {_shown_key(key)}")
 
 
 def _shown_key(key: Any) -> str:

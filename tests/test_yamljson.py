@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -90,11 +91,11 @@ def test_each_alias_is_a_value_of_its_own() -> None:
 
 
 def test_yaml_becomes_json_as_sigs_k8s_io_yaml_converts_it() -> None:
-    assert parse_yaml("t: 2024-01-01T00:00:00Z\nd: 2024-01-01\n1: one\ntrue: yes\nnull: ~\n") == {
+    assert parse_yaml("t: 2024-01-01T00:00:00Z\nd: 2024-01-01\n1: one\ntrue: yes\n'null': ~\n") == {
         "t": "2024-01-01T00:00:00Z", "d": "2024-01-01", "1": "one", "true": True, "null": None}
     # Merge keys: explicit keys win, earlier maps of a merge list win over later ones.
-    assert parse_yaml("b: &b {x: 1, y: 1}\nc: &c {y: 2, z: 2}\nm:\n  <<: [*b, *c]\n  x: 3\n")["m"] == {
-        "y": 1, "z": 2, "x": 3}
+    assert parse_yaml("b: &b {x: 1, w: 1}\nc: &c {w: 2, z: 2}\nm:\n  <<: [*b, *c]\n  x: 3\n")["m"] == {
+        "w": 1, "z": 2, "x": 3}
     # "<<" anywhere but a map key is text, as go-yaml decodes it.
     assert parse_yaml("a: <<\nb: [<<]\n") == {"a": "<<", "b": ["<<"]}
     with pytest.raises(ParseError, match='line 2: key "a" already set in map'):
@@ -126,3 +127,76 @@ def test_copy_json_does_not_recurse() -> None:
         value = {"a": [value]}
     copied = copy_json(value)
     assert copied is not value and isinstance(copied, dict) and copied["a"][0] is not value["a"][0]  # type: ignore[index]
+
+
+# go-yaml v2's resolve.go, case by case: (plain scalar, the JSON value kube-apiserver reads from it).
+GO_YAML_V2_SCALARS: list[tuple[str, object]] = [
+    # Booleans: y/n and on/off in their three spellings; other capitalisations are text.
+    ("y", True), ("Y", True), ("yes", True), ("Yes", True), ("YES", True), ("on", True), ("On", True),
+    ("ON", True), ("true", True), ("True", True), ("TRUE", True), ("n", False), ("N", False), ("no", False),
+    ("NO", False), ("off", False), ("OFF", False), ("false", False), ("FALSE", False),
+    ("yEs", "yEs"), ("tRUE", "tRUE"), ("o", "o"), ("nil", "nil"), ("t", "t"),
+    # Null.
+    ("~", None), ("null", None), ("Null", None), ("NULL", None), ("nULL", "nULL"),
+    # Integers by strconv.ParseInt(s, 0, 64), underscores removed first.
+    ("0", 0), ("-0", 0), ("+12", 12), ("017", 15), ("0o17", 15), ("0O17", 15), ("0x1F", 31), ("0X1f", 31),
+    ("-0x10", -16), ("0b101", 5), ("0B101", 5), ("-0b101", -5), ("0b-101", -5), ("1_000", 1000), ("1__", 1),
+    ("9223372036854775807", 9223372036854775807), ("9223372036854775808", 9223372036854775808),
+    ("18446744073709551615", 18446744073709551615),
+    # Floats: yamlStyleFloat (no dot needed), whole ones written by encoding/json as integers.
+    ("1e3", 1000), ("1E3", 1000), ("1.5e3", 1500), ("2.0", 2), ("1.", 1), (".5", 0.5), ("+.5", 0.5),
+    ("-1.25", -1.25), ("08", 8), ("09.5", 9.5), ("1_0.5", 10.5), ("1e-7", 1e-07), ("1e21", 1e21),
+    ("18446744073709551616", 1.8446744073709552e19), ("-9223372036854775809", -9223372036854775808),
+    # Text: no base 60, out of range, not quite numbers, other first characters.
+    ("1:30", "1:30"), ("190:20:30", "190:20:30"), ("1e999", "1e999"), (".e3", ".e3"), ("0x", "0x"),
+    ("0o8", "0o8"), ("+", "+"), ("-x", "-x"), ("1.2.3", "1.2.3"), ("0x1p3", "0x1p3"), ("inf", "inf"),
+    ("=", "="), ("<<", "<<"), ("_1", "_1"), ("1 2", "1 2"),
+    # Timestamps stay text (go-yaml hands their text to interface{} targets).
+    ("2001-12-14", "2001-12-14"), ("2001-12-14t21:59:43.10-05:00", "2001-12-14t21:59:43.10-05:00"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GO_YAML_V2_SCALARS)
+def test_plain_scalars_resolve_as_go_yaml_v2_then_sigs_k8s_io_yaml(text: str, expected: object) -> None:
+    value = parse_yaml(f"v: {text}\n")["v"]
+    assert value == expected and type(value) is type(expected)
+    # Quoted, every scalar is its text.
+    assert parse_yaml(f"v: '{text}'\n") == {"v": text}
+
+
+def test_map_keys_become_json_keys_as_sigs_k8s_io_yaml_writes_them() -> None:
+    # A binding's matchLabels {y: "1"} selects the label key "true" in kube-apiserver.
+    assert parse_yaml("matchLabels: {y: '1'}\n") == {"matchLabels": {"true": "1"}}
+    assert list(parse_yaml("{off: a, 0x10: b, 1e3: c, 1e6: d, 0.1: e, 123456789.0: f, .inf: g, -.inf: h, "
+                           ".nan: i, 1:30: j, 2.50: k}\n")) == [
+        "false", "16", "1000", "1e+06", "0.1", "1.2345679e+08", ".inf", "-.inf", ".nan", "1:30", "2.5"]
+    with pytest.raises(ParseError, match="line 1, column 1: a null map key has no JSON form"):
+        parse_yaml("~: a\n")
+    with pytest.raises(ParseError, match="map key 18446744073709551615 is beyond int64"):
+        parse_yaml("18446744073709551615: a\n")
+    # Keys that resolve alike are the same key (go-yaml's strict decoding compares resolved keys).
+    with pytest.raises(ParseError, match="line 2: key true already set in map"):
+        parse_yaml("y: 1\ntrue: 2\n")
+    # A quoted or !!str "<<" is an ordinary key; a plain or !!merge one merges.
+    assert parse_yaml("a: &a {x: 1}\nb: {'<<': *a}\nc: {!!merge <<: *a}\n") == {
+        "a": {"x": 1}, "b": {"<<": {"x": 1}}, "c": {"x": 1}}
+
+
+def test_explicit_tags_as_go_yaml_v2_decodes_them() -> None:
+    assert parse_yaml("a: !!str 1\nb: !!int '12'\nc: !!float 1\nd: !!bool y\ne: !!null ''\nf: !custom 12\n"
+                      "g: ! yes\nh: !!binary |\n  aGVs\n  bG8=\ni: !!timestamp 2001-01-01\n") == {
+        "a": "1", "b": 12, "c": 1, "d": True, "e": None, "f": "12", "g": "yes", "h": "hello", "i": "2001-01-01"}
+    with pytest.raises(ParseError, match=re.escape("line 1, column 4: cannot decode !!float `1.5` as a !!int")):
+        parse_yaml("a: !!int 1.5\n")
+    with pytest.raises(ParseError, match="cannot decode !!str `abc` as a !!bool"):
+        parse_yaml("a: !!bool abc\n")
+    with pytest.raises(ParseError, match="!!binary value contains invalid base64 data"):
+        parse_yaml("a: !!binary '%%'\n")
+
+
+def test_values_json_cannot_carry_are_refused_with_their_place() -> None:
+    for text, shown in ((".inf", "+Inf"), ("-.Inf", "-Inf"), (".NaN", "NaN")):
+        with pytest.raises(ParseError, match=re.escape(f"line 2, column 5: json: unsupported value: {shown}")):
+            parse_yaml(f"a: 1\nb: [{text}]\n")
+    # An infinity may still name a key, anchored or not.
+    assert parse_yaml("k: {&i .inf : 1, j: {*i : 2}}\n") == {"k": {".inf": 1, "j": {".inf": 2}}}

@@ -322,3 +322,20 @@ def test_check_takes_files_the_manifests_flag_and_prints_yaml(tmp_path: Path) ->
     assert main(["check", "--manifests", str(tmp_path)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
     err = io.StringIO()
     assert main(["check"], stdout=io.StringIO(), stderr=err) == 2 and "give a manifest directory" in err.getvalue()
+
+
+def test_manifests_resolve_scalars_as_kube_apiserver_reads_them(tmp_path: Path) -> None:
+    # go-yaml v2 (sigs.k8s.io/yaml): "1:30" is text, not 90; a label key written y is the key "true".
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+        "metadata: {name: p.static.k8s.io}\nspec:\n  matchConstraints:\n    resourceRules:\n"
+        "    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}\n"
+        "  validations:\n  - {expression: 'false', message: 1:30}\n---\n"
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n"
+        "metadata: {name: b.static.k8s.io}\nspec:\n  policyName: p.static.k8s.io\n  validationActions: [Deny]\n"
+        "  matchResources:\n    objectSelector:\n      matchLabels: {y: '1'}\n")
+    result = load(tmp_path)
+    assert not result.errors
+    assert result.validating_policies[0].spec.validations[0].message == "1:30"
+    selector = result.validating_bindings[0].spec.match_resources.object_selector  # type: ignore[union-attr]
+    assert selector is not None and dict(selector.match_labels) == {"true": "1"}
