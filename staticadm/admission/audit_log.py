@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from staticadm.admission.request_builder import BUILTIN_RESOURCES
+from staticadm.admission.request_builder import BUILTIN_RESOURCES, ObjectInputError, admitted_object
 
 AUDIT_API_VERSION = "audit.k8s.io/v1"
 #: The verbs that reach admission with one object, and the operation each becomes.
@@ -274,14 +274,28 @@ def _review(event: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
     kind_group, kind_version, kind = _kind_of(subject, group, version, resource, subresource)
     if not kind or not version:
         return "the object's kind is unknown (no kind in the recorded object)"
+    # The recorded body is what the client sent: kube-apiserver typed and defaulted it before admission.
+    admitted: dict[str, dict[str, Any] | None] = {}
+    try:
+        for what, recorded in (("object", obj), ("oldObject", old_object)):
+            admitted[what] = None
+            if recorded is not None:
+                admitted[what], defaulted, dropped = admitted_object(
+                    _typed(recorded, kind_group, kind_version, kind), what)
+                if defaulted:
+                    notes.append(f"defaulted by Kubernetes: {', '.join(defaulted)}")
+                if dropped:
+                    notes.append(f"not fields of the kind (dropped, as kube-apiserver does): {', '.join(dropped)}")
+    except ObjectInputError as error:
+        return f"the recorded object does not fit its kind: {error}"
     request: dict[str, Any] = {
         "uid": str(event.get("auditID") or ""),
         "kind": {"group": kind_group, "version": kind_version, "kind": kind},
         "resource": {"group": group, "version": version, "resource": resource},
         "operation": operation,
         "userInfo": _user(event),
-        "object": _typed(obj, kind_group, kind_version, kind) if obj is not None else None,
-        "oldObject": _typed(old_object, kind_group, kind_version, kind) if old_object is not None else None,
+        "object": admitted["object"],
+        "oldObject": admitted["oldObject"],
         "dryRun": False,
     }
     request["requestKind"], request["requestResource"] = request["kind"], request["resource"]

@@ -5,6 +5,8 @@ name), the operation, the authenticated user and the object(s). For a plain obje
 version and kind from the object, the resource and scope from the built-in API resources of Kubernetes
 1.36 (``kubectl api-resources``), and for other kinds guess the resource as client-go's
 ``meta.UnsafeGuessKindToResource`` does (a scope taken from whether the object names a namespace).
+A built-in kind's object (and old object) is sent as kube-apiserver holds it: decoded into its Go struct,
+defaulted, encoded again (:mod:`staticadm.kinds`); a custom kind's as given.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm.admission.request import OPERATIONS
+from staticadm.kinds import TypedObjectError, as_admitted
 from staticadm.yamljson import copy_json
 
 #: (API group, kind) -> (resource, namespaced), Kubernetes 1.36's built-in resources.
@@ -156,7 +159,35 @@ def object_key(document: Any) -> tuple[str, str, str, str] | None:
             str(metadata.get("name") or ""))
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltRequest:
+    """The AdmissionReview for a plain object, and which of its fields Kubernetes' defaulting set
+    (``object: spec.replicas``, ``oldObject: ...``) or its kind's struct dropped."""
+
+    review: dict[str, Any]
+    defaulted: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+
+def admitted_object(obj: dict[str, Any], what: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...]]:
+    """A copy of ``obj`` as kube-apiserver holds it before admission (typed and defaulted when its kind is
+    built in), with the fields defaulted and dropped, each named ``what: path``."""
+    try:
+        typed = as_admitted(obj)
+    except TypedObjectError as error:
+        raise ObjectInputError(f"{what}: {error}") from None
+    if typed is None:
+        return copy_json(obj), (), ()
+    return (typed.value, tuple(f"{what}: {path}" for path in typed.defaulted),
+            tuple(f"{what}: {path}" for path in typed.dropped))
+
+
 def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed: str) -> dict[str, Any]:
+    """The AdmissionReview for one object (see :func:`build_request_for_object`)."""
+    return build_request_for_object(obj, old, settings, uid_seed=uid_seed).review
+
+
+def build_request_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed: str) -> BuiltRequest:
     """The AdmissionReview for one object. ``obj`` is the object being written (for DELETE, the object
     being deleted, which kube-apiserver sends as oldObject); ``old`` is required for UPDATE only."""
     operation = settings.operation
@@ -190,7 +221,11 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         raise ObjectInputError("the object: metadata.name must be a string")
     if not name and operation != "CREATE":
         raise ObjectInputError(f"a {operation} needs the object's metadata.name")
-    written = copy_json(obj)
+    written, defaulted, dropped = admitted_object(obj, "oldObject" if operation == "DELETE" else "object")
+    old_written = None
+    if operation == "UPDATE":
+        old_written, old_defaulted, old_dropped = admitted_object(old, "oldObject")
+        defaulted, dropped = defaulted + old_defaulted, dropped + old_dropped
     if namespaced:
         # kube-apiserver fills an empty namespace from the request URL before admission.
         written.setdefault("metadata", {})["namespace"] = namespace
@@ -203,7 +238,7 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         "userInfo": {"username": settings.username, "groups": list(settings.groups),
                      **({"uid": settings.uid} if settings.uid else {})},
         "object": None if operation == "DELETE" else written,
-        "oldObject": copy_json(old) if operation == "UPDATE" else (written if operation == "DELETE" else None),
+        "oldObject": old_written if operation == "UPDATE" else (written if operation == "DELETE" else None),
         "dryRun": settings.dry_run,
     }
     if settings.subresource:
@@ -214,7 +249,8 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         request["namespace"] = namespace
     if operation in _OPTIONS_KINDS:
         request["options"] = {"kind": _OPTIONS_KINDS[operation], "apiVersion": "meta.k8s.io/v1"}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return BuiltRequest(review, defaulted, dropped)
 
 
 def pair_old_objects(objects: Sequence[Any], olds: Sequence[Any]) -> list[Any]:

@@ -30,9 +30,9 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.request_builder import (
     ObjectInputError,
     RequestSettings,
+    build_request_for_object,
     object_key,
     pair_old_objects,
-    review_for_object,
 )
 from staticadm.admission.response import webhook_audit_key
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
@@ -80,6 +80,10 @@ class RequestInput:
     item: str = ""
     #: For a request from an audit log, what its event says beside it (``audit_log.RecordedRequest``).
     audit: dict[str, Any] | None = None
+    #: For a request built from a plain object: the fields Kubernetes' defaulting set
+    #: (``object: spec.replicas``) and those its kind's Go struct does not have (dropped, as kube-apiserver does).
+    defaulted: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -125,22 +129,25 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
             continue
         for entry in listed:
             where = describe_place(shown, index, entry.item, documents=len(documents))
+            defaulted: tuple[str, ...] = ()
+            dropped: tuple[str, ...] = ()
             if isinstance(entry.value, dict) and entry.value.get("kind") == "AdmissionReview":
                 review = entry.value
             else:
                 try:
                     old = pair_old_objects([entry.value], olds)[0] if settings.operation == "UPDATE" and olds \
                         else None
-                    review = review_for_object(entry.value, old, settings,
-                                               uid_seed=f"{shown}#{index}#{entry.item}#{object_key(entry.value)}")
+                    built = build_request_for_object(
+                        entry.value, old, settings, uid_seed=f"{shown}#{index}#{entry.item}#{object_key(entry.value)}")
                 except ObjectInputError as error:
                     problems.append(f"{where}: {error}")
                     continue
+                review, defaulted, dropped = built.review, built.defaulted, built.dropped
             parsed = parse_admission_review(review)
             if isinstance(parsed, RequestError):
                 problems.append(f"{where}: {parsed.message}")
             else:
-                inputs.append(RequestInput(shown, index, parsed, entry.item))
+                inputs.append(RequestInput(shown, index, parsed, entry.item, defaulted=defaulted, dropped=dropped))
     return inputs, problems
 
 
@@ -400,7 +407,8 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         if explain:
             labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
                         "document": item.document, "item": item.item or None, "audit": item.audit,
-                        "request": request_summary(request), "allowed": answer["response"]["allowed"],
+                        "request": request_summary(request), "defaulted": list(item.defaulted),
+                        "dropped": list(item.dropped), "allowed": answer["response"]["allowed"],
                         "review": answer,
                         **decision(snapshot, request, mutation, validation)}
             if output == "json":
@@ -409,6 +417,10 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 stdout.write("---\n" + dump_yaml(labelled))
             continue
         lines = [f"{item.label}: request {request.uid}"]
+        if item.defaulted:
+            lines.append(f"  defaulted by Kubernetes: {', '.join(item.defaulted)}")
+        if item.dropped:
+            lines.append(f"  not fields of the kind (dropped, as kube-apiserver does): {', '.join(item.dropped)}")
         if item.audit is not None:
             lines.extend(_audit_lines(item.audit))
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):

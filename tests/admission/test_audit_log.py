@@ -270,3 +270,19 @@ def test_a_policy_test_audit_log_that_selects_nothing_is_unusable(tmp_path: Path
     assert "spec.cases[0].auditLog: selects no request of" in out
     assert "spec.cases[1].auditLog.verbs[0]: must be one of create, update, patch, delete" in out
     assert "spec.cases[1].auditLog.since: not an RFC 3339 time" in out
+
+
+def test_a_recorded_request_body_is_typed_and_defaulted_as_kube_apiserver_admitted_it(tmp_path: Path) -> None:
+    """requestObject is what the client sent; admission saw it decoded and defaulted."""
+    from staticadm.admission.audit_log import AuditFilters, read_audit_log
+
+    requests, _ = read_audit_log(str(write_log(tmp_path / "a.log", recorded_log())), AuditFilters())
+    by_uid = {entry.review["request"]["uid"]: entry for entry in requests}
+    created = by_uid["a1"].review["request"]["object"]
+    assert created["spec"]["restartPolicy"] == "Always" and created["spec"]["schedulerName"] == "default-scheduler"
+    assert created["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    assert created["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "64Mi"}
+    assert any(note.startswith("defaulted by Kubernetes: object: spec.containers[0].resources.requests.cpu")
+               or "object: spec.dnsPolicy" in note for note in by_uid["a1"].audit["notes"])
+    updated = by_uid["a4"].review["request"]["object"]
+    assert updated["spec"]["strategy"]["type"] == "RollingUpdate" and updated["spec"]["template"]["spec"]

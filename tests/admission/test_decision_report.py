@@ -36,7 +36,8 @@ MANIFESTS = [
         {"expression": "object.spec.replicas <= 3", "messageExpression": "'too many replicas: ' + "
                                                                          "string(object.spec.replicas)"},
         {"expression": "has(object.metadata.labels)"},
-        {"expression": "object.spec.paused == false", "message": "never shown"},
+        # paused: false is omitempty: kube-apiserver (and review, typing the object) sends no paused field.
+        {"expression": "object.spec.?paused.orValue(false) == false", "message": "never shown"},
     ], [{"name": "a-deny.static.k8s.io", "validationActions": ["Deny"]},
         {"name": "a-prod-warn.static.k8s.io", "validationActions": ["Warn"],
          "matchResources": {"namespaceSelector": {"matchLabels": {"env": "prod"}}}}],

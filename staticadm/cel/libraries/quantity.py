@@ -186,6 +186,15 @@ def parse_nanos(text: str) -> int:
     return nanos if positive else -nanos
 
 
+def quantity_format(text: str) -> str:
+    """The Format ParseQuantity gives ``text`` (its suffix's: ``DecimalSI``, ``BinarySI`` or
+    ``DecimalExponent``), which decides how the quantity is written back; raises ``QuantityError``."""
+    if text == "0":
+        return "DecimalSI"
+    suffix = _scan(text)[4]
+    return _interpret_suffix(suffix)[2]
+
+
 def nanos_to_decimal(nanos: int) -> str:
     """Normalized decimal text (no exponent, no trailing fractional zeros) for the payload."""
     sign = "-" if nanos < 0 else ""
