@@ -32,6 +32,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm.gofmt import format_float_g
+
 STR_TAG = "tag:yaml.org,2002:str"
 BINARY_TAG = "tag:yaml.org,2002:binary"
 BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -261,7 +263,7 @@ def go_key_text(resolved: Resolved) -> str:
     if value is None:
         return "<nil>"
     if isinstance(value, float):
-        return _format_float64_g(value)
+        return format_float_g(value)
     return str(value)
 
 
@@ -279,30 +281,12 @@ def _format_float32_g(value: float) -> str:
         return ".inf" if single > 0 else "-.inf"
     if single == 0:
         return "-0" if math.copysign(1, single) < 0 else "0"
+    # The shortest digits that read back as the same float32 (at most 9 are ever needed).
     for precision in range(1, 10):
         text = f"{single:.{precision - 1}e}"
         if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
             return _go_g(text)
     return _go_g(f"{single:.8e}")
-
-
-def _format_float64_g(value: float) -> str:
-    """strconv.FormatFloat(value, 'g', -1, 64)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1, value) < 0 else "0"
-    return _go_g(_shortest_e(value))
-
-
-def _shortest_e(value: float) -> str:
-    for precision in range(1, 18):
-        text = f"{value:.{precision - 1}e}"
-        if float(text) == value:
-            return text
-    return f"{value:.16e}"
 
 
 def _go_g(exponent_form: str) -> str:
