@@ -18,7 +18,7 @@ from staticadm.cli import main
 from staticadm.kinds import as_admitted
 from staticadm.kinds.go_types import go_types
 from staticadm.kinds.typed import round_trip
-from tests.conftest import SHARED
+from tests.conftest import CONFORMANCE, SHARED
 
 ORACLE = SHARED / "oracle" / "k8s-admission-oracle"
 
@@ -72,6 +72,27 @@ ROUND_TRIP_OBJECTS: list[dict[str, Any]] = [
 ]
 
 
+def _corpus_objects() -> list[dict[str, Any]]:
+    """The objects (and old objects) of built-in kinds in the requests of the shared conformance corpora
+    (about 240: pods, deployments, services, ... as their authors wrote them)."""
+    reviews: list[Any] = []
+    for path in sorted((CONFORMANCE / "k8s-admission" / "corpus").glob("*/request.json")):
+        reviews.append(json.loads(path.read_text()))
+    scenarios = CONFORMANCE / "scenarios" / "docs_scenarios.json"
+    if scenarios.exists():
+        reviews.extend(entry.get("request") for entry in json.loads(scenarios.read_text()))
+    types = go_types()
+    objects = []
+    for review in reviews:
+        request = review.get("request") if isinstance(review, dict) else None
+        for obj in (request or {}).get("object"), (request or {}).get("oldObject"):
+            # kube-apiserver never admits the review kinds (TokenReview, SubjectAccessReview, ...).
+            if isinstance(obj, dict) and types.kind_type(str(obj.get("apiVersion")), str(obj.get("kind"))) \
+                    and not str(obj.get("kind")).endswith("Review"):
+                objects.append(obj)
+    return objects
+
+
 def _types_round_trip(obj: dict[str, Any]) -> dict[str, Any]:
     types = go_types()
     type_id = types.kind_type(obj["apiVersion"], obj["kind"])
@@ -94,8 +115,9 @@ def test_the_typed_round_trip_is_kube_apiservers(tmp_path: Path) -> None:
         "    jsonPatch: {expression: \"[JSONPatch{op: 'add', path: '/metadata/labels', value: {'x': 'y'}}]\"}\n"
         "---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\n"
         "metadata: {name: label.static.k8s.io}\nspec: {policyName: label.static.k8s.io}\n")
+    objects = ROUND_TRIP_OBJECTS + _corpus_objects()
     lines = []
-    for index, obj in enumerate(ROUND_TRIP_OBJECTS):
+    for index, obj in enumerate(objects):
         review = build_request_for_object(obj, None, RequestSettings(), uid_seed=str(index)).review
         review["request"]["object"] = obj  # the object as written: the oracle does the typed decoding
         review["request"]["uid"] = str(index)
@@ -103,8 +125,8 @@ def test_the_typed_round_trip_is_kube_apiservers(tmp_path: Path) -> None:
     completed = subprocess.run([str(ORACLE), "--manifests", str(manifests)], input="\n".join(lines) + "\n",
                                capture_output=True, text=True, timeout=120, check=True)
     decisions = [json.loads(line) for line in completed.stdout.splitlines()]
-    assert len(decisions) == len(ROUND_TRIP_OBJECTS)
-    for obj, decision in zip(ROUND_TRIP_OBJECTS, decisions, strict=True):
+    assert len(decisions) == len(objects)
+    for obj, decision in zip(objects, decisions, strict=True):
         assert "normalizedObject" in decision, decision
         assert _types_round_trip(obj) == decision["normalizedObject"], obj["kind"]
 
@@ -261,3 +283,13 @@ def test_review_evaluates_the_typed_defaulted_object_and_says_what_was_defaulted
     assert main(["review", str(tmp_path / "manifests"), "-o", "json", "-f", str(objects)], stdout=out) == 0
     results = [json.loads(line) for line in out.getvalue().splitlines()]
     assert "object: spec.strategy.type" in results[1]["defaulted"] and results[0]["dropped"] == []
+
+
+@pytest.mark.parametrize("obj", ROUND_TRIP_OBJECTS, ids=[obj["kind"] for obj in ROUND_TRIP_OBJECTS])
+def test_an_object_kube_apiserver_already_holds_is_left_as_it_is(obj: dict[str, Any]) -> None:
+    # What kube-apiserver stored (an audit log's responseObject, a recorded AdmissionReview's object) is typed
+    # and defaulted already: doing both again changes nothing.
+    once = as_admitted(obj)
+    assert once is not None
+    twice = as_admitted(once.value)
+    assert twice is not None and (twice.value, twice.defaulted, twice.dropped) == (once.value, (), ())
