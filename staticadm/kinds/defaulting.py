@@ -345,20 +345,25 @@ def _node_status(walk: _Walk, status: dict[str, Any], path: str) -> None:
 # -- apps/v1 ---------------------------------------------------------------------------------------
 
 
-def _deployment(walk: _Walk, deployment: dict[str, Any], path: str) -> None:
-    spec = deployment.setdefault("spec", {})
-    if spec.get("replicas") is None:
-        walk.set(spec, "replicas", 1, "spec")
-    strategy = spec.setdefault("strategy", {})
+def _rolling_update(walk: _Walk, spec: dict[str, Any], field: str, max_unavailable: Any, max_surge: Any) -> None:
+    """A Deployment's or DaemonSet's strategy: RollingUpdate unless given, with its two bounds."""
+    strategy = spec.setdefault(field, {})
     if not strategy.get("type"):
-        walk.set(strategy, "type", "RollingUpdate", "spec.strategy")
+        walk.set(strategy, "type", "RollingUpdate", f"spec.{field}")
     if strategy["type"] == "RollingUpdate":
         if strategy.get("rollingUpdate") is None:
             strategy["rollingUpdate"] = {}
         rolling = strategy["rollingUpdate"]
-        for name in ("maxUnavailable", "maxSurge"):
+        for name, default in (("maxUnavailable", max_unavailable), ("maxSurge", max_surge)):
             if rolling.get(name) is None:
-                walk.set(rolling, name, "25%", "spec.strategy.rollingUpdate")
+                walk.set(rolling, name, default, f"spec.{field}.rollingUpdate")
+
+
+def _deployment(walk: _Walk, deployment: dict[str, Any], path: str) -> None:
+    spec = deployment.setdefault("spec", {})
+    if spec.get("replicas") is None:
+        walk.set(spec, "replicas", 1, "spec")
+    _rolling_update(walk, spec, "strategy", "25%", "25%")
     for name, default in (("revisionHistoryLimit", 10), ("progressDeadlineSeconds", 600)):
         if spec.get(name) is None:
             walk.set(spec, name, default, "spec")
@@ -366,16 +371,7 @@ def _deployment(walk: _Walk, deployment: dict[str, Any], path: str) -> None:
 
 def _daemon_set(walk: _Walk, daemon_set: dict[str, Any], path: str) -> None:
     spec = daemon_set.setdefault("spec", {})
-    strategy = spec.setdefault("updateStrategy", {})
-    if not strategy.get("type"):
-        walk.set(strategy, "type", "RollingUpdate", "spec.updateStrategy")
-    if strategy["type"] == "RollingUpdate":
-        if strategy.get("rollingUpdate") is None:
-            strategy["rollingUpdate"] = {}
-        rolling = strategy["rollingUpdate"]
-        for name, default in (("maxUnavailable", 1), ("maxSurge", 0)):
-            if rolling.get(name) is None:
-                walk.set(rolling, name, default, "spec.updateStrategy.rollingUpdate")
+    _rolling_update(walk, spec, "updateStrategy", 1, 0)
     if spec.get("revisionHistoryLimit") is None:
         walk.set(spec, "revisionHistoryLimit", 10, "spec")
 

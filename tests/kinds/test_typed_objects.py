@@ -186,6 +186,10 @@ DEFAULTS: list[tuple[dict[str, Any], str, Any]] = [
     (DEPLOYMENT, "spec.revisionHistoryLimit", 10),
     (DEPLOYMENT, "spec.progressDeadlineSeconds", 600),
     (DEPLOYMENT, "spec.template.spec.restartPolicy", "Always"),
+    ({**DEPLOYMENT, "kind": "DaemonSet"}, "spec.updateStrategy",
+     {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+    ({**DEPLOYMENT, "kind": "DaemonSet"}, "spec.revisionHistoryLimit", 10),
+    ({**DEPLOYMENT, "kind": "ReplicaSet"}, "spec.replicas", 1),
     (ROUND_TRIP_OBJECTS[2], "spec.containers[0].ports[0].protocol", "TCP"),  # +default="TCP"
     (ROUND_TRIP_OBJECTS[2], "spec.containers[0].resources.requests.ephemeral-storage", "1e3"),  # from limits
     (ROUND_TRIP_OBJECTS[2], "spec.containers[0].livenessProbe",
