@@ -16,11 +16,14 @@ from k8s.io/api by the generator and these ``SetDefaults_*`` functions ported fr
   LimitRangeItem, ReplicationController, NodeStatus;
 - apps/v1: Deployment, DaemonSet, StatefulSet, ReplicaSet; batch/v1: Job, CronJob,
   PodFailurePolicyOnPodConditionsPattern; rbac.authorization.k8s.io/v1: Subject, RoleBinding and
-  ClusterRoleBinding role references; networking.k8s.io/v1: NetworkPolicy.
+  ClusterRoleBinding role references; networking.k8s.io/v1: NetworkPolicy(Port); storage.k8s.io/v1:
+  StorageClass; scheduling.k8s.io/v1: PriorityClass; autoscaling/v2: HorizontalPodAutoscaler (min replicas,
+  the CPU metric, behaviour rules).
 
 Feature gates are taken at their Kubernetes 1.36 defaults; the pod-level resources defaults
 (``PodLevelResources``: pod ``spec.resources`` from the containers') and the image volume pull policy
-(``ImageVolume``) are not ported. Other groups get their ``+default=`` markers only.
+(``ImageVolume``) are not ported, nor CSIDriver's (gated fields newer than the sources read). Other groups
+and versions get their ``+default=`` markers only.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ _APPS = "k8s.io/api/apps/v1."
 _BATCH = "k8s.io/api/batch/v1."
 _RBAC = "k8s.io/api/rbac/v1."
 _NETWORKING = "k8s.io/api/networking/v1."
+_STORAGE = "k8s.io/api/storage/v1."
+_SCHEDULING = "k8s.io/api/scheduling/v1."
+_AUTOSCALING = "k8s.io/api/autoscaling/v2."
 
 #: A type's defaulting function: (the walk, the struct's value, its path).
 Defaulter = Callable[["_Walk", dict[str, Any], str], None]
@@ -478,6 +484,45 @@ def _network_policy_port(walk: _Walk, port: dict[str, Any], path: str) -> None:
         walk.set(port, "protocol", "TCP", path)
 
 
+# -- storage.k8s.io/v1, scheduling.k8s.io/v1, autoscaling/v2 -------------------------------------------
+
+
+def _storage_class(walk: _Walk, storage_class: dict[str, Any], path: str) -> None:
+    for name, default in (("reclaimPolicy", "Delete"), ("volumeBindingMode", "Immediate")):
+        if storage_class.get(name) is None:
+            walk.set(storage_class, name, default, path)
+
+
+def _priority_class(walk: _Walk, priority_class: dict[str, Any], path: str) -> None:
+    if priority_class.get("preemptionPolicy") is None:
+        walk.set(priority_class, "preemptionPolicy", "PreemptLowerPriority", path)
+
+
+#: autoscaling/v2's defaultHPAScaleUpRules and defaultHPAScaleDownRules (the HPA behaviour before v2).
+_SCALE_UP_RULES = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                   "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+_SCALE_DOWN_RULES = {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+
+
+def _horizontal_pod_autoscaler(walk: _Walk, autoscaler: dict[str, Any], path: str) -> None:
+    spec = autoscaler.setdefault("spec", {})
+    if spec.get("minReplicas") is None:
+        walk.set(spec, "minReplicas", 1, "spec")
+    if not spec.get("metrics"):
+        walk.set(spec, "metrics", [{"type": "Resource", "resource": {
+            "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}], "spec")
+    behavior = spec.get("behavior")
+    if behavior is not None:
+        # GenerateHPAScale{Up,Down}Rules: the defaults, with every field the given rules set (not nil) kept.
+        for direction, defaults in (("scaleUp", _SCALE_UP_RULES), ("scaleDown", _SCALE_DOWN_RULES)):
+            given = behavior.get(direction) or {}
+            for name, default in defaults.items():
+                if given.get(name) is None:
+                    walk.set(given, name, copy_json(default), f"spec.behavior.{direction}")
+            behavior[direction] = given
+
+
 _DEFAULTERS: dict[str, Defaulter] = {
     _CORE + "Pod": _pod,
     _CORE + "PodSpec": _pod_spec,
@@ -516,4 +561,7 @@ _DEFAULTERS: dict[str, Defaulter] = {
     _RBAC + "ClusterRoleBinding": _role_binding,
     _NETWORKING + "NetworkPolicy": _network_policy,
     _NETWORKING + "NetworkPolicyPort": _network_policy_port,
+    _STORAGE + "StorageClass": _storage_class,
+    _SCHEDULING + "PriorityClass": _priority_class,
+    _AUTOSCALING + "HorizontalPodAutoscaler": _horizontal_pod_autoscaler,
 }

@@ -33,6 +33,14 @@ DEPLOYMENT: dict[str, Any] = {
                           "spec": {"containers": [{"name": "app", "image": "registry.example/app:1.2"}]}}},
 }
 
+STORAGE_CLASS: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                  "metadata": {"name": "fast"}, "provisioner": "example.com/csi"}
+AUTOSCALER: dict[str, Any] = {
+    "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "web", "namespace": "team"},
+    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 5,
+             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}}},
+}
+
 #: Objects whose typed round trip is compared with kube-apiserver's: empty and zero values, quantities,
 #: times, int-or-string, bytes, unknown fields, nested structs, several kinds.
 ROUND_TRIP_OBJECTS: list[dict[str, Any]] = [
@@ -69,6 +77,8 @@ ROUND_TRIP_OBJECTS: list[dict[str, Any]] = [
     {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
      "metadata": {"name": "np", "namespace": "team"},
      "spec": {"podSelector": {}, "ingress": [{"ports": [{"port": 80}]}]}},
+    STORAGE_CLASS,
+    AUTOSCALER,
 ]
 
 
@@ -215,6 +225,17 @@ DEFAULTS: list[tuple[dict[str, Any], str, Any]] = [
     (ROUND_TRIP_OBJECTS[9], "roleRef.apiGroup", "rbac.authorization.k8s.io"),
     (ROUND_TRIP_OBJECTS[10], "spec.policyTypes", ["Ingress"]),
     (ROUND_TRIP_OBJECTS[10], "spec.ingress[0].ports[0].protocol", "TCP"),
+    (STORAGE_CLASS, "reclaimPolicy", "Delete"),
+    (STORAGE_CLASS, "volumeBindingMode", "Immediate"),
+    ({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+     "preemptionPolicy", "PreemptLowerPriority"),
+    (AUTOSCALER, "spec.minReplicas", 1),
+    (AUTOSCALER, "spec.metrics", [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+    (AUTOSCALER, "spec.behavior.scaleDown", {"stabilizationWindowSeconds": 60, "selectPolicy": "Max", "policies": [
+        {"type": "Percent", "value": 100, "periodSeconds": 15}]}),
+    (AUTOSCALER, "spec.behavior.scaleUp.policies", [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                                    {"type": "Percent", "value": 100, "periodSeconds": 15}]),
 ]
 
 
