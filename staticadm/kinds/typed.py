@@ -257,8 +257,9 @@ def _wrong(path: str, value: Any, wanted: str) -> TypedObjectError:
 
 
 def _parse_rfc3339(value: Any, path: str) -> dt.datetime | None:
-    """time.Parse(time.RFC3339, ...) as metav1.Time's UnmarshalJSON calls it (null and "" are the zero time)."""
-    if value is None or value == "":
+    """time.Parse(time.RFC3339, ...) as metav1.Time's UnmarshalJSON calls it (null is the zero time; "" does
+    not parse)."""
+    if value is None:
         return None
     if not isinstance(value, str):
         raise _wrong(path, value, "an RFC 3339 time string")
