@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ from staticadm.yamljson import (
     parse_yaml,
     parse_yaml_stream,
 )
+from tests.conftest import SHARED
 
 
 def _flow(depth: int) -> str:
@@ -200,3 +204,59 @@ def test_values_json_cannot_carry_are_refused_with_their_place() -> None:
             parse_yaml(f"a: 1\nb: [{text}]\n")
     # An infinity may still name a key, anchored or not.
     assert parse_yaml("k: {&i .inf : 1, j: {*i : 2}}\n") == {"k": {".inf": 1, "j": {".inf": 2}}}
+
+
+ORACLE = SHARED / "oracle" / "k8s-admission-oracle"
+#: A label key kube-apiserver's selectors accept (a qualified name), so a key can be checked by matching.
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _pod_review(uid: str, labels: dict[str, str]) -> str:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "team", "name": "p",
+        "operation": "CREATE", "userInfo": {"username": "admin"},
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team",
+                                                                    "labels": labels}}}})
+
+
+@pytest.mark.skipif(not ORACLE.exists(), reason=f"kube-apiserver's admission code as a command not found at {ORACLE}")
+def test_manifest_scalars_mean_to_kube_apiserver_what_they_mean_here(tmp_path: Path) -> None:
+    """Each scalar of the table written as a policy's message (where it is text here) and as a binding's
+    label selector key, loaded by kube-apiserver's own manifest loader (the oracle): its denial message is the
+    text, and its selector matches a pod labelled with the key as read here, not one labelled otherwise."""
+    documents, requests, expected = [], [], {}
+    texts = [text for text, value in GO_YAML_V2_SCALARS if isinstance(value, str)]
+    # Null and unsigned keys are refused, as sigs.k8s.io/yaml refuses them, and "<<" as a key merges.
+    keys = {text: key for text, value in GO_YAML_V2_SCALARS if value is not None and text != "<<" and not (
+            isinstance(value, int) and value > 2**63 - 1)
+            and _LABEL_KEY.fullmatch(key := next(iter(parse_yaml(f"{{{text}: v}}\n"))))}
+    for index, (text, selector) in enumerate([(text, f"{{case: m{index}}}") for index, text in enumerate(texts)]
+                                             + [("k", f"{{{text}: v}}") for text in keys]):
+        documents.append(
+            f"apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\n"
+            f"metadata: {{name: p{index}.static.k8s.io}}\nspec:\n  matchConstraints:\n    resourceRules:\n"
+            f"    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}}\n"
+            f"  validations:\n  - expression: 'false'\n    message: {text}\n---\n"
+            f"apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n"
+            f"metadata: {{name: p{index}.static.k8s.io}}\nspec:\n  policyName: p{index}.static.k8s.io\n"
+            f"  validationActions: [Deny]\n  matchResources:\n    objectSelector:\n      matchLabels: {selector}\n")
+    for index, text in enumerate(texts):
+        requests.append(_pod_review(f"m{index}", {"case": f"m{index}"}))
+        expected[f"m{index}"] = (False, parse_yaml(f"message: {text}\n")["message"])
+    for index, key in enumerate(keys.values()):
+        requests.append(_pod_review(f"k{index}", {key: "v"}))
+        requests.append(_pod_review(f"x{index}", {key + "-zz9": "v"}))
+        expected[f"k{index}"], expected[f"x{index}"] = (False, "k"), (True, "")
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "scalars.static.k8s.io.yaml").write_text("---\n".join(documents))
+    completed = subprocess.run([str(ORACLE), "--manifests", str(manifests)], input="\n".join(requests) + "\n",
+                               capture_output=True, text=True, timeout=120, check=True)
+    decisions = {line["uid"]: line for line in map(json.loads, completed.stdout.splitlines())}
+    for uid, (allowed, message) in expected.items():
+        decision = decisions[uid]
+        assert decision["allowed"] is allowed, (uid, decision)
+        assert decision["policyMessage"].endswith(f"denied request: {message}" if message else ""), (uid, decision)
+    assert len(keys) > 50
