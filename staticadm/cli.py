@@ -122,13 +122,15 @@ def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
 
 
 def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.deploy.control_plane import control_plane_check
     from staticadm.manifests.check import run_check
 
     directories = [*args.manifests, *args.directories]
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
-    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict)
+    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
+                     extra_checks=(control_plane_check,))
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -483,7 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Loads each directory as the daemon (and kube-apiserver's static-manifest loader) would,\n"
                     "reporting every error with its file, document and field, and warnings about what loads\n"
                     "but probably does not do what was meant. Files given with -f are checked together, as if\n"
-                    "they were one directory.\n\n"
+                    "they were one directory. The writes a kubeadm control plane always makes (kube-proxy and\n"
+                    "CoreDNS pods, mirror pods, node status and leases, events) are replayed: a policy refusing\n"
+                    "one is named with the write.\n\n"
                     "Exit codes: 0 everything valid (warnings allowed); 1 something invalid; 2 usage.\n\n"
                     "example: staticadm check /etc/staticadm/manifests\n"
                     "         staticadm check -f policy.yaml -f binding.yaml -o json")
@@ -497,7 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_parser.add_argument("--strict", action="store_true",
                               help="type-checking warnings (expressions checked against the schemas of the kinds a "
-                                   "ValidatingAdmissionPolicy matches, as kube-apiserver does) are errors")
+                                   "ValidatingAdmissionPolicy matches, as kube-apiserver does) and control-plane "
+                                   "writes a policy refuses are errors")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
