@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 import ssl
@@ -194,7 +195,13 @@ def bind_tcp_socket(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as error:
         sock.close()
-        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}") from error
+        hint = ""
+        if error.errno == errno.EADDRINUSE:
+            # 8443 is also minikube's kube-apiserver port and a common one for HA load balancers in front of it.
+            hint = (f"; another program listens there (`ss -ltnp 'sport = :{port}'` names it): give staticadm another "
+                    "port here and the same one in the webhook configuration's URL (webhook-config --url) and the "
+                    "webhook kubeconfig's user entry")
+        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}{hint}") from error
     sock.setblocking(False)
     return sock
 
