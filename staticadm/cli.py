@@ -294,7 +294,7 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     try:
         files = create_certificates(directory, hosts=hosts, validity=datetime.timedelta(days=args.days),
                                     ca_validity=datetime.timedelta(days=args.ca_days), force=args.force,
-                                    renew=args.renew)
+                                    renew=args.renew, ca_directory=Path(args.ca_dir) if args.ca_dir else None)
     except FileExistsError as error:
         stderr.write(f"staticadm certs: {error}\n")
         return EXIT_FAILED
@@ -307,6 +307,7 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     what = "serving certificate renewed with the existing CA" if args.renew else "CA and serving certificate created"
     stdout.write(f"{what} in {directory}\n"
                  f"  CA (the webhook caBundle, --ca-file): {files.ca_cert}\n"
+                 f"  CA key (only `certs` reads it):       {files.ca_key}\n"
                  f"  serving certificate (--tls-cert):     {files.cert}\n"
                  f"  serving key (--tls-key, mode 0600):   {files.key}\n")
     return EXIT_OK
@@ -607,11 +608,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Writes ca.crt, ca.key, serving.crt and serving.key (keys mode 0600). The daemon reloads "
                     "rotated serving files without a restart; --renew reissues the serving certificate with "
                     "the existing CA so the webhook caBundle stays valid. Exit 0 written, 1 refused or failed, "
-                    "2 usage. Example: staticadm certs --out-dir /etc/staticadm/tls --hosts 127.0.0.1,::1; "
-                    "a year later: staticadm certs --out-dir /etc/staticadm/tls --renew")
+                    "2 usage. Example: staticadm certs --ca-dir /etc/staticadm/ca --out-dir /etc/staticadm/tls; "
+                    "a year later: staticadm certs --ca-dir /etc/staticadm/ca --out-dir /etc/staticadm/tls --renew")
     certs_parser.add_argument("--out-dir", metavar="DIR", default=None,
                               help="where to write the files (default: tls/ under the daemon's state directory, "
                                    "which is where `staticadm serve` looks without --tls-cert)")
+    certs_parser.add_argument("--ca-dir", metavar="DIR", default=None,
+                              help="keep ca.crt and ca.key here instead of in --out-dir, so that what the daemon "
+                                   "mounts holds no CA key (the static pod); give it again with --renew")
     certs_parser.add_argument("--hosts", action="append", default=None, metavar="HOST[,HOST...]",
                               help="IP addresses and DNS names of the serving certificate; repeatable "
                                    "(default: 127.0.0.1,::1,localhost)")
