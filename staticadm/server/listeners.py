@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 # The daemon's first-start certificate lives with ``staticadm certs`` so there is one implementation;
 # re-exported here because the daemon's TLS setup reads it as part of the listeners.
 from staticadm.deploy.certs import GeneratedTls, ensure_self_signed
@@ -250,15 +252,23 @@ class ServingTls:
     """
 
     def __init__(self, cert: Path, key: Path, client_ca: Path | None, logger: Any,
-                 count_refused: Callable[[str], None] = lambda _reason: None) -> None:
+                 count_refused: Callable[[str], None] = lambda _reason: None,
+                 on_loaded: Callable[[ServingTls], None] = lambda _tls: None) -> None:
         self.cert = cert
         self.key = key
         self.client_ca = client_ca
         self._log = logger
+        #: When each certificate in use stops being valid (seconds since the epoch): ``serving``, and
+        #: ``client-ca`` (its first certificate to expire) with --client-ca. Read from the files just loaded.
+        self.expiries: dict[str, float] = {}
+        #: Called after the first load and after every reload (the expiry metric, the renewal's schedule).
+        self.on_loaded = on_loaded
         self.context = self._new_context()
         self._load_into(self.context)
         self.context.sslobject_class = _reporting_ssl_object(HandshakeFailures(logger, count_refused))
         self._seen = _fingerprint(self._paths())
+        self.expiries = self._read_expiries()
+        on_loaded(self)
 
     def _paths(self) -> list[Path]:
         return [self.cert, self.key] + ([self.client_ca] if self.client_ca is not None else [])
@@ -295,8 +305,26 @@ class ServingTls:
             return False
         self._load_into(self.context)
         self._seen = seen
+        self.expiries = self._read_expiries()
         self._log.info("reloaded TLS serving certificate", cert=str(self.cert), key=str(self.key))
+        self.on_loaded(self)
         return True
+
+    def _read_expiries(self) -> dict[str, float]:
+        """The files' notAfter, read after they loaded (a file replaced since is reloaded, and read, again)."""
+        expiries: dict[str, float] = {}
+        for name, path in (("serving", self.cert), ("client-ca", self.client_ca)):
+            if path is None:
+                continue
+            try:
+                certificates = x509.load_pem_x509_certificates(path.read_bytes())
+            except (OSError, ValueError) as error:
+                self._log.warning("cannot read the expiry of a TLS certificate in use", file=str(path), err=str(error))
+                continue
+            if name == "serving":
+                certificates = certificates[:1]  # the leaf; a chain's CAs follow it
+            expiries[name] = min(certificate.not_valid_after_utc.timestamp() for certificate in certificates)
+        return expiries
 
     async def watch(self, interval: float = TLS_CHECK_INTERVAL) -> None:
         while True:
