@@ -31,6 +31,13 @@ __all__ = ["GeneratedTls", "Listener", "ListenerError", "ServingTls", "bind_tcp_
 #: How often certificate files are checked for changes; stat() is cheap and, unlike inotify, follows
 #: the symlink swaps Kubernetes uses for Secret volumes without extra bookkeeping.
 TLS_CHECK_INTERVAL = 1.0
+#: What makes each TLS file, for the error that names the one a start is missing.
+TLS_FILE_ORIGIN = ("`staticadm certs --ca-dir /etc/staticadm/ca --out-dir DIR` creates the serving certificate and "
+                   "key (docs/deployment.md, \"Certificates\"); without --tls-cert the daemon makes its own under "
+                   "--state-dir")
+CLIENT_CA_ORIGIN = ("`kubeadm init` (and `kubeadm join --control-plane`) creates kubeadm's front-proxy CA, "
+                    "/etc/kubernetes/pki/front-proxy-ca.crt; without kubeadm, name the CA of kube-apiserver's "
+                    "--proxy-client-cert-file (docs/deployment.md, \"kube-apiserver 1.36+\")")
 
 
 #: How often refused TLS handshakes are logged for one reason (the line counts those not logged).
@@ -282,7 +289,27 @@ class ServingTls:
         context.set_alpn_protocols(["http/1.1"])
         return context
 
+    def _unreadable(self) -> str | None:
+        """The first file of the three that cannot be opened, named with its option and what makes it: a start
+        on a node not yet prepared names the one step that is missing."""
+        files = [("--tls-cert", self.cert, TLS_FILE_ORIGIN), ("--tls-key", self.key, TLS_FILE_ORIGIN)]
+        if self.client_ca is not None:
+            files.append(("--client-ca", self.client_ca, CLIENT_CA_ORIGIN))
+        for option, path, origin in files:
+            try:
+                with path.open("rb"):
+                    pass
+            except FileNotFoundError:
+                return f"{option} {path}: no such file; {origin}"
+            except OSError as error:
+                return (f"{option} {path}: cannot be read by uid {os.geteuid()}: {error.strerror or error}; "
+                        f"{origin}")
+        return None
+
     def _load_into(self, context: ssl.SSLContext) -> None:
+        problem = self._unreadable()
+        if problem is not None:
+            raise ListenerError(problem)
         try:
             context.load_cert_chain(str(self.cert), str(self.key))
             if self.client_ca is not None:
