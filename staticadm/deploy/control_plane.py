@@ -164,9 +164,8 @@ def _review(entry: Mapping[str, Any]) -> dict[str, Any]:
     (nothing is converted), its options as the operation's, never a dry run."""
     operation = entry["operation"]
     options_kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}[operation]
-    uid = hashlib.sha256(entry["description"].encode()).hexdigest()
     request: dict[str, Any] = {
-        "uid": f"{uid[:8]}-{uid[8:12]}-{uid[12:16]}-{uid[16:20]}-{uid[20:32]}",
+        "uid": _uuid_from(entry["description"]),
         "kind": entry["kind"],
         "resource": entry["resource"],
         "requestKind": entry["kind"],
@@ -186,6 +185,12 @@ def _review(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
+def _uuid_from(text: str) -> str:
+    """A UUID-shaped identifier fixed by ``text``: the same request and object on every run of ``check``."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
 def _is_mirror_pod_create(entry: Mapping[str, Any]) -> bool:
     obj = entry.get("object") or {}
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -196,10 +201,8 @@ def _mirror_status_update(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The kubelet's ``pods/status`` write once a mirror pod's containers run: the stored pod (uid,
     resourceVersion, creationTimestamp) before, the same pod Running after."""
     stored = copy.deepcopy(entry["object"])
-    name = stored["metadata"]["name"]
-    digest = hashlib.sha256(name.encode()).hexdigest()
     stored["metadata"].update({
-        "uid": f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}",
+        "uid": _uuid_from(stored["metadata"]["name"]),
         "resourceVersion": "412",
         "creationTimestamp": "2026-11-27T09:12:04Z",
     })

@@ -15,49 +15,17 @@ import pytest
 from staticadm.deploy.control_plane import control_plane_requests
 from staticadm.yamljson import parse_stream
 from tests.deploy.conftest import EXAMPLES, KUBE_APISERVER, REPO_ROOT, run_cli, run_subprocess
+from tests.policy_text import validating_policy_yaml, validation_yaml
 
 #: The limits policy as the examples shipped it before the replay: Deny in every namespace.
-UNEXEMPTED_LIMITS = """\
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: limits.static.k8s.io}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validations:
-    - expression: "object.spec.containers.all(c, has(c.resources.limits) && 'memory' in c.resources.limits)"
-      message: containers need memory limits
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: limits.static.k8s.io}
-spec:
-  policyName: limits.static.k8s.io
-  validationActions: [Deny]
-"""
+UNEXEMPTED_LIMITS = validating_policy_yaml("limits", validations=validation_yaml(
+    "object.spec.containers.all(c, has(c.resources.limits) && 'memory' in c.resources.limits)",
+    "containers need memory limits"))
 
 #: Reads a pod's field from every object it is sent: nodes, leases and events have no spec.containers.
-CARELESS_WILDCARD = """\
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: careless.static.k8s.io}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: ["*"], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: ["*/*"]}
-  validations:
-    - expression: "size(object.spec.containers) < 100"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: careless.static.k8s.io}
-spec:
-  policyName: careless.static.k8s.io
-  validationActions: [Deny]
-"""
+CARELESS_WILDCARD = validating_policy_yaml("careless", group="*", resource="*/*", operations='["CREATE", "UPDATE"]',
+                                           validations=validation_yaml("size(object.spec.containers) < 100",
+                                                                       "fewer than 100 containers"))
 
 
 def _directory(tmp_path: Path, text: str) -> Path:

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 
 from staticadm.deploy.certs import create_certificates
 from tests.deploy.conftest import REPO_ROOT
-from tests.server.harness import DaemonFactory, free_port, review, wait_for
+from tests.server.harness import DaemonFactory, free_port, review, stop_process, wait_for
 
 MONITORING = REPO_ROOT / "monitoring"
 RULES = MONITORING / "staticadm-rules.yaml"
@@ -128,10 +127,4 @@ scrape_configs:
         hashes = _api(port, "/api/v1/query", query="staticadm:config_hashes:count")["result"]
         assert [sample["value"][1] for sample in hashes] == ["1"]
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    time.sleep(0)  # nothing left running
+        stop_process(server)
