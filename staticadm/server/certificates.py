@@ -57,6 +57,8 @@ class CertificateLifetime:
         self._log = logger
         self._clock = clock
         self._warned_at: float | None = None
+        #: The serving certificate's expiry a renewal could not move past the renewal window (its CA ends first).
+        self._futile_expiry: float | None = None
 
     async def run(self) -> None:
         while True:
@@ -75,13 +77,25 @@ class CertificateLifetime:
         if now < due:
             # Wake when it becomes due rather than up to a minute late: a short-lived certificate renews on time.
             return max(0.05, min(CHECK_INTERVAL, due - now))
-        if self.state_dir is not None:
+        if self.state_dir is not None and expires != self._futile_expiry:
             self._renew(now)
-        elif self._warned_at is None or now - self._warned_at >= WARN_INTERVAL:
+            renewed = self.tls.expiries.get("serving", expires)
+            if renewed - RENEW_BEFORE.total_seconds() > now:
+                return CHECK_INTERVAL
+            # The CA itself ends within RENEW_BEFORE and a serving certificate never outlives it: reissuing
+            # again would change nothing. Said once a day until the files change (a new CA put in place).
+            self._futile_expiry = renewed
+            expires = renewed
+        if self._warned_at is None or now - self._warned_at >= WARN_INTERVAL:
             self._warned_at = now
-            self._log.warning("the serving certificate given with --tls-cert expires soon; renew it (the daemon "
-                              "reloads it within a second of its files changing)", note=expiry_note(self.tls, now),
-                              cert=str(self.tls.cert))
+            if self.state_dir is not None:
+                self._log.error("the generated CA expires within 30 days, so its serving certificate cannot be "
+                                "renewed past it: replace the CA (docs/deployment.md, \"Certificates\")",
+                                note=expiry_note(self.tls, now), cert=str(self.tls.cert))
+            else:
+                self._log.warning("the serving certificate given with --tls-cert expires soon; renew it (the "
+                                  "daemon reloads it within a second of its files changing)",
+                                  note=expiry_note(self.tls, now), cert=str(self.tls.cert))
         return CHECK_INTERVAL
 
     def _renew(self, now: float) -> None:

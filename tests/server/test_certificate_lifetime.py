@@ -169,3 +169,18 @@ def test_a_ca_is_rotated_through_a_bundle_holding_both(make_daemon: DaemonFactor
         HttpsClient(daemon.port or 0, old / "ca.crt").call()
     assert metric_value(daemon.get("/metrics").body.decode(), EXPIRY, {"certificate": "serving"}) == _not_after(
         new / "serving.crt")
+
+
+def test_a_generated_certificate_whose_ca_ends_first_is_reported_not_reissued_forever(make_daemon: DaemonFactory,
+                                                                                      tmp_path: Path) -> None:
+    tls = tmp_path / "state" / "tls"
+    # A CA with 10 days left: no serving certificate it signs can last past them.
+    create_certificates(tls, ca_validity=datetime.timedelta(days=10), validity=datetime.timedelta(days=5))
+    daemon = make_daemon()
+    assert wait_for(lambda: "the generated CA expires within 30 days" in daemon.log())
+    time.sleep(2.5)
+    log = daemon.log()
+    assert log.count("the generated CA expires within 30 days") == 1
+    assert log.count("renewed the generated serving certificate") <= 1
+    assert "note: tls-certificate: serving certificate" in daemon.get("/readyz?verbose").body.decode()
+    assert daemon.metric(EXPIRY, {"certificate": "serving"}) == _not_after(tls / "ca.crt")
