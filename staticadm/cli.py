@@ -122,13 +122,15 @@ def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
 
 
 def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.deploy.control_plane import control_plane_check
     from staticadm.manifests.check import run_check
 
     directories = [*args.manifests, *args.directories]
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
-    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict)
+    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
+                     extra_checks=(control_plane_check,))
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -292,7 +294,7 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     try:
         files = create_certificates(directory, hosts=hosts, validity=datetime.timedelta(days=args.days),
                                     ca_validity=datetime.timedelta(days=args.ca_days), force=args.force,
-                                    renew=args.renew)
+                                    renew=args.renew, ca_directory=Path(args.ca_dir) if args.ca_dir else None)
     except FileExistsError as error:
         stderr.write(f"staticadm certs: {error}\n")
         return EXIT_FAILED
@@ -305,6 +307,7 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     what = "serving certificate renewed with the existing CA" if args.renew else "CA and serving certificate created"
     stdout.write(f"{what} in {directory}\n"
                  f"  CA (the webhook caBundle, --ca-file): {files.ca_cert}\n"
+                 f"  CA key (only `certs` reads it):       {files.ca_key}\n"
                  f"  serving certificate (--tls-cert):     {files.cert}\n"
                  f"  serving key (--tls-key, mode 0600):   {files.key}\n")
     return EXIT_OK
@@ -483,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Loads each directory as the daemon (and kube-apiserver's static-manifest loader) would,\n"
                     "reporting every error with its file, document and field, and warnings about what loads\n"
                     "but probably does not do what was meant. Files given with -f are checked together, as if\n"
-                    "they were one directory.\n\n"
+                    "they were one directory. The writes a kubeadm control plane always makes (kube-proxy and\n"
+                    "CoreDNS pods, mirror pods, node status and leases, events) are replayed: a policy refusing\n"
+                    "one is named with the write.\n\n"
                     "Exit codes: 0 everything valid (warnings allowed); 1 something invalid; 2 usage.\n\n"
                     "example: staticadm check /etc/staticadm/manifests\n"
                     "         staticadm check -f policy.yaml -f binding.yaml -o json")
@@ -497,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_parser.add_argument("--strict", action="store_true",
                               help="type-checking warnings (expressions checked against the schemas of the kinds a "
-                                   "ValidatingAdmissionPolicy matches, as kube-apiserver does) are errors")
+                                   "ValidatingAdmissionPolicy matches, as kube-apiserver does) and control-plane "
+                                   "writes a policy refuses are errors")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
@@ -602,11 +608,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Writes ca.crt, ca.key, serving.crt and serving.key (keys mode 0600). The daemon reloads "
                     "rotated serving files without a restart; --renew reissues the serving certificate with "
                     "the existing CA so the webhook caBundle stays valid. Exit 0 written, 1 refused or failed, "
-                    "2 usage. Example: staticadm certs --out-dir /etc/staticadm/tls --hosts 127.0.0.1,::1; "
-                    "a year later: staticadm certs --out-dir /etc/staticadm/tls --renew")
+                    "2 usage. Example: staticadm certs --ca-dir /etc/staticadm/ca --out-dir /etc/staticadm/tls; "
+                    "a year later: staticadm certs --ca-dir /etc/staticadm/ca --out-dir /etc/staticadm/tls --renew")
     certs_parser.add_argument("--out-dir", metavar="DIR", default=None,
                               help="where to write the files (default: tls/ under the daemon's state directory, "
                                    "which is where `staticadm serve` looks without --tls-cert)")
+    certs_parser.add_argument("--ca-dir", metavar="DIR", default=None,
+                              help="keep ca.crt and ca.key here instead of in --out-dir, so that what the daemon "
+                                   "mounts holds no CA key (the static pod); give it again with --renew")
     certs_parser.add_argument("--hosts", action="append", default=None, metavar="HOST[,HOST...]",
                               help="IP addresses and DNS names of the serving certificate; repeatable "
                                    "(default: 127.0.0.1,::1,localhost)")

@@ -80,7 +80,10 @@ def test_check_strict_says_kube_apiserver_would_load_a_directory_it_only_warns_a
                   "validations": [{"expression": "object.spec.template.spec.x == 1"}]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
          "metadata": {"name": "p.static.k8s.io"},
-         "spec": {"policyName": "p.static.k8s.io", "validationActions": ["Deny"]}}]))
+         # Outside kube-system: the control-plane writes `check` replays would fail on the expression too.
+         "spec": {"policyName": "p.static.k8s.io", "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchExpressions": [
+                      {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}}}]))
     out = io.StringIO()
     assert main(["check", "--strict", str(directory)], stdout=out, stderr=io.StringIO()) == 1
     first = out.getvalue().splitlines()[0]

@@ -8,6 +8,9 @@ the other:
 - ``ca.crt`` / ``ca.key``: the CA; ``ca.crt`` is the webhook configuration's ``caBundle``;
 - ``serving.crt`` / ``serving.key``: the HTTPS listener's certificate, signed by the CA.
 
+``staticadm certs --ca-dir`` keeps the CA in a directory of its own, so what a daemon that is given its
+certificate (the static pod) mounts holds no CA key: it never signs anything.
+
 Private keys are written with mode 0600 and every file is replaced atomically, because the daemon
 reloads the serving pair whenever the files change (rotation without a restart).
 """
@@ -64,8 +67,11 @@ class CertificateFiles:
     ca_created: bool
 
     @classmethod
-    def in_directory(cls, directory: Path, *, ca_created: bool = False) -> CertificateFiles:
-        return cls(directory / CA_CERT, directory / CA_KEY, directory / SERVING_CERT, directory / SERVING_KEY,
+    def in_directory(cls, directory: Path, *, ca_directory: Path | None = None,
+                     ca_created: bool = False) -> CertificateFiles:
+        """The serving pair in ``directory``, the CA in ``ca_directory`` (the same one unless given)."""
+        ca_directory = ca_directory or directory
+        return cls(ca_directory / CA_CERT, ca_directory / CA_KEY, directory / SERVING_CERT, directory / SERVING_KEY,
                    ca_created)
 
 
@@ -111,9 +117,10 @@ def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certifica
 
 def create_certificates(directory: Path, *, hosts: Sequence[str] = DEFAULT_HOSTS,
                         validity: datetime.timedelta = SERVING_VALIDITY, ca_validity: datetime.timedelta = CA_VALIDITY,
-                        force: bool = False, renew: bool = False,
+                        force: bool = False, renew: bool = False, ca_directory: Path | None = None,
                         now: datetime.datetime | None = None) -> CertificateFiles:
-    """Writes a CA and a serving certificate for ``hosts`` into ``directory``.
+    """Writes a CA and a serving certificate for ``hosts`` into ``directory`` (the CA into ``ca_directory``
+    when given: then ``directory`` holds only the serving pair).
 
     With ``renew`` the existing CA signs a new serving certificate and is left alone, so the
     ``caBundle`` already in kube-apiserver's webhook configuration keeps verifying it: this is the
@@ -128,8 +135,10 @@ def create_certificates(directory: Path, *, hosts: Sequence[str] = DEFAULT_HOSTS
         raise CertificateError("certificate lifetimes must be positive")
     if validity > ca_validity and not renew:
         raise CertificateError("the serving certificate cannot outlive its CA: give fewer --days or more --ca-days")
-    files = CertificateFiles.in_directory(directory)
+    files = CertificateFiles.in_directory(directory, ca_directory=ca_directory)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if ca_directory is not None:
+        ca_directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     if renew:
         ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
         if ca_cert.not_valid_after_utc < now + validity:
@@ -146,7 +155,7 @@ def create_certificates(directory: Path, *, hosts: Sequence[str] = DEFAULT_HOSTS
     _write_private(files.ca_key, _key_pem(ca_key))
     _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _issue_serving(files, ca_key, ca_cert, now, validity, names)
-    return CertificateFiles.in_directory(directory, ca_created=True)
+    return CertificateFiles.in_directory(directory, ca_directory=ca_directory, ca_created=True)
 
 
 def parse_host(host: str) -> str:

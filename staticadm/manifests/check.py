@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 import yaml
@@ -20,35 +21,54 @@ from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperatio
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What a check beyond loading found about a valid directory (the control-plane replay): a warning,
+    an error with ``--strict``, and its details for ``-o json`` under ``key``."""
+
+    problem: ManifestError
+    key: str
+    details: Mapping[str, object]
+
+
+#: A check run on each directory that loads; what it finds is reported beside the loader's warnings.
+ExtraCheck = Callable[[LoadResult], Sequence[Finding]]
+
+
 def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO,
-              files: Sequence[str] = (), strict: bool = False) -> int:
+              files: Sequence[str] = (), strict: bool = False, extra_checks: Sequence[ExtraCheck] = ()) -> int:
     """Returns 0 when every directory (and the set of ``files``, checked together as if they were one
     directory) would load, 1 otherwise (warnings do not fail the check). With ``strict``, type-checking
-    warnings are errors."""
+    warnings and the ``extra_checks``' findings are errors."""
     results = [load_manifest_directory(directory) for directory in directories]
     if files:
         results.append(load_manifest_paths(list(files)))
     reports = []
-    promoted: list[int] = []
+    promoted: list[tuple[int, int]] = []
+    found: list[list[Finding]] = []
     for result in results:
         type_warnings = load_type_warnings(result)
-        promoted.append(len(type_warnings) if strict else 0)
-        if strict and type_warnings:
-            result = dataclasses.replace(result, errors=(*result.errors, *type_warnings))
-            type_warnings = []
-        reports.append((result, (*semantic_warnings(result), *type_warnings)))
+        findings = [finding for check in extra_checks for finding in check(result)] if result.ok else []
+        found.append(findings)
+        problems = [finding.problem for finding in findings]
+        promoted.append((len(type_warnings), len(problems)) if strict else (0, 0))
+        if strict and (type_warnings or problems):
+            result = dataclasses.replace(result, errors=(*result.errors, *type_warnings, *problems))
+            type_warnings, problems = [], []
+        reports.append((result, (*semantic_warnings(result), *type_warnings, *problems)))
     if output in ("json", "yaml"):
         document = {
             "valid": all(result.ok for result, _ in reports),
-            "directories": [_json_report(result, warnings) for result, warnings in reports],
+            "directories": [_json_report(result, warnings, findings)
+                            for (result, warnings), findings in zip(reports, found, strict=True)],
         }
         if output == "json":
             stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
         else:
             stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     else:
-        for (result, warnings), strict_errors in zip(reports, promoted, strict=True):
-            _text_report(result, warnings, stdout, strict_errors)
+        for (result, warnings), (type_errors, found_errors) in zip(reports, promoted, strict=True):
+            _text_report(result, warnings, stdout, type_errors, found_errors)
     return 0 if all(result.ok for result, _ in reports) else 1
 
 
@@ -157,7 +177,11 @@ def _rules_intersect(a: NamedRuleWithOperations, b: NamedRuleWithOperations, exa
     return not (a.resource_names and b.resource_names and not set(a.resource_names) & set(b.resource_names))
 
 
-def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[str, object]:
+def _json_report(result: LoadResult, warnings: Sequence[ManifestError],
+                 findings: Sequence[Finding]) -> dict[str, object]:
+    extra: dict[str, list[Mapping[str, object]]] = {}
+    for finding in findings:
+        extra.setdefault(finding.key, []).append(finding.details)
     return {
         "directory": result.directory,
         "valid": result.ok,
@@ -168,12 +192,16 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[
         "mutating_bindings": [b.name for b in result.mutating_bindings],
         "errors": [e.to_json() for e in result.errors],
         "warnings": [w.to_json() for w in warnings],
+        **extra,
     }
 
 
-def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO, strict_errors: int = 0) -> None:
-    """``strict_errors``: how many of the errors are type-checking warnings made errors by --strict, which
-    kube-apiserver does not refuse (it loads the policy and reports them in its status)."""
+def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO, type_errors: int = 0,
+                 found_errors: int = 0) -> None:
+    """``type_errors``: how many of the errors are type-checking warnings made errors by --strict, which
+    kube-apiserver does not refuse (it loads the policy and reports them in its status); ``found_errors``:
+    how many are the extra checks' findings (the control-plane replay), made errors by --strict too."""
+    strict_errors = type_errors + found_errors
     counts = (
         f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
         f"{len(result.validating_bindings)} validating and {len(result.mutating_bindings)} mutating bindings"
@@ -183,12 +211,16 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
     else:
         plural = "error" if len(result.errors) == 1 else "errors"
         refused = len(result.errors) - strict_errors
-        if not refused:
+        if not refused and not found_errors:
             verdict = (f"--strict: {strict_errors} type-checking {plural}; kube-apiserver would load it (it reports "
                        f"type checking in the policy's status, and the expressions fail at run time)")
+        elif not refused:
+            verdict = (f"--strict: {found_errors} control-plane write(s) refused"
+                       + (f" and {type_errors} type-checking warning(s)" if type_errors else "")
+                       + "; kube-apiserver would load it, and the policies would block the control plane")
         elif strict_errors:
-            verdict = (f"kube-apiserver would refuse it ({refused} of them; {strict_errors} are type-checking "
-                       "warnings made errors by --strict)")
+            verdict = (f"kube-apiserver would refuse it ({refused} of them; {strict_errors} are warnings made "
+                       "errors by --strict)")
         else:
             verdict = "kube-apiserver would refuse it"
         out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; {verdict}\n")

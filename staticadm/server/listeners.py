@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 import ssl
@@ -17,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 # The daemon's first-start certificate lives with ``staticadm certs`` so there is one implementation;
 # re-exported here because the daemon's TLS setup reads it as part of the listeners.
@@ -28,6 +31,13 @@ __all__ = ["GeneratedTls", "Listener", "ListenerError", "ServingTls", "bind_tcp_
 #: How often certificate files are checked for changes; stat() is cheap and, unlike inotify, follows
 #: the symlink swaps Kubernetes uses for Secret volumes without extra bookkeeping.
 TLS_CHECK_INTERVAL = 1.0
+#: What makes each TLS file, for the error that names the one a start is missing.
+TLS_FILE_ORIGIN = ("`staticadm certs --ca-dir /etc/staticadm/ca --out-dir DIR` creates the serving certificate and "
+                   "key (docs/deployment.md, \"Certificates\"); without --tls-cert the daemon makes its own under "
+                   "--state-dir")
+CLIENT_CA_ORIGIN = ("`kubeadm init` (and `kubeadm join --control-plane`) creates kubeadm's front-proxy CA, "
+                    "/etc/kubernetes/pki/front-proxy-ca.crt; without kubeadm, name the CA of kube-apiserver's "
+                    "--proxy-client-cert-file (docs/deployment.md, \"kube-apiserver 1.36+\")")
 
 
 #: How often refused TLS handshakes are logged for one reason (the line counts those not logged).
@@ -194,7 +204,13 @@ def bind_tcp_socket(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as error:
         sock.close()
-        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}") from error
+        hint = ""
+        if error.errno == errno.EADDRINUSE:
+            # 8443 is also minikube's kube-apiserver port and a common one for HA load balancers in front of it.
+            hint = (f"; another program listens there (`ss -ltnp 'sport = :{port}'` names it): give staticadm another "
+                    "port here and the same one in the webhook configuration's URL (webhook-config --url) and the "
+                    "webhook kubeconfig's user entry")
+        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}{hint}") from error
     sock.setblocking(False)
     return sock
 
@@ -243,15 +259,23 @@ class ServingTls:
     """
 
     def __init__(self, cert: Path, key: Path, client_ca: Path | None, logger: Any,
-                 count_refused: Callable[[str], None] = lambda _reason: None) -> None:
+                 count_refused: Callable[[str], None] = lambda _reason: None,
+                 on_loaded: Callable[[ServingTls], None] = lambda _tls: None) -> None:
         self.cert = cert
         self.key = key
         self.client_ca = client_ca
         self._log = logger
+        #: When each certificate in use stops being valid (seconds since the epoch): ``serving``, and
+        #: ``client-ca`` (its first certificate to expire) with --client-ca. Read from the files just loaded.
+        self.expiries: dict[str, float] = {}
+        #: Called after the first load and after every reload (the expiry metric, the renewal's schedule).
+        self.on_loaded = on_loaded
         self.context = self._new_context()
         self._load_into(self.context)
         self.context.sslobject_class = _reporting_ssl_object(HandshakeFailures(logger, count_refused))
         self._seen = _fingerprint(self._paths())
+        self.expiries = self._read_expiries()
+        on_loaded(self)
 
     def _paths(self) -> list[Path]:
         return [self.cert, self.key] + ([self.client_ca] if self.client_ca is not None else [])
@@ -265,7 +289,27 @@ class ServingTls:
         context.set_alpn_protocols(["http/1.1"])
         return context
 
+    def _unreadable(self) -> str | None:
+        """The first file of the three that cannot be opened, named with its option and what makes it: a start
+        on a node not yet prepared names the one step that is missing."""
+        files = [("--tls-cert", self.cert, TLS_FILE_ORIGIN), ("--tls-key", self.key, TLS_FILE_ORIGIN)]
+        if self.client_ca is not None:
+            files.append(("--client-ca", self.client_ca, CLIENT_CA_ORIGIN))
+        for option, path, origin in files:
+            try:
+                with path.open("rb"):
+                    pass
+            except FileNotFoundError:
+                return f"{option} {path}: no such file; {origin}"
+            except OSError as error:
+                return (f"{option} {path}: cannot be read by uid {os.geteuid()}: {error.strerror or error}; "
+                        f"{origin}")
+        return None
+
     def _load_into(self, context: ssl.SSLContext) -> None:
+        problem = self._unreadable()
+        if problem is not None:
+            raise ListenerError(problem)
         try:
             context.load_cert_chain(str(self.cert), str(self.key))
             if self.client_ca is not None:
@@ -288,8 +332,26 @@ class ServingTls:
             return False
         self._load_into(self.context)
         self._seen = seen
+        self.expiries = self._read_expiries()
         self._log.info("reloaded TLS serving certificate", cert=str(self.cert), key=str(self.key))
+        self.on_loaded(self)
         return True
+
+    def _read_expiries(self) -> dict[str, float]:
+        """The files' notAfter, read after they loaded (a file replaced since is reloaded, and read, again)."""
+        expiries: dict[str, float] = {}
+        for name, path in (("serving", self.cert), ("client-ca", self.client_ca)):
+            if path is None:
+                continue
+            try:
+                certificates = x509.load_pem_x509_certificates(path.read_bytes())
+            except (OSError, ValueError) as error:
+                self._log.warning("cannot read the expiry of a TLS certificate in use", file=str(path), err=str(error))
+                continue
+            if name == "serving":
+                certificates = certificates[:1]  # the leaf; a chain's CAs follow it
+            expiries[name] = min(certificate.not_valid_after_utc.timestamp() for certificate in certificates)
+        return expiries
 
     async def watch(self, interval: float = TLS_CHECK_INTERVAL) -> None:
         while True:

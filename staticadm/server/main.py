@@ -36,6 +36,7 @@ from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, Clus
 from staticadm.manifests.typecheck import changed_policies_type_warnings
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
+from staticadm.server.certificates import CertificateLifetime, expiry_note
 from staticadm.server.config import ServeConfig, effective_options
 from staticadm.server.connections import (
     AcceptErrorLimiter,
@@ -419,7 +420,16 @@ class _Daemon:
         for reason in HANDSHAKE_HINTS:
             self.metrics.tls_handshake_failures.labels(reason=reason)
         return ServingTls(cert, key, self.config.client_ca, self.log,
-                          lambda reason: self.metrics.tls_handshake_failures.labels(reason=reason).inc())
+                          lambda reason: self.metrics.tls_handshake_failures.labels(reason=reason).inc(),
+                          on_loaded=lambda tls: self.metrics.record_tls_expiries(tls.expiries))
+
+    def _certificate_lifetime(self) -> CertificateLifetime:
+        """Only the process that made the serving certificate renews it: a worker is given its paths as if
+        they were --tls-cert, and picks up what the supervisor writes as it picks up any rotation."""
+        assert self.tls is not None
+        generated = self.config.tls_cert is None
+        state_dir = (self.config.state_dir or Path(".")) if generated else None
+        return CertificateLifetime(self.tls, self.log, state_dir=state_dir)
 
     # -- run ---------------------------------------------------------------------------------------
 
@@ -452,6 +462,9 @@ class _Daemon:
             state.authorizer = cluster.authorizer
             state.ready_notes["cluster-view"] = cluster.namespaces.describe
         state.ready_notes["missing-cluster-view"] = self._missing_cluster_view_note
+        if self.tls is not None:
+            serving_tls = self.tls
+            state.ready_notes["tls-certificate"] = lambda: expiry_note(serving_tls)
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
         if self.shadow_source is not None:
             state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
@@ -547,6 +560,8 @@ class _Daemon:
             background.append(supervised("heap-freezer", self.heap.keep_survivors_frozen))
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))
+                if link is None:
+                    background.append(supervised("tls-lifetime", self._certificate_lifetime().run))
             await stop.wait()
             self.log.info("shutting down; finishing in-flight requests", grace_seconds=self.config.shutdown_grace)
             return EXIT_OK
@@ -733,6 +748,10 @@ class _Supervisor(_Daemon):
             background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
                               for index in range(pool.count))
             background.append(supervised("worker-heartbeat", pool.heartbeat))
+            if self.tls is not None:
+                # The workers serve the files; the supervisor renews them (and measures them for /metrics).
+                background.append(supervised("tls-reload", self.tls.watch))
+                background.append(supervised("tls-lifetime", self._certificate_lifetime().run))
             load = loop.run_in_executor(None, self.source.reload, "startup")
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([load, stopped], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]

@@ -288,6 +288,12 @@ class Metrics:
             "TLS handshakes the HTTPS listener refused, by OpenSSL's reason (PEER_DID_NOT_RETURN_A_CERTIFICATE: "
             "no client certificate; CERTIFICATE_VERIFY_FAILED: not signed by client-ca).",
             ("reason",), registry=self.registry)
+        # livemin: with workers, the oldest certificate any running process still serves.
+        self.tls_certificate_expiry = self._gauge(
+            f"{PREFIX}_tls_certificate_expiry_timestamp_seconds",
+            "When each TLS certificate in use stops being valid, in seconds since the epoch: serving (the HTTPS "
+            "listener's) and client-ca (the first of --client-ca's certificates to expire).",
+            ("certificate",), mode="livemin")
         self.missing_cluster_view = self._gauge(
             f"{PREFIX}_policies_missing_cluster_view",
             "Policies served that read namespaceObject or call authorizer (reads) while this daemon has no "
@@ -343,6 +349,10 @@ class Metrics:
         gauge = Gauge(name, documentation, labels, registry=self.registry)
         self._modes[name] = mode
         return gauge
+
+    def record_tls_expiries(self, expiries: dict[str, float]) -> None:
+        for certificate, timestamp in expiries.items():
+            self.tls_certificate_expiry.labels(certificate=certificate).set(timestamp)
 
     def watch_log_drops(self, dropped: Callable[[], float]) -> None:
         """Exports the log writer's dropped-line count, read at scrape time."""

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from staticadm.cli import main
+from tests.server.harness import make_daemon
+
+#: The daemon fixture from tests/server (the recipes of the operations page run against it).
+__all__ = ["make_daemon"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "manifests" / "examples"

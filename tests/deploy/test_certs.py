@@ -137,3 +137,53 @@ def test_rotation_keeps_the_owner_of_the_files(tmp_path: Path) -> None:
     for name in ("serving.crt", "serving.key"):
         info = (tmp_path / name).stat()
         assert (info.st_uid, info.st_gid) == (65532, 65532), name
+
+
+def test_ca_dir_keeps_the_ca_key_out_of_the_serving_directory(tmp_path: Path) -> None:
+    ca, tls = tmp_path / "ca", tmp_path / "tls"
+    result = run_cli("certs", "--ca-dir", str(ca), "--out-dir", str(tls))
+    assert result.code == 0, result.stderr
+    assert sorted(path.name for path in ca.iterdir()) == ["ca.crt", "ca.key"]
+    assert sorted(path.name for path in tls.iterdir()) == ["serving.crt", "serving.key"]
+    assert _mode(ca) == 0o700 and _mode(ca / "ca.key") == 0o600
+    store = Store([_cert(ca / "ca.crt")])
+    PolicyBuilder().store(store).build_server_verifier(x509.DNSName("localhost")).verify(_cert(tls / "serving.crt"), [])
+    before = _cert(tls / "serving.crt").serial_number
+    renewed = run_cli("certs", "--ca-dir", str(ca), "--out-dir", str(tls), "--renew")
+    assert renewed.code == 0, renewed.stderr
+    assert _cert(tls / "serving.crt").serial_number != before
+    PolicyBuilder().store(store).build_server_verifier(x509.DNSName("localhost")).verify(_cert(tls / "serving.crt"), [])
+    assert sorted(path.name for path in tls.iterdir()) == ["serving.crt", "serving.key"]
+
+
+def test_the_static_pod_as_documented_mounts_no_ca_key(tmp_path: Path) -> None:
+    """The pod header's `staticadm certs` step, run as written under a temporary root: no hostPath the pod mounts
+    holds a CA key (the daemon given --tls-cert never signs anything)."""
+    import shlex
+
+    import yaml
+
+    from tests.deploy.conftest import KUBE_APISERVER
+
+    manifest = (KUBE_APISERVER / "staticadm-pod.yaml").read_text()
+    [step] = [line.removeprefix("#").strip() for line in manifest.splitlines()
+              if line.startswith("#") and line.removeprefix("#").strip().startswith("staticadm certs ")]
+    argv = shlex.split(step.split("(")[0])
+    root = tmp_path / "node"
+    rerooted = [str(root) + word if word.startswith("/etc/") else word for word in argv[1:]]
+    result = run_cli(*rerooted)
+    assert result.code == 0, result.stderr
+    pod = yaml.safe_load(manifest)
+    mounted = [root / volume["hostPath"]["path"].lstrip("/") for volume in pod["spec"]["volumes"]
+               if "hostPath" in volume]
+    tls = root / "etc/staticadm/tls"
+    assert tls in mounted
+    for path in mounted:
+        files = [path] if path.is_file() else list(path.rglob("*")) if path.is_dir() else []
+        for file in files:
+            assert b"PRIVATE KEY" not in file.read_bytes() or file == tls / "serving.key", file
+    # The caBundle the header names is the CA that signed what the pod serves.
+    assert "--ca-file /etc/staticadm/ca/ca.crt" in manifest
+    store = Store([_cert(root / "etc/staticadm/ca/ca.crt")])
+    PolicyBuilder().store(store).build_server_verifier(x509.IPAddress(ipaddress.ip_address("127.0.0.1"))).verify(
+        _cert(tls / "serving.crt"), [])

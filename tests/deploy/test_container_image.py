@@ -124,8 +124,11 @@ def test_the_static_pod_serves_kube_apiserver(image: Path, tmp_path: Path) -> No
     node.install_config()
     # The pod header's preparation: certificates for uid 65532, the manifests.
     tls = node.path("/etc/staticadm/tls")
-    subprocess.run([sys.executable, "-m", "staticadm", "certs", "--out-dir", str(tls)], check=True, capture_output=True,
+    subprocess.run([sys.executable, "-m", "staticadm", "certs", "--ca-dir", str(node.path("/etc/staticadm/ca")),
+                    "--out-dir", str(tls)], check=True, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    # What the pod mounts holds no CA key (the CA stays in /etc/staticadm/ca, not mounted).
+    assert sorted(path.name for path in tls.iterdir()) == ["serving.crt", "serving.key"]
     for path in (tls, *tls.iterdir()):
         os.chown(path, 65532, 65532)
     for path in (node.root, *node.root.rglob("*")):
@@ -166,7 +169,7 @@ def test_the_static_pod_serves_kube_apiserver(image: Path, tmp_path: Path) -> No
             assert _podman(image, "exec", name, *container[kind]["exec"]["command"], check=False).returncode == 0
         # kube-apiserver, with the webhook configurations made from the pod's CA.
         (node.path("/var/lib/staticadm/tls")).mkdir(parents=True)
-        shutil.copy(tls / "ca.crt", node.path("/var/lib/staticadm/tls/ca.crt"))
+        shutil.copy(node.path("/etc/staticadm/ca/ca.crt"), node.path("/var/lib/staticadm/tls/ca.crt"))
         node.install_admission_files()
         apiserver = node.kube_apiserver(namespaces=NAMESPACES)
         denied = apiserver.admit(create_pod(pod("debug", privileged=True)))

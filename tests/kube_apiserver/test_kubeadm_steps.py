@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tests.documentation import sh_block
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, reroot, with_port
+from tests.pki import make_ca, make_leaf, write_ca
 from tests.server.harness import REPO_ROOT
 
 DEPLOYMENT, OPERATIONS = "docs/deployment.md", "docs/operations.md"
@@ -79,3 +85,77 @@ def test_the_troubleshooting_recipe_works_with_the_shipped_configuration(node: C
     bare = re.sub(r"--cert \S+ \\\n\s+--key \S+ ", "", https)
     completed = run_block("curl -sS " + bare.removeprefix("curl "), node, tmp_path)
     assert completed.returncode != 0 and "certificate required" in completed.stderr, completed.stderr
+
+
+def _commands(block: str) -> list[str]:
+    """The block's commands, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+class Kubeadm:
+    """kubeadm's part of the new-cluster order, played on the node: ``init phase certs front-proxy-ca`` writes the
+    CA (kept if present), ``init`` keeps it and issues kube-apiserver's front-proxy-client with it, as kubeadm's
+    certificate phases do, and starts kube-apiserver with the flags the ClusterConfiguration gives it."""
+
+    def __init__(self, node: ControlPlaneNode) -> None:
+        self.node = node
+        self.pki = node.path("/etc/kubernetes/pki")
+
+    def _front_proxy_ca(self) -> tuple[Any, x509.Certificate]:
+        cert, key = self.pki / "front-proxy-ca.crt", self.pki / "front-proxy-ca.key"
+        if not cert.exists():
+            self.pki.mkdir(parents=True, exist_ok=True)
+            ca = make_ca("front-proxy-ca")
+            write_ca(ca, cert)
+            key.write_bytes(ca[0].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+        return (serialization.load_pem_private_key(key.read_bytes(), password=None),
+                x509.load_pem_x509_certificate(cert.read_bytes()))
+
+    def run(self, argv: list[str]) -> None:
+        if argv[:4] == ["init", "phase", "certs", "front-proxy-ca"]:
+            self._front_proxy_ca()
+        elif argv[:1] == ["init"]:
+            make_leaf(self._front_proxy_ca(), server=False, directory=self.pki, stem="front-proxy-client")
+            cluster = yaml.safe_load((REPO_ROOT / "manifests/kube-apiserver/kubeadm-clusterconfiguration.yaml")
+                                     .read_text())
+            # kube-apiserver starts with these; a file they name that is missing stops it.
+            for argument in cluster["apiServer"]["extraArgs"]:
+                if argument["name"] == "admission-control-config-file":
+                    assert self.node.path(argument["value"]).is_file(), argument
+        else:
+            raise AssertionError(f"kubeadm {' '.join(argv)}: not a step of the new-cluster order")
+
+
+def test_a_new_cluster_in_the_documented_order(tmp_path: Path) -> None:
+    node = ControlPlaneNode(tmp_path / "node")
+    node.install_config()  # installed as in "Install on a node", not started yet
+    kubeadm = Kubeadm(node)
+    block = sh_block(DEPLOYMENT, "kubeadm init phase certs front-proxy-ca")
+    try:
+        # Started before the CA exists, staticadm names the one missing file and what creates it.
+        node.start(wait=False)
+        assert node.process is not None and node.process.wait(timeout=60) != 0
+        [refusal] = [line for line in node.log().splitlines() if line.startswith("staticadm serve:")]
+        assert refusal == (f"staticadm serve: --client-ca {node.path('/etc/kubernetes/pki/front-proxy-ca.crt')}: no "
+                           "such file; `kubeadm init` (and `kubeadm join --control-plane`) creates kubeadm's "
+                           "front-proxy CA, /etc/kubernetes/pki/front-proxy-ca.crt; without kubeadm, name the CA of "
+                           "kube-apiserver's --proxy-client-cert-file (docs/deployment.md, \"kube-apiserver 1.36+\")")
+        for command in _commands(block):
+            words = shlex.split(command)
+            if words[0] == "kubeadm":
+                kubeadm.run(words[1:])
+            elif words[:2] == ["systemctl", "enable"]:
+                node.start()  # the unit's ExecStart (tests/deploy/test_node_install.py runs the unit itself)
+            else:
+                completed = run_block(command, node, tmp_path)
+                assert completed.returncode == 0, f"{command}\n{completed.stdout}{completed.stderr}"
+        kubeconfig = node.path("/etc/kubernetes/admission/webhook-kubeconfig.yaml")
+        kubeconfig.write_text(with_port(kubeconfig.read_text(), node.port))
+        apiserver = node.kube_apiserver(namespaces=NAMESPACES)
+        denied = apiserver.admit(create_pod(pod("debug", privileged=True)))
+        assert not denied.allowed and 'admission webhook "validate.staticadm.io" denied the request' in denied.message
+        assert apiserver.admit(create_pod(pod("web"))).allowed
+    finally:
+        node.stop()
