@@ -178,10 +178,9 @@ def _audit_source(args: argparse.Namespace) -> Any:
 
 
 def _request_settings(args: argparse.Namespace) -> Any:
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+    from staticadm.admission.request_builder import RequestSettings
 
-    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=tuple(args.groups),
                            namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
 
 
@@ -256,7 +255,7 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
 
 def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.admission.cluster_audit import run_audit
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+    from staticadm.admission.request_builder import RequestSettings
 
     directories = [*args.manifests, *args.directories]
     if len(directories) != 1:
@@ -266,7 +265,7 @@ def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         stderr.write("staticadm audit: --page-size must be at least 1\n")
         return EXIT_USAGE
     settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
-                               groups=tuple(args.groups) if args.groups else DEFAULT_GROUPS)
+                               groups=tuple(args.groups))
     return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
                      page_size=args.page_size)
 
@@ -396,6 +395,8 @@ def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdou
 
 def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     """How a plain object becomes the request kube-apiserver would send (review and diff)."""
+    from staticadm.admission.request_builder import DEFAULT_USERNAME
+
     parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
                                help="an object or AdmissionReview file, as REQUEST; repeatable")
     parser.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"), default="CREATE",
@@ -404,11 +405,12 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--old", metavar="FILE",
                                help="for UPDATE: the objects before the change, matched to the inputs by "
                                     "apiVersion, kind, namespace and name")
-    parser.add_argument("--user", default="admin", help="for plain objects: the username (default: admin)")
+    parser.add_argument("--user", default=DEFAULT_USERNAME,
+                        help=f"for plain objects: the username (default: {DEFAULT_USERNAME})")
     parser.add_argument("--uid", dest="user_uid", default="", help="for plain objects: the user's uid")
-    parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
-                               help="for plain objects: a group of the user; repeatable "
-                                    "(default: system:authenticated)")
+    parser.add_argument("--group", dest="groups", action="append", default=[], metavar="GROUP",
+                        help="for plain objects: a group the user authenticated with; repeatable. "
+                             "system:authenticated is added, as kube-apiserver adds it")
     parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
                                                    "(default: the object's, else default)")
     parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
@@ -433,6 +435,8 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from staticadm.admission.request_builder import DEFAULT_USERNAME
+
     parser = argparse.ArgumentParser(
         prog="staticadm",
         description="Admission sidecar for kube-apiserver: static ValidatingAdmissionPolicy and "
@@ -589,10 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                               help="report format (default: text)")
     audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
-    audit_parser.add_argument("--user", default="admin", help="the username of the UPDATE (default: admin)")
+    audit_parser.add_argument("--user", default=DEFAULT_USERNAME,
+                              help=f"the username of the UPDATE (default: {DEFAULT_USERNAME})")
     audit_parser.add_argument("--uid", dest="user_uid", default="", help="the user's uid")
-    audit_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
-                              help="a group of the user; repeatable (default: system:authenticated)")
+    audit_parser.add_argument("--group", dest="groups", action="append", default=[], metavar="GROUP",
+                              help="a group the user authenticated with; repeatable. system:authenticated is "
+                                   "added, as kube-apiserver adds it")
     audit_parser.add_argument("--page-size", type=int, default=500, metavar="N",
                               help="objects per list request (default: 500, as kubectl)")
     audit_parser.set_defaults(handler=command_audit)

@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.mutating import MutationOutcome
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import RequestSettings
+from staticadm.admission.request_builder import RequestSettings, user_info
 from staticadm.admission.review import (
     EXIT_DENIED,
     EXIT_EVALUATION_ERROR,
@@ -101,8 +101,7 @@ def noop_update(resource: ApiResource, obj: dict[str, Any], settings: RequestSet
     request: dict[str, Any] = {
         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, seed)), "kind": gvk, "resource": gvr, "requestKind": gvk,
         "requestResource": gvr, "name": name, "operation": "UPDATE",
-        "userInfo": {"username": settings.username, "groups": list(settings.groups),
-                     **({"uid": settings.uid} if settings.uid else {})},
+        "userInfo": user_info(settings),
         "object": obj, "oldObject": obj, "dryRun": False,
         "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
     }

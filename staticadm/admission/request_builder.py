@@ -94,8 +94,12 @@ BUILTIN_RESOURCES: Mapping[tuple[str, str], tuple[str, bool]] = {
 _OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 
 
-#: The groups of the default user: any authenticated user, nothing more.
-DEFAULT_GROUPS = ("system:authenticated",)
+#: The user of a request built for a plain object unless told otherwise (``--user``, a PolicyTest case's
+#: ``user``): a name no policy singles out, in no group but the one every authenticated user is in.
+DEFAULT_USERNAME = "admin"
+ALL_AUTHENTICATED = "system:authenticated"
+ALL_UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
 
 
 class ObjectInputError(ValueError):
@@ -107,13 +111,33 @@ class RequestSettings:
     """What the URL and the authenticated user would say about the request."""
 
     operation: str = "CREATE"
-    username: str = "admin"
+    username: str = DEFAULT_USERNAME
     uid: str = ""
-    groups: tuple[str, ...] = DEFAULT_GROUPS
+    #: The groups the user authenticated with; the request carries ``user_groups`` of them.
+    groups: tuple[str, ...] = ()
     #: None: the object's own namespace, else "default" for a namespaced kind (kubectl's default).
     namespace: str | None = None
     subresource: str = ""
     dry_run: bool = False
+
+
+def user_groups(username: str, groups: Sequence[str]) -> tuple[str, ...]:
+    """The groups kube-apiserver's authentication gives a user who authenticated with ``groups``: its
+    ``AuthenticatedGroupAdder`` appends ``system:authenticated`` unless the user is ``system:anonymous`` or
+    already in ``system:authenticated`` or ``system:unauthenticated``; the anonymous authenticator puts
+    ``system:anonymous`` in ``system:unauthenticated``. ``review``, ``diff``, ``audit`` and ``staticadm test``
+    all build their users here, so the same flags or case make the same request."""
+    if username == ANONYMOUS:
+        return tuple(groups) or (ALL_UNAUTHENTICATED,)
+    if ALL_AUTHENTICATED in groups or ALL_UNAUTHENTICATED in groups:
+        return tuple(groups)
+    return (*groups, ALL_AUTHENTICATED)
+
+
+def user_info(settings: RequestSettings) -> dict[str, Any]:
+    """``request.userInfo`` of a built request."""
+    return {"username": settings.username, "groups": list(user_groups(settings.username, settings.groups)),
+            **({"uid": settings.uid} if settings.uid else {})}
 
 
 def guess_resource(kind: str) -> str:
@@ -200,8 +224,7 @@ def review_for_object(obj: Any, old: Any, settings: RequestSettings, *, uid_seed
         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, uid_seed)),
         "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
         "operation": operation,
-        "userInfo": {"username": settings.username, "groups": list(settings.groups),
-                     **({"uid": settings.uid} if settings.uid else {})},
+        "userInfo": user_info(settings),
         "object": None if operation == "DELETE" else written,
         "oldObject": copy_json(old) if operation == "UPDATE" else (written if operation == "DELETE" else None),
         "dryRun": settings.dry_run,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from staticadm.admission.audit_log import WRITE_VERBS, AuditFilters, AuditLogError, parse_timestamp, read_audit_log
 from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
+from staticadm.admission.request_builder import DEFAULT_USERNAME
 from staticadm.manifests.files import document_files_under
 from staticadm.yamljson import ParseError, parse_yaml_stream
 
@@ -27,7 +28,10 @@ OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 @dataclass(frozen=True, slots=True)
 class User:
-    username: str
+    """A case's user as it authenticated; the request adds ``system:authenticated`` to its groups as
+    kube-apiserver does (``request_builder.user_groups``)."""
+
+    username: str = DEFAULT_USERNAME
     uid: str = ""
     groups: tuple[str, ...] = ()
 
@@ -61,7 +65,7 @@ class TestCase:
     #: AdmissionReviews built from audit log events (``auditLog``), each labelled ``file line N``.
     recorded: tuple[tuple[str, dict[str, Any]], ...] = ()
     operation: str = "CREATE"
-    user: User = field(default_factory=lambda: User("admin", groups=("system:masters", "system:authenticated")))
+    user: User = User()
     namespace: str | None = None
     subresource: str = ""
     dry_run: bool = False
@@ -207,9 +211,9 @@ def _recorded(value: Any, base: Path, errors: _Errors, path: str) -> tuple[tuple
 
 def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> User:
     if isinstance(value, str):
-        return users.get(value, User(value, groups=("system:authenticated",)))
+        return users.get(value, User(value))
     spec = errors.mapping(value, path, ("username", "uid", "groups"), ("username",))
-    groups = spec.get("groups", ["system:authenticated"])
+    groups = spec.get("groups", [])
     if not isinstance(groups, list) or not all(isinstance(group, str) for group in groups):
         errors.add(f"{path}.groups", "must be a list of strings")
         groups = []
@@ -297,8 +301,7 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
     if namespace is not None:
         errors.string(namespace, f"{path}.namespace")
     expect = _expectation(spec.get("expect", {}), errors, f"{path}.expect")
-    user = _user(spec["user"], users, errors, f"{path}.user") if "user" in spec else TestCase.__dataclass_fields__[
-        "user"].default_factory()  # type: ignore[misc]
+    user = _user(spec["user"], users, errors, f"{path}.user") if "user" in spec else User()
     if len(errors.found) > before:
         return None
     return TestCase(name, expect, sources.get("object", ()), sources.get("oldObject", ()), sources.get("review"),
