@@ -128,7 +128,8 @@ def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
-    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict)
+    return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
+                     allow_world_writable=args.allow_world_writable_manifests)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -502,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--strict", action="store_true",
                               help="type-checking warnings (expressions checked against the schemas of the kinds a "
                                    "ValidatingAdmissionPolicy matches, as kube-apiserver does) are errors")
+    check_parser.add_argument("--allow-world-writable-manifests", action="store_true",
+                              help="check as a daemon started with this option: world-writable directories and "
+                                   "files are warnings, not the errors the daemon refuses to load them with")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(

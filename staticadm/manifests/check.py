@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -12,7 +13,8 @@ import yaml
 
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, cluster_reads
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
+from staticadm.manifests.files import REFUSAL_PREFIX, read_directory, read_files, refusals
+from staticadm.manifests.loader import DEFAULT_MAX_FILE_BYTES, LoadResult, load_manifest_directory, load_manifest_paths
 from staticadm.manifests.typecheck import load_type_warnings
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
 
@@ -20,14 +22,44 @@ from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperatio
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
+def _refused(result: LoadResult, refused: Sequence[ManifestError]) -> LoadResult:
+    """``result`` with the daemon's refusals as errors, in place of the loader's warnings about the same paths."""
+    if not refused:
+        return result
+    paths = {error.path for error in refused}
+    warnings = tuple(warning for warning in result.warnings
+                     if not (warning.path in paths and warning.message.endswith("is world-writable")))
+    return dataclasses.replace(result, errors=(*refused, *result.errors), warnings=warnings)
+
+
+def _load_as_the_daemon(directory: str, allow_world_writable: bool) -> LoadResult:
+    contents = read_directory(directory, max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+    result = load_manifest_directory(directory, contents=contents)
+    return result if allow_world_writable else _refused(result, refusals(contents, directory))
+
+
+def _load_files_as_the_daemon(paths: Sequence[str], allow_world_writable: bool) -> LoadResult:
+    result = load_manifest_paths(list(paths))
+    if allow_world_writable:
+        return result
+    refused: list[ManifestError] = []
+    for path in paths:
+        if os.path.isdir(path):
+            refused.extend(refusals(read_directory(path, max_file_bytes=DEFAULT_MAX_FILE_BYTES), path))
+        else:
+            refused.extend(refusals(read_files([path], max_file_bytes=DEFAULT_MAX_FILE_BYTES), ""))
+    return _refused(result, refused)
+
+
 def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO,
-              files: Sequence[str] = (), strict: bool = False) -> int:
+              files: Sequence[str] = (), strict: bool = False, allow_world_writable: bool = False) -> int:
     """Returns 0 when every directory (and the set of ``files``, checked together as if they were one
-    directory) would load, 1 otherwise (warnings do not fail the check). With ``strict``, type-checking
-    warnings are errors."""
-    results = [load_manifest_directory(directory) for directory in directories]
+    directory) would load, 1 otherwise (warnings do not fail the check). What the daemon refuses to load
+    (world-writable paths, unless ``allow_world_writable`` as ``--allow-world-writable-manifests``) is an
+    error here too. With ``strict``, type-checking warnings are errors."""
+    results = [_load_as_the_daemon(directory, allow_world_writable) for directory in directories]
     if files:
-        results.append(load_manifest_paths(list(files)))
+        results.append(_load_files_as_the_daemon(files, allow_world_writable))
     reports = []
     promoted: list[int] = []
     for result in results:
@@ -189,6 +221,8 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         elif strict_errors:
             verdict = (f"kube-apiserver would refuse it ({refused} of them; {strict_errors} are type-checking "
                        "warnings made errors by --strict)")
+        elif all(error.message.startswith(REFUSAL_PREFIX) for error in result.errors):
+            verdict = "staticadm serve would refuse to load it"
         else:
             verdict = "kube-apiserver would refuse it"
         out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; {verdict}\n")
