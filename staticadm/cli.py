@@ -394,6 +394,26 @@ def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdou
 # -- parser -----------------------------------------------------------------------------------------
 
 
+class _OptionsAnywhere(argparse.ArgumentParser):
+    """Options anywhere on the line (``review DIR -o json pod.yaml``), as kubectl and its peers take them:
+    each command's own parser collects its positionals around the options (argparse's intermixed parsing),
+    while a parser of subcommands parses as usual, since its positional is the subcommand."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        # parse_known_intermixed_args calls back here for its two passes: those parse as usual.
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+
 def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     """How a plain object becomes the request kube-apiserver would send (review and diff)."""
     from staticadm.admission.request_builder import DEFAULT_USERNAME
@@ -438,7 +458,7 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from staticadm.admission.request_builder import DEFAULT_USERNAME
 
-    parser = argparse.ArgumentParser(
+    parser = _OptionsAnywhere(
         prog="staticadm",
         description="Admission sidecar for kube-apiserver: static ValidatingAdmissionPolicy and "
         "MutatingAdmissionPolicy manifests, evaluated exactly as kube-apiserver does.",
