@@ -225,7 +225,7 @@ def _expectation(value: Any, errors: _Errors, path: str) -> Expectation:
     spec = errors.mapping(value, path, ("allowed", "deniedBy", "messageContains", "reason", "code", "warnings",
                                         "auditAnnotations", "object", "patch"), ("allowed",))
     allowed = spec.get("allowed")
-    if not isinstance(allowed, bool):
+    if "allowed" in spec and not isinstance(allowed, bool):  # a missing one is reported as required
         errors.add(f"{path}.allowed", "must be true or false")
     denied_by = None
     if "deniedBy" in spec:
