@@ -67,14 +67,18 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         return EXIT_UNUSABLE_INPUT
     namespaces = namespaces or RequestOnlyNamespaces()
     found: list[dict[str, Any]] = []
-    with Progress(stderr, "comparing requests", len(requests)) as progress:
+    compared = 0
+    with Progress(stderr, "comparing requests", requests.known_total) as progress:
         for item in requests:
             progress.advance()
+            compared += 1
             differences = _differences(live, new, namespaces, item.request)
             if differences:
                 found.append({"input": item.source, "document": item.document, "item": item.item or None,
                               "uid": item.request.uid, "audit": item.audit, "differences": differences})
-    summary = {"requests": len(requests), "different": len(found)}
+    if not requests.report(stderr, "diff"):
+        return EXIT_UNUSABLE_INPUT
+    summary = {"requests": compared, "different": len(found)}
     report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":
         stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
