@@ -472,6 +472,7 @@ class _Daemon:
             # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
             guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
                                            ssl_context=self.tls.context if tls and self.tls else None,
+                                           refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
                                            backlog=1 if self.link is not None else 128)
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
