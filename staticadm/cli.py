@@ -607,13 +607,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "those it would deny, warn about, audit, change or fail on. Only reads (get, list).\n\n"
                     "Exit codes: 0 nothing would be denied; 3 some object would be denied; 4 some policy\n"
                     "failed to evaluate; 1 invalid manifests; 2 the cluster cannot be read, or usage.\n\n"
-                    "example: staticadm audit ./next --kubeconfig ~/.kube/config --junit audit.xml")
+                    "example: staticadm audit ./next --junit audit.xml     (the cluster kubectl talks to)")
     audit_parser.add_argument("directories", nargs="*", metavar="DIR", help="the manifest directory")
     audit_parser.add_argument("--manifests", action="append", default=[], metavar="DIR",
                               help="the manifest directory, as DIR")
-    audit_parser.add_argument("--kubeconfig", required=True, metavar="FILE",
+    audit_parser.add_argument("--kubeconfig", metavar="FILE",
                               help="the cluster to read (the kubeconfig's current context): list on the "
-                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks")
+                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks "
+                                   "(default: as kubectl, the files $KUBECONFIG lists, else ~/.kube/config)")
     audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                               help="report format (default: text)")
     audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")

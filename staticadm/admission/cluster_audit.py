@@ -167,23 +167,30 @@ def _tally(run: AuditRun, reference: dict[str, str], mutation: MutationOutcome |
     run.errored_objects += errored
 
 
-def run_audit(manifests_dir: str, kubeconfig: str, output: str, junit: str | None, settings: RequestSettings,
-              stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE) -> int:
+def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: str | None,
+              settings: RequestSettings, stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE) -> int:
     """Exit 0 when no existing object would be denied, 3 when one would, 4 when a policy failed to evaluate
-    on one; 1 on invalid manifests; 2 when the cluster cannot be read."""
+    on one; 1 on invalid manifests; 2 when the cluster cannot be read. The kubeconfig is ``kubeconfig``, else
+    found as kubectl finds it ($KUBECONFIG, ~/.kube/config)."""
+    from staticadm.cluster.kubeconfig import KubeconfigNotFound, describe, kubeconfig_paths
     from staticadm.cluster.view import BlockingClusterView
 
+    try:
+        paths = kubeconfig_paths(kubeconfig)
+    except KubeconfigNotFound as error:
+        stderr.write(f"staticadm audit: {error}\n")
+        return EXIT_UNUSABLE_INPUT
     snapshot = load_snapshot(manifests_dir, stderr, "staticadm audit:")
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
     started = time.perf_counter()
-    cluster = BlockingClusterView(Path(kubeconfig))
+    cluster = BlockingClusterView(paths)
     try:
         try:
             cluster.open()
             discovered = cluster.run(discover(cluster.view.connection))
         except ClusterError as error:
-            stderr.write(f"staticadm audit: --kubeconfig {kubeconfig}: {error.message}\n")
+            stderr.write(f"staticadm audit: kubeconfig {describe(paths)}: {error.message}\n")
             return EXIT_UNUSABLE_INPUT
         resources, selected, not_audited = audited_resources(snapshot, discovered)
         run = AuditRun({compiled.name: PolicyTally(kind, selected[compiled.name])
