@@ -434,7 +434,9 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
                              "system:authenticated is added, as kube-apiserver adds it")
     parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
                                                    "(default: the object's, else default)")
-    parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
+    parser.add_argument("--subresource", default="", metavar="[RESOURCE[.GROUP]/]NAME",
+                        help="for plain objects: the subresource, e.g. status, or deployments.apps/scale for an "
+                             "autoscaling/v1 Scale")
     parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
     audit = parser.add_argument_group(
         "requests from kube-apiserver's audit log",
@@ -566,8 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Evaluates each request (AdmissionReviews or plain objects, as for review; a directory\n"
                     "stands for its .json/.yaml files) at /mutate and /validate against LIVE and NEW, and reports\n"
-                    "what would change: allowed_to_denied, denied_to_allowed, patch, warnings, with the policies\n"
-                    "that cause it. The same comparison as serve --shadow-manifests.\n\n"
+                    "what would change: allowed_to_denied, denied_to_allowed, denial_message, patch, warnings,\n"
+                    "audit_annotations, with the policies that cause it. The same comparison as\n"
+                    "serve --shadow-manifests.\n\n"
                     "Exit codes: 0 no differences; 3 some request would be answered differently; 1 an invalid\n"
                     "directory; 2 unusable input.\n\n"
                     "example: staticadm diff /etc/staticadm/manifests ./next recorded-requests/")
