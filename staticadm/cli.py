@@ -553,9 +553,10 @@ def build_parser() -> argparse.ArgumentParser:
                                help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
                                     "the daemon does with the same flag")
     review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                               help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
-                                    "\"review\": the AdmissionReview answer}, or the same as YAML documents "
-                                    "(default: text)")
+                               help="text report, or one ReviewResult per request (the request, the "
+                                    "AdmissionReview answer and every policy's and binding's decision: JSON "
+                                    "Schema staticadm/schemas/review-result.v1alpha1.schema.json) as a JSON line "
+                                    "or a YAML document (default: text)")
     review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
                                help="the manifest directory first unless --manifests is given, then AdmissionReview "
                                     "or object files (JSON or YAML, several documents and Lists allowed), "

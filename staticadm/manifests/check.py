@@ -193,11 +193,11 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[
     return {
         "directory": result.directory,
         "valid": result.ok,
-        "content_hash": result.content_hash,
-        "validating_policies": [p.name for p in result.validating_policies],
-        "validating_bindings": [b.name for b in result.validating_bindings],
-        "mutating_policies": [p.name for p in result.mutating_policies],
-        "mutating_bindings": [b.name for b in result.mutating_bindings],
+        "contentHash": result.content_hash,
+        "validatingPolicies": [p.name for p in result.validating_policies],
+        "validatingBindings": [b.name for b in result.validating_bindings],
+        "mutatingPolicies": [p.name for p in result.mutating_policies],
+        "mutatingBindings": [b.name for b in result.mutating_bindings],
         "errors": [e.to_json() for e in result.errors],
         "warnings": [w.to_json() for w in warnings],
     }
