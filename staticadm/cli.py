@@ -391,6 +391,16 @@ def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdou
     return EXIT_OK
 
 
+# -- completion -------------------------------------------------------------------------------------
+
+
+def command_completion(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.completion import completion_script
+
+    stdout.write(completion_script(args.shell, build_parser()))
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------------------
 
 
@@ -684,6 +694,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "api registration as DIR/{validating,mutating}-staticadm.yaml; a configuration "
                                      "no longer needed is removed")
     webhook_parser.set_defaults(handler=command_webhook_config)
+
+    from staticadm.completion import SHELLS
+
+    completion_parser = commands.add_parser(
+        "completion", help="print the shell completion script for bash, zsh or fish",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Completes commands, options, option values (-o json) and paths.\n\n"
+                    "bash:  staticadm completion bash > /etc/bash_completion.d/staticadm\n"
+                    "       (or: source <(staticadm completion bash) in ~/.bashrc)\n"
+                    "zsh:   staticadm completion zsh > \"${fpath[1]}/_staticadm\"   (then a new shell)\n"
+                    "fish:  staticadm completion fish > ~/.config/fish/completions/staticadm.fish")
+    completion_parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    completion_parser.set_defaults(handler=command_completion)
 
     from staticadm.server.config import add_serve_arguments
 
