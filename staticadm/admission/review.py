@@ -37,6 +37,7 @@ from staticadm.admission.request_builder import (
 from staticadm.admission.response import webhook_audit_key
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.colour import Palette
 from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
@@ -216,16 +217,17 @@ def _where(policy: str, binding: str | None) -> str:
     return f"policy {policy}" + (f" binding {binding}" if binding else "")
 
 
-def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> list[str]:
+def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot,
+                      paint: Palette) -> list[str]:
     lines = []
     if outcome.allowed:
-        lines.append("  decision: allowed")
+        lines.append(f"  decision: {paint.good('allowed')}")
     else:
         assert outcome.status is not None
-        lines.append(f"  decision: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  decision: {paint.bad('denied')} ({outcome.status['code']} {outcome.status['reason']})")
         lines.append(f"  message: {outcome.status['message']}")
     for warning in outcome.warnings:
-        lines.append(f"  warning: {warning}")
+        lines.append(f"  {paint.warn('warning')}: {warning}")
     for key, value in outcome.annotations.items():
         # The key as kube-apiserver records it in-process, and the one the daemon answers it under.
         lines.append(f"  audit annotation: {key}={value} (webhook key: {webhook_audit_key(key)})")
@@ -250,11 +252,11 @@ def _describe_value(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _mutation_lines(outcome: MutationOutcome) -> list[str]:
+def _mutation_lines(outcome: MutationOutcome, paint: Palette) -> list[str]:
     lines = []
     if not outcome.allowed:
         assert outcome.status is not None
-        lines.append(f"  mutation: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  mutation: {paint.bad('denied')} ({outcome.status['code']} {outcome.status['reason']})")
         lines.append(f"  message: {outcome.status['message']}")
     elif outcome.patch:
         lines.append(f"  mutation: {len(outcome.patch)} patch operation(s)")
@@ -430,6 +432,7 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 requests: Iterable[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
                 explain: bool, progress: Progress) -> int:
     denied = errored = False
+    paint = Palette.for_stream(stdout)
     for item in requests:
         progress.advance()
         request = item.request
@@ -458,9 +461,9 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         if item.audit is not None:
             lines.extend(_audit_lines(item.audit))
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
-            lines.extend(_mutation_lines(mutation))
+            lines.extend(_mutation_lines(mutation, paint))
         if validation is not None:
-            lines.extend(_validation_lines(request, validation, snapshot))
+            lines.extend(_validation_lines(request, validation, snapshot, paint))
         stdout.write("\n".join(lines) + "\n")
         stdout.flush()
     if errored:

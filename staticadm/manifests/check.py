@@ -11,6 +11,7 @@ from typing import TextIO
 
 import yaml
 
+from staticadm.colour import Palette
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, cluster_reads
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.files import REFUSAL_PREFIX, read_directory, read_files, refusals
@@ -206,12 +207,13 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError]) -> dict[
 def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO, strict_errors: int = 0) -> None:
     """``strict_errors``: how many of the errors are type-checking warnings made errors by --strict, which
     kube-apiserver does not refuse (it loads the policy and reports them in its status)."""
+    paint = Palette.for_stream(out)
     counts = (
         f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
         f"{len(result.validating_bindings)} validating and {len(result.mutating_bindings)} mutating bindings"
     )
     if result.ok:
-        out.write(f"{result.directory}: OK ({counts}; hash {result.content_hash or 'none'})\n")
+        out.write(f"{result.directory}: {paint.good('OK')} ({counts}; hash {result.content_hash or 'none'})\n")
     else:
         plural = "error" if len(result.errors) == 1 else "errors"
         refused = len(result.errors) - strict_errors
@@ -225,11 +227,11 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
             verdict = "staticadm serve would refuse to load it"
         else:
             verdict = "kube-apiserver would refuse it"
-        out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; {verdict}\n")
+        out.write(f"{result.directory}: {paint.bad('INVALID')}, {len(result.errors)} {plural}; {verdict}\n")
     for error in result.errors:
-        out.write(f"  error: {error}\n")
+        out.write(f"  {paint.bad('error')}: {error}\n")
     for warning in warnings:
-        out.write(f"  warning: {warning}\n")
+        out.write(f"  {paint.warn('warning')}: {warning}\n")
 
 
 _CLUSTER_SOURCES = {

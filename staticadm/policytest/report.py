@@ -10,6 +10,7 @@ from xml.etree import ElementTree
 
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
+from staticadm.colour import Palette
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
 from staticadm.policytest.spec import TestFileError, discover
 from staticadm.progress import Progress
@@ -42,14 +43,15 @@ def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
 
 
 def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: TextIO) -> None:
+    paint = Palette.for_stream(out)
     for error in errors:
-        out.write(f"error: {error}\n")
+        out.write(f"{paint.bad('error')}: {error}\n")
     for result in results:
         out.write(f"{result.file}: {result.test}\n")
         for problem in result.problems:
-            out.write(f"  UNUSABLE  {problem}\n")
+            out.write(f"  {paint.bad('UNUSABLE')}  {problem}\n")
         for case in result.cases:
-            out.write(f"  {'PASS' if case.passed else 'FAIL'}  {case.case}\n")
+            out.write(f"  {paint.good('PASS') if case.passed else paint.bad('FAIL')}  {case.case}\n")
             for failure in case.failures:
                 out.write(f"        {failure}\n")
             for diff in case.diffs:
