@@ -130,7 +130,8 @@ def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
     return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
-                     extra_checks=(control_plane_check,))
+                     extra_checks=(control_plane_check,),
+                     allow_world_writable=args.allow_world_writable_manifests)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -180,10 +181,9 @@ def _audit_source(args: argparse.Namespace) -> Any:
 
 
 def _request_settings(args: argparse.Namespace) -> Any:
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+    from staticadm.admission.request_builder import RequestSettings
 
-    groups = tuple(args.groups) if args.groups else DEFAULT_GROUPS
-    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=groups,
+    return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=tuple(args.groups),
                            namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
 
 
@@ -258,7 +258,7 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
 
 def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.admission.cluster_audit import run_audit
-    from staticadm.admission.request_builder import DEFAULT_GROUPS, RequestSettings
+    from staticadm.admission.request_builder import RequestSettings
 
     directories = [*args.manifests, *args.directories]
     if len(directories) != 1:
@@ -268,7 +268,7 @@ def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         stderr.write("staticadm audit: --page-size must be at least 1\n")
         return EXIT_USAGE
     settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
-                               groups=tuple(args.groups) if args.groups else DEFAULT_GROUPS)
+                               groups=tuple(args.groups))
     return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
                      page_size=args.page_size)
 
@@ -394,11 +394,43 @@ def _write_webhook_files(out_dir: Path, documents: Any, registration: str, stdou
     return EXIT_OK
 
 
+# -- completion -------------------------------------------------------------------------------------
+
+
+def command_completion(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.completion import completion_script
+
+    stdout.write(completion_script(args.shell, build_parser()))
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------------------
+
+
+class _OptionsAnywhere(argparse.ArgumentParser):
+    """Options anywhere on the line (``review DIR -o json pod.yaml``), as kubectl and its peers take them:
+    each command's own parser collects its positionals around the options (argparse's intermixed parsing),
+    while a parser of subcommands parses as usual, since its positional is the subcommand."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        # parse_known_intermixed_args calls back here for its two passes: those parse as usual.
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
 
 
 def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     """How a plain object becomes the request kube-apiserver would send (review and diff)."""
+    from staticadm.admission.request_builder import DEFAULT_USERNAME
+
     parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
                                help="an object or AdmissionReview file, as REQUEST; repeatable")
     parser.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"), default="CREATE",
@@ -407,14 +439,17 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--old", metavar="FILE",
                                help="for UPDATE: the objects before the change, matched to the inputs by "
                                     "apiVersion, kind, namespace and name")
-    parser.add_argument("--user", default="admin", help="for plain objects: the username (default: admin)")
+    parser.add_argument("--user", default=DEFAULT_USERNAME,
+                        help=f"for plain objects: the username (default: {DEFAULT_USERNAME})")
     parser.add_argument("--uid", dest="user_uid", default="", help="for plain objects: the user's uid")
-    parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
-                               help="for plain objects: a group of the user; repeatable "
-                                    "(default: system:authenticated)")
+    parser.add_argument("--group", dest="groups", action="append", default=[], metavar="GROUP",
+                        help="for plain objects: a group the user authenticated with; repeatable. "
+                             "system:authenticated is added, as kube-apiserver adds it")
     parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
                                                    "(default: the object's, else default)")
-    parser.add_argument("--subresource", default="", help="for plain objects: the subresource, e.g. status")
+    parser.add_argument("--subresource", default="", metavar="[RESOURCE[.GROUP]/]NAME",
+                        help="for plain objects: the subresource, e.g. status, or deployments.apps/scale for an "
+                             "autoscaling/v1 Scale")
     parser.add_argument("--dry-run", action="store_true", help="for plain objects: request.dryRun true")
     audit = parser.add_argument_group(
         "requests from kube-apiserver's audit log",
@@ -436,7 +471,9 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from staticadm.admission.request_builder import DEFAULT_USERNAME
+
+    parser = _OptionsAnywhere(
         prog="staticadm",
         description="Admission sidecar for kube-apiserver: static ValidatingAdmissionPolicy and "
         "MutatingAdmissionPolicy manifests, evaluated exactly as kube-apiserver does.",
@@ -504,6 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
                               help="type-checking warnings (expressions checked against the schemas of the kinds a "
                                    "ValidatingAdmissionPolicy matches, as kube-apiserver does) and control-plane "
                                    "writes a policy refuses are errors")
+    check_parser.add_argument("--allow-world-writable-manifests", action="store_true",
+                              help="check as a daemon started with this option: world-writable directories and "
+                                   "files are warnings, not the errors the daemon refuses to load them with")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
@@ -529,9 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
                                help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
                                     "the daemon does with the same flag")
     review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                               help="text report, or one JSON line per request: {\"input\": file, \"document\": n, "
-                                    "\"review\": the AdmissionReview answer}, or the same as YAML documents "
-                                    "(default: text)")
+                               help="text report, or one ReviewResult per request (the request, the "
+                                    "AdmissionReview answer and every policy's and binding's decision: JSON "
+                                    "Schema staticadm/schemas/review-result.v1alpha1.schema.json) as a JSON line "
+                                    "or a YAML document (default: text)")
     review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
                                help="the manifest directory first unless --manifests is given, then AdmissionReview "
                                     "or object files (JSON or YAML, several documents and Lists allowed), "
@@ -544,8 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Evaluates each request (AdmissionReviews or plain objects, as for review; a directory\n"
                     "stands for its .json/.yaml files) at /mutate and /validate against LIVE and NEW, and reports\n"
-                    "what would change: allowed_to_denied, denied_to_allowed, patch, warnings, with the policies\n"
-                    "that cause it. The same comparison as serve --shadow-manifests.\n\n"
+                    "what would change: allowed_to_denied, denied_to_allowed, denial_message, patch, warnings,\n"
+                    "audit_annotations, with the policies that cause it. The same comparison as\n"
+                    "serve --shadow-manifests.\n\n"
                     "Exit codes: 0 no differences; 3 some request would be answered differently; 1 an invalid\n"
                     "directory; 2 unusable input.\n\n"
                     "example: staticadm diff /etc/staticadm/manifests ./next recorded-requests/")
@@ -585,20 +627,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "those it would deny, warn about, audit, change or fail on. Only reads (get, list).\n\n"
                     "Exit codes: 0 nothing would be denied; 3 some object would be denied; 4 some policy\n"
                     "failed to evaluate; 1 invalid manifests; 2 the cluster cannot be read, or usage.\n\n"
-                    "example: staticadm audit ./next --kubeconfig ~/.kube/config --junit audit.xml")
+                    "example: staticadm audit ./next --junit audit.xml     (the cluster kubectl talks to)")
     audit_parser.add_argument("directories", nargs="*", metavar="DIR", help="the manifest directory")
     audit_parser.add_argument("--manifests", action="append", default=[], metavar="DIR",
                               help="the manifest directory, as DIR")
-    audit_parser.add_argument("--kubeconfig", required=True, metavar="FILE",
+    audit_parser.add_argument("--kubeconfig", metavar="FILE",
                               help="the cluster to read (the kubeconfig's current context): list on the "
-                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks")
+                                   "resources audited, namespaces, and SubjectAccessReview for authorizer checks "
+                                   "(default: as kubectl, the files $KUBECONFIG lists, else ~/.kube/config)")
     audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                               help="report format (default: text)")
     audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
-    audit_parser.add_argument("--user", default="admin", help="the username of the UPDATE (default: admin)")
+    audit_parser.add_argument("--user", default=DEFAULT_USERNAME,
+                              help=f"the username of the UPDATE (default: {DEFAULT_USERNAME})")
     audit_parser.add_argument("--uid", dest="user_uid", default="", help="the user's uid")
-    audit_parser.add_argument("--group", dest="groups", action="append", metavar="GROUP",
-                              help="a group of the user; repeatable (default: system:authenticated)")
+    audit_parser.add_argument("--group", dest="groups", action="append", default=[], metavar="GROUP",
+                              help="a group the user authenticated with; repeatable. system:authenticated is "
+                                   "added, as kube-apiserver adds it")
     audit_parser.add_argument("--page-size", type=int, default=500, metavar="N",
                               help="objects per list request (default: 500, as kubectl)")
     audit_parser.set_defaults(handler=command_audit)
@@ -658,6 +703,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "api registration as DIR/{validating,mutating}-staticadm.yaml; a configuration "
                                      "no longer needed is removed")
     webhook_parser.set_defaults(handler=command_webhook_config)
+
+    from staticadm.completion import SHELLS
+
+    completion_parser = commands.add_parser(
+        "completion", help="print the shell completion script for bash, zsh or fish",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Completes commands, options, option values (-o json) and paths.\n\n"
+                    "bash:  staticadm completion bash > /etc/bash_completion.d/staticadm\n"
+                    "       (or: source <(staticadm completion bash) in ~/.bashrc)\n"
+                    "zsh:   staticadm completion zsh > \"${fpath[1]}/_staticadm\"   (then a new shell)\n"
+                    "fish:  staticadm completion fish > ~/.config/fish/completions/staticadm.fish")
+    completion_parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    completion_parser.set_defaults(handler=command_completion)
 
     from staticadm.server.config import add_serve_arguments
 

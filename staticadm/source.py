@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from staticadm.manifests import DEFAULT_MAX_FILE_BYTES, LoadResult, ManifestError, load_manifest_directory
-from staticadm.manifests.files import DirectoryContents, read_directory, world_writable
+from staticadm.manifests.files import DirectoryContents, read_directory, refusals
 from staticadm.manifests.loader import LoadCache
 from staticadm.model import TopLevel
 from staticadm.snapshot import Snapshot, build_snapshot
@@ -204,11 +204,4 @@ class ManifestSource:
     def _unsafe(self, contents: DirectoryContents) -> tuple[ManifestError, ...]:
         if self.allow_world_writable:
             return ()
-        return tuple(self._unsafe_error(path, mode) for path, mode in world_writable(contents, str(self.directory)))
-
-    def _unsafe_error(self, path: str, mode: int | None) -> ManifestError:
-        what = "manifest directory" if path == str(self.directory) else "manifest file"
-        shown = f" (mode {mode:04o})" if mode is not None else ""
-        return ManifestError(path, f"refusing to load: {what} {path!r} is world-writable{shown}, so any local user "
-                                   "could change admission policy; remove the write permission for others "
-                                   "(chmod o-w) or start with --allow-world-writable-manifests")
+        return refusals(contents, str(self.directory))

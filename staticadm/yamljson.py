@@ -69,12 +69,15 @@ class _DecodeError(ParseError):
     parsing the whole document, so a syntax error further on is reported instead."""
 
 
-def describe_yaml_error(error: yaml.YAMLError) -> str:
+def describe_yaml_error(error: yaml.YAMLError, source: str = "") -> str:
     """``line L, column C: problem`` (and where the construct it belongs to started), 1-based like Go's
-    YAML errors and every editor."""
+    YAML errors and every editor. A problem at a tab of ``source`` (the text parsed) says so: the scanner's
+    "found character that cannot start any token" never names the tab it could not read."""
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
         text = f"line {mark.line + 1}, column {mark.column + 1}: {error.problem or 'invalid YAML'}"
+        if 0 <= mark.index < len(source) and source[mark.index] == "\t":
+            text += " (a tab: YAML indents with spaces only)"
         if error.context and error.context_mark is not None:
             context = error.context_mark
             text += f" ({error.context} at line {context.line + 1}, column {context.column + 1})"
@@ -197,7 +200,7 @@ def _read_yaml(text: str, *, single: bool) -> list[Any]:
                 raise ParseError(str(error)) from None
         return documents
     except yaml.YAMLError as error:
-        raise ParseError(f"invalid YAML: {describe_yaml_error(error)}") from None
+        raise ParseError(f"invalid YAML: {describe_yaml_error(error, text)}") from None
     finally:
         loader.dispose()
 

@@ -20,6 +20,12 @@ result, deletions without the deleted object, ``deletecollection`` and CONNECT r
 port-forward, proxy: no body is recorded) are counted by reason and reported, not evaluated. Each
 request is recorded at up to two stages (RequestReceived, ResponseComplete); one event per ``auditID`` is
 used, the ResponseComplete one when present. The event's ``auditID`` becomes the request uid.
+
+A log is read as a stream, in constant memory whatever its size: each request is handed on when its last
+stage is read (in the order kube-apiserver finished the requests, which is the log's), an event waiting for
+its ResponseComplete is the only one kept, and a line is never read whole when it is longer than any event
+kube-apiserver writes (``MAX_LINE_BYTES``). A line that is no audit event (the half-written last line of a
+live log, a truncated or corrupt one) is counted and skipped by its number, never the end of the replay.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import datetime
 import gzip
 import urllib.parse
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -44,6 +50,19 @@ CONNECT_SUBRESOURCES = frozenset({("pods", "exec"), ("pods", "attach"), ("pods",
                                   ("services", "proxy"), ("nodes", "proxy")})
 #: Stages in the order one is preferred over another for the same auditID.
 _STAGE_RANK = {"ResponseComplete": 3, "Panic": 2, "ResponseStarted": 1, "RequestReceived": 0}
+#: From this rank on a stage is a request's last: nothing more is written for its auditID.
+_FINAL_RANK = 2
+#: kube-apiserver's limit on a request body (``MaxRequestBodyBytes``, 3 MiB).
+REQUEST_BODY_LIMIT = 3 * 1024 * 1024
+#: The longest line read: an event holds at most the request's body (``requestObject``, within the request
+#: limit) and kube-apiserver's answer (``responseObject``, an object it stored, within the same limit), with a
+#: few KiB of metadata; anything longer is no event kube-apiserver wrote, and is skipped without being held.
+MAX_LINE_BYTES = 2 * REQUEST_BODY_LIMIT + 64 * 1024
+#: Malformed lines named one by one in a summary; the rest are counted.
+_MALFORMED_NAMED = 20
+#: Audit IDs of requests already handed on that are remembered, to count a later event of the same request
+#: as such (kube-apiserver writes a request's stages close together, so the recent ones are enough).
+_RECENT_IDS = 100_000
 _OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _KINDS = {(group, resource): kind for (group, kind), (resource, _) in BUILTIN_RESOURCES.items()}
 
@@ -118,6 +137,14 @@ class AuditReadSummary:
     not_evaluated: Counter[str] = field(default_factory=Counter)
     #: Events left out by the filters or because they are no admitted write (get, list, watch, ...).
     not_selected: int = 0
+    #: Lines that are no audit event, skipped: how many, and the first ones as (line number, why).
+    malformed: int = 0
+    malformed_lines: list[tuple[int, str]] = field(default_factory=list)
+
+    def skip_line(self, number: int, why: str) -> None:
+        self.malformed += 1
+        if len(self.malformed_lines) < _MALFORMED_NAMED:
+            self.malformed_lines.append((number, why))
 
     def describe(self, path: str) -> str:
         text = f"{path}: {self.events} event(s), {self.requests} request(s) evaluated"
@@ -125,78 +152,168 @@ class AuditReadSummary:
             text += f", {self.not_selected} not selected (filters, reads, other stages of the same request)"
         for reason, count in sorted(self.not_evaluated.items()):
             text += f"; {count} not evaluated: {reason}"
+        if self.malformed:
+            named = "; ".join(f"line {number}: {why}" for number, why in self.malformed_lines)
+            more = self.malformed - len(self.malformed_lines)
+            text += (f"; {self.malformed} malformed line(s) skipped ({named}"
+                     + (f"; {more} more" if more else "") + ")")
         return text
 
 
-def _lines(path: str, stdin: TextIO | None) -> Iterator[tuple[int, bytes]]:
+class _LineTooLong:
+    """A line longer than ``MAX_LINE_BYTES``, skipped without being held."""
+
+
+_TOO_LONG = _LineTooLong()
+
+
+def _bounded_lines(handle: Any, limit: int) -> Iterator[tuple[int, bytes | str | _LineTooLong]]:
+    """(number, line) of a binary or text stream, each read up to ``limit`` (plus its newline): a longer one
+    is read past in pieces of at most a MiB and yields ``_TOO_LONG``, so no line is ever held whole."""
+    number = 0
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and line[-1:] not in (b"\n", "\n"):
+            while True:
+                rest = handle.readline(1024 * 1024)
+                if not rest or rest[-1:] in (b"\n", "\n"):
+                    break
+            yield number, _TOO_LONG
+            continue
+        yield number, line
+
+
+def _open_lines(path: str, stdin: TextIO | None, limit: int) -> Iterator[tuple[int, bytes | str | _LineTooLong]]:
     if path == "-" and stdin is not None:
-        for number, text in enumerate(stdin, 1):
-            yield number, text.encode()
+        yield from _bounded_lines(getattr(stdin, "buffer", stdin), limit)
         return
     opener: Any = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as handle:
-        yield from enumerate(handle, 1)
+        yield from _bounded_lines(handle, limit)
 
 
-def _events(path: str, number: int, value: Any) -> Iterator[dict[str, Any]]:
-    """The events of one line: an Event, or an EventList (what the webhook backend sends)."""
+def _events(value: Any) -> list[dict[str, Any]] | str:
+    """The events of one line (an Event, or an EventList: what the webhook backend sends), or why it
+    holds none."""
     if not isinstance(value, dict):
-        raise AuditLogError(f"{path}:{number}: an audit event must be a JSON object")
+        return "an audit event must be a JSON object"
     if value.get("kind") == "EventList":
         items = value.get("items")
         if not isinstance(items, list):
-            raise AuditLogError(f"{path}:{number}: EventList items must be an array")
+            return "EventList items must be an array"
+        events: list[dict[str, Any]] = []
         for item in items:
-            yield from _events(path, number, item)
-        return
+            found = _events(item)
+            if isinstance(found, str):
+                return f"EventList item: {found}"
+            events.extend(found)
+        return events
     if value.get("apiVersion") != AUDIT_API_VERSION or value.get("kind") != "Event":
-        raise AuditLogError(f"{path}:{number}: not an {AUDIT_API_VERSION} Event (apiVersion "
-                            f"{value.get('apiVersion')!r}, kind {value.get('kind')!r})")
-    yield value
+        return (f"not an {AUDIT_API_VERSION} Event (apiVersion {value.get('apiVersion')!r}, "
+                f"kind {value.get('kind')!r})")
+    return [value]
 
 
-def read_audit_log(path: str, filters: AuditFilters, stdin: TextIO | None = None
-                   ) -> tuple[list[RecordedRequest], AuditReadSummary]:
-    """Every selected request of the log, in the order kube-apiserver received them; AuditLogError for a
-    file that cannot be read or a line that is not an audit event."""
-    summary = AuditReadSummary()
-    chosen: dict[str, tuple[int, int, dict[str, Any]]] = {}
+def check_readable(path: str) -> None:
+    """AuditLogError naming ``path`` when it cannot be opened: found before any request is answered."""
+    if path == "-":
+        return
     try:
-        for number, raw in _lines(path, stdin):
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise AuditLogError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
+def stream_audit_log(path: str, filters: AuditFilters, summary: AuditReadSummary, stdin: TextIO | None = None,
+                     *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[RecordedRequest]:
+    """Every selected request of the log, each as soon as its last stage is read; ``summary`` counts every
+    event and skipped line as it goes. AuditLogError when the file cannot be read (or its gzip stream
+    ends early); a line that is no audit event is skipped and counted."""
+    shown = "<stdin>" if path == "-" else path
+    #: Requests read at an earlier stage, waiting for their last: (rank, line, event) by auditID.
+    waiting: dict[str, tuple[int, int, dict[str, Any]]] = {}
+    recent: deque[str] = deque()
+    done: set[str] = set()
+
+    def hand_on(number: int, event: dict[str, Any]) -> RecordedRequest | None:
+        built = _review(event)
+        if isinstance(built, str):
+            summary.not_evaluated[built] += 1
+            return None
+        review, notes = built
+        summary.requests += 1
+        return RecordedRequest(path, number, review, _audit_facts(event, notes))
+
+    def finished(audit_id: str) -> None:
+        done.add(audit_id)
+        recent.append(audit_id)
+        if len(recent) > _RECENT_IDS:
+            done.discard(recent.popleft())
+
+    try:
+        for number, raw in _open_lines(path, stdin, max_line_bytes):
+            if isinstance(raw, _LineTooLong):
+                summary.skip_line(number, f"longer than {max_line_bytes // (1024 * 1024)} MiB, more than any "
+                                          "event kube-apiserver writes (its request limit is 3 MiB a body); "
+                                          "skipped unread")
+                continue
             if not raw.strip():
                 continue
             try:
                 value = orjson.loads(raw)
             except orjson.JSONDecodeError as error:
-                raise AuditLogError(f"{path}:{number}: not JSON: {error}") from None
-            for event in _events(path, number, value):
+                summary.skip_line(number, f"not JSON ({error})")
+                continue
+            events = _events(value)
+            if isinstance(events, str):
+                summary.skip_line(number, events)
+                continue
+            for event in events:
                 summary.events += 1
                 ref = event.get("objectRef")
                 if event.get("verb") not in (*WRITE_VERBS, "deletecollection") or not isinstance(ref, dict) \
                         or not filters.takes(event, ref, _received(event)):
                     summary.not_selected += 1
                     continue
-                audit_id = str(event.get("auditID") or f"{path}:{number}")
+                audit_id = str(event.get("auditID") or f"{shown}:{number}")
                 rank = _STAGE_RANK.get(str(event.get("stage")), -1)
-                if audit_id in chosen:
+                if audit_id in done:
                     summary.not_selected += 1
-                    if chosen[audit_id][0] >= rank:
+                    continue
+                earlier = waiting.get(audit_id)
+                if earlier is not None:
+                    summary.not_selected += 1
+                    if earlier[0] >= rank:
                         continue
-                chosen[audit_id] = (rank, number, event)
+                if rank >= _FINAL_RANK:
+                    waiting.pop(audit_id, None)
+                    finished(audit_id)
+                    recorded = hand_on(number, event)
+                    if recorded is not None:
+                        yield recorded
+                else:
+                    waiting[audit_id] = (rank, number, event)
     except OSError as error:
-        raise AuditLogError(f"{path}: cannot read: {error.strerror or error}") from None
+        raise AuditLogError(f"{shown}: cannot read: {error.strerror or error}") from None
     except (EOFError, gzip.BadGzipFile) as error:
-        raise AuditLogError(f"{path}: not a complete gzip file: {error}") from None
-    requests = []
-    for _, number, event in sorted(chosen.values(), key=lambda entry: (_received_key(entry[2]), entry[1])):
-        built = _review(event)
-        if isinstance(built, str):
-            summary.not_evaluated[built] += 1
-            continue
-        review, notes = built
-        summary.requests += 1
-        requests.append(RecordedRequest(path, number, review, _audit_facts(event, notes)))
-    return requests, summary
+        raise AuditLogError(f"{shown}: not a complete gzip file: {error}") from None
+    # Requests whose last stage the log does not hold (still running when it was copied, or an audit policy
+    # that omits ResponseComplete), in the order they were read.
+    for _, number, event in sorted(waiting.values(), key=lambda entry: entry[1]):
+        recorded = hand_on(number, event)
+        if recorded is not None:
+            yield recorded
+
+
+def read_audit_log(path: str, filters: AuditFilters, stdin: TextIO | None = None
+                   ) -> tuple[list[RecordedRequest], AuditReadSummary]:
+    """Every selected request of a (small) log at once: ``stream_audit_log`` into a list."""
+    summary = AuditReadSummary()
+    return list(stream_audit_log(path, filters, summary, stdin)), summary
 
 
 def _received(event: dict[str, Any]) -> datetime.datetime | None:
@@ -207,11 +324,6 @@ def _received(event: dict[str, Any]) -> datetime.datetime | None:
         return parse_timestamp(text)
     except ValueError:
         return None
-
-
-def _received_key(event: dict[str, Any]) -> str:
-    # MicroTime is written with a fixed number of digits in UTC, so the text orders as the time does.
-    return str(event.get("requestReceivedTimestamp") or "")
 
 
 def _audit_facts(event: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -352,18 +464,14 @@ def _user(event: dict[str, Any]) -> dict[str, Any]:
     return {key: chosen[key] for key in ("username", "uid", "groups", "extra") if chosen.get(key)}
 
 
-def read_audit_logs(paths: Sequence[str], filters: AuditFilters, stdin: TextIO | None = None
-                    ) -> tuple[list[RecordedRequest], list[str], list[str]]:
-    """(requests, summaries, problems) over several logs (rotated files, in the order given)."""
-    requests: list[RecordedRequest] = []
-    summaries: list[str] = []
-    problems: list[str] = []
+def stream_audit_logs(paths: Sequence[str], filters: AuditFilters, stdin: TextIO | None,
+                      summaries: list[str], problems: list[str]) -> Iterator[RecordedRequest]:
+    """The requests of several logs (rotated files, in the order given), streamed; each log's summary is
+    appended to ``summaries`` when it has been read, a log that cannot be read to ``problems``."""
     for path in paths:
+        summary = AuditReadSummary()
         try:
-            found, summary = read_audit_log(path, filters, stdin)
+            yield from stream_audit_log(path, filters, summary, stdin)
         except AuditLogError as error:
             problems.append(str(error))
-            continue
-        requests.extend(found)
         summaries.append(summary.describe("<stdin>" if path == "-" else path))
-    return requests, summaries, problems

@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.mutating import MutationOutcome
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import RequestSettings
+from staticadm.admission.request_builder import RequestSettings, user_info
 from staticadm.admission.review import (
     EXIT_DENIED,
     EXIT_EVALUATION_ERROR,
@@ -101,8 +101,7 @@ def noop_update(resource: ApiResource, obj: dict[str, Any], settings: RequestSet
     request: dict[str, Any] = {
         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, seed)), "kind": gvk, "resource": gvr, "requestKind": gvk,
         "requestResource": gvr, "name": name, "operation": "UPDATE",
-        "userInfo": {"username": settings.username, "groups": list(settings.groups),
-                     **({"uid": settings.uid} if settings.uid else {})},
+        "userInfo": user_info(settings),
         "object": obj, "oldObject": obj, "dryRun": False,
         "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"},
     }
@@ -168,23 +167,30 @@ def _tally(run: AuditRun, reference: dict[str, str], mutation: MutationOutcome |
     run.errored_objects += errored
 
 
-def run_audit(manifests_dir: str, kubeconfig: str, output: str, junit: str | None, settings: RequestSettings,
-              stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE) -> int:
+def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: str | None,
+              settings: RequestSettings, stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE) -> int:
     """Exit 0 when no existing object would be denied, 3 when one would, 4 when a policy failed to evaluate
-    on one; 1 on invalid manifests; 2 when the cluster cannot be read."""
+    on one; 1 on invalid manifests; 2 when the cluster cannot be read. The kubeconfig is ``kubeconfig``, else
+    found as kubectl finds it ($KUBECONFIG, ~/.kube/config)."""
+    from staticadm.cluster.kubeconfig import KubeconfigNotFound, describe, kubeconfig_paths
     from staticadm.cluster.view import BlockingClusterView
 
+    try:
+        paths = kubeconfig_paths(kubeconfig)
+    except KubeconfigNotFound as error:
+        stderr.write(f"staticadm audit: {error}\n")
+        return EXIT_UNUSABLE_INPUT
     snapshot = load_snapshot(manifests_dir, stderr, "staticadm audit:")
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
     started = time.perf_counter()
-    cluster = BlockingClusterView(Path(kubeconfig))
+    cluster = BlockingClusterView(paths)
     try:
         try:
             cluster.open()
             discovered = cluster.run(discover(cluster.view.connection))
         except ClusterError as error:
-            stderr.write(f"staticadm audit: --kubeconfig {kubeconfig}: {error.message}\n")
+            stderr.write(f"staticadm audit: kubeconfig {describe(paths)}: {error.message}\n")
             return EXIT_UNUSABLE_INPUT
         resources, selected, not_audited = audited_resources(snapshot, discovered)
         run = AuditRun({compiled.name: PolicyTally(kind, selected[compiled.name])

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from staticadm.admission.endpoints import PolicyCheck, Review
+from staticadm.admission.response import STATIC_SUFFIX
 from staticadm.admission.vocabulary import EnforcementAction
 
 
@@ -23,6 +24,10 @@ class DifferenceKind(StrEnum):
     DENIED_TO_ALLOWED = "denied_to_allowed"
     PATCH = "patch"
     WARNINGS = "warnings"
+    #: Denied by both, with another message (or status reason or code): what the user reads changes.
+    DENIAL_MESSAGE = "denial_message"
+    #: Audit annotations recorded by one and not the other, or with other values.
+    AUDIT_ANNOTATIONS = "audit_annotations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,43 @@ def _by(checks: tuple[PolicyCheck, ...], *actions: EnforcementAction) -> tuple[s
     return tuple(dict.fromkeys(f"{check.policy}/{check.binding}" for check in checks if check.action in actions))
 
 
+def _denial(status: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return status.get("code"), status.get("reason"), status.get("message")
+
+
+def _describe_denial(status: dict[str, Any]) -> str:
+    return f"{status.get('code')} {status.get('reason') or ''}: {status.get('message') or ''}".replace("  ", " ")
+
+
+def _annotating(checks: tuple[PolicyCheck, ...], keys: list[str]) -> tuple[str, ...]:
+    """The checks of the policies that own these annotation keys (``policy/key``, as kube-apiserver records
+    them in-process; through the webhook ``policy_key`` without ``.static.k8s.io``), or those that audited."""
+    def owns(policy: str, key: str) -> bool:
+        return key.startswith((f"{policy}/", f"{policy.removesuffix(STATIC_SUFFIX)}_"))
+
+    named = tuple(dict.fromkeys(f"{check.policy}/{check.binding}" for check in checks
+                                if any(owns(check.policy, key) for key in keys)))
+    return named or _by(checks, EnforcementAction.AUDIT)
+
+
+def _annotation_difference(live: Review, new: Review, live_annotations: dict[str, str],
+                           new_annotations: dict[str, str]) -> Difference | None:
+    if live_annotations == new_annotations:
+        return None
+    gone = sorted(set(live_annotations) - set(new_annotations))
+    added = sorted(set(new_annotations) - set(live_annotations))
+    changed = sorted(key for key in set(live_annotations) & set(new_annotations)
+                     if live_annotations[key] != new_annotations[key])
+    parts = [f"audit annotations gone: {', '.join(gone)}"] if gone else []
+    if added:
+        parts.append(f"new audit annotations: {', '.join(added)}")
+    if changed:
+        parts.append("audit annotations changed: " + ", ".join(
+            f"{key} {live_annotations[key]!r} -> {new_annotations[key]!r}" for key in changed))
+    return Difference(DifferenceKind.AUDIT_ANNOTATIONS, _annotating(live.checks, gone + changed),
+                      _annotating(new.checks, added + changed), "; ".join(parts))
+
+
 def compare_reviews(live: Review, new: Review) -> tuple[Difference, ...]:
     live_answer, new_answer = _response(live), _response(new)
     differences = []
@@ -59,6 +101,17 @@ def compare_reviews(live: Review, new: Review) -> tuple[Difference, ...]:
                                       _by(new.checks, EnforcementAction.MUTATE),
                                       "the patch would differ" if live_answer.get("patch") and new_answer.get("patch")
                                       else "would be mutated" if new_answer.get("patch") else "would not be mutated"))
+    if not live_allowed and not new_allowed:
+        live_status, new_status = live_answer.get("status") or {}, new_answer.get("status") or {}
+        if _denial(live_status) != _denial(new_status):
+            differences.append(Difference(DifferenceKind.DENIAL_MESSAGE, _by(live.checks, EnforcementAction.DENY),
+                                          _by(new.checks, EnforcementAction.DENY),
+                                          f"would be denied with {_describe_denial(new_status)}; denied now with "
+                                          f"{_describe_denial(live_status)}"))
+    annotations = _annotation_difference(live, new, live_answer.get("auditAnnotations") or {},
+                                         new_answer.get("auditAnnotations") or {})
+    if annotations is not None:
+        differences.append(annotations)
     live_warnings, new_warnings = set(live_answer.get("warnings") or ()), set(new_answer.get("warnings") or ())
     if live_warnings != new_warnings:
         added, removed = sorted(new_warnings - live_warnings), sorted(live_warnings - new_warnings)

@@ -25,6 +25,7 @@ from staticadm.admission.review import (
     AuditSource,
     RequestSources,
     describe_place,
+    describe_subject,
     load_snapshot,
 )
 from staticadm.progress import Progress
@@ -38,8 +39,8 @@ ENDPOINT_ORDER = ("mutate", "validate")
 
 
 def _difference_json(endpoint: str, difference: Difference) -> dict[str, Any]:
-    return {"endpoint": endpoint, "difference": str(difference.kind), "live_policies": list(difference.live_policies),
-            "new_policies": list(difference.new_policies), "detail": difference.detail}
+    return {"endpoint": endpoint, "difference": str(difference.kind), "livePolicies": list(difference.live_policies),
+            "newPolicies": list(difference.new_policies), "detail": difference.detail}
 
 
 def _differences(live: Snapshot, new: Snapshot, namespaces: NamespaceSource,
@@ -67,14 +68,23 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         return EXIT_UNUSABLE_INPUT
     namespaces = namespaces or RequestOnlyNamespaces()
     found: list[dict[str, Any]] = []
-    with Progress(stderr, "comparing requests", len(requests)) as progress:
+    compared = 0
+    with Progress(stderr, "comparing requests", requests.known_total) as progress:
         for item in requests:
             progress.advance()
+            compared += 1
             differences = _differences(live, new, namespaces, item.request)
             if differences:
+                request = item.request
                 found.append({"input": item.source, "document": item.document, "item": item.item or None,
-                              "uid": item.request.uid, "audit": item.audit, "differences": differences})
-    summary = {"requests": len(requests), "different": len(found)}
+                              "uid": request.uid, "operation": request.operation,
+                              "kind": request.original_kind.to_json(), "resource": request.original_resource.to_json(),
+                              "subResource": request.original_sub_resource, "namespace": request.namespace,
+                              "name": request.name, "object": describe_subject(request), "audit": item.audit,
+                              "differences": differences})
+    if not requests.report(stderr, "diff"):
+        return EXIT_UNUSABLE_INPUT
+    summary = {"requests": compared, "different": len(found)}
     report = {"apiVersion": API_VERSION, "kind": "DiffReport", "summary": summary, "differences": found}
     if output == "json":
         stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -82,11 +92,11 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         stdout.write(dump_yaml(report))
     else:
         for entry in found:
-            where = describe_place(entry["input"], entry["document"], entry["item"] or "")
+            where = f"{describe_place(entry['input'], entry['document'], entry['item'] or '')} ({entry['object']})"
             for change in entry["differences"]:
                 policies = "; ".join(part for part in (
-                    f"live: {', '.join(change['live_policies'])}" if change["live_policies"] else "",
-                    f"new: {', '.join(change['new_policies'])}" if change["new_policies"] else "") if part)
+                    f"live: {', '.join(change['livePolicies'])}" if change["livePolicies"] else "",
+                    f"new: {', '.join(change['newPolicies'])}" if change["newPolicies"] else "") if part)
                 stdout.write(f"{where}: {change['endpoint']}: {change['difference']}: {change['detail']}"
                              + (f" [{policies}]" if policies else "") + "\n")
         stdout.write(f"{summary['different']} of {summary['requests']} request(s) would be answered differently\n")

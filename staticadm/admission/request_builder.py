@@ -11,6 +11,7 @@ defaulted, encoded again (:mod:`staticadm.kinds`); a custom kind's as given.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,12 +94,25 @@ BUILTIN_RESOURCES: Mapping[tuple[str, str], tuple[str, bool]] = {
     ("storage.k8s.io", "VolumeAttributesClass"): ("volumeattributesclasses", False),
 }
 
+#: Kinds that are only ever the object of a subresource (group, kind) -> the subresource: their request names
+#: the parent resource (``deployments/scale`` with an ``autoscaling/v1 Scale``), which the object cannot say.
+SUBRESOURCE_KINDS: Mapping[tuple[str, str], str] = {
+    ("autoscaling", "Scale"): "scale",
+    ("policy", "Eviction"): "eviction",
+    ("authentication.k8s.io", "TokenRequest"): "token",
+}
+_VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d+)?")
+
 #: The options object kube-apiserver passes for each operation (``request.options``).
 _OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 
 
-#: The groups of the default user: any authenticated user, nothing more.
-DEFAULT_GROUPS = ("system:authenticated",)
+#: The user of a request built for a plain object unless told otherwise (``--user``, a PolicyTest case's
+#: ``user``): a name no policy singles out, in no group but the one every authenticated user is in.
+DEFAULT_USERNAME = "admin"
+ALL_AUTHENTICATED = "system:authenticated"
+ALL_UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
 
 
 class ObjectInputError(ValueError):
@@ -110,13 +124,35 @@ class RequestSettings:
     """What the URL and the authenticated user would say about the request."""
 
     operation: str = "CREATE"
-    username: str = "admin"
+    username: str = DEFAULT_USERNAME
     uid: str = ""
-    groups: tuple[str, ...] = DEFAULT_GROUPS
+    #: The groups the user authenticated with; the request carries ``user_groups`` of them.
+    groups: tuple[str, ...] = ()
     #: None: the object's own namespace, else "default" for a namespaced kind (kubectl's default).
     namespace: str | None = None
+    #: ``status``, or with the parent resource, as kubectl names resources: ``deployments.apps/scale``,
+    #: ``widgets.v1beta1.example.com/scale`` (``parent_resource``).
     subresource: str = ""
     dry_run: bool = False
+
+
+def user_groups(username: str, groups: Sequence[str]) -> tuple[str, ...]:
+    """The groups kube-apiserver's authentication gives a user who authenticated with ``groups``: its
+    ``AuthenticatedGroupAdder`` appends ``system:authenticated`` unless the user is ``system:anonymous`` or
+    already in ``system:authenticated`` or ``system:unauthenticated``; the anonymous authenticator puts
+    ``system:anonymous`` in ``system:unauthenticated``. ``review``, ``diff``, ``audit`` and ``staticadm test``
+    all build their users here, so the same flags or case make the same request."""
+    if username == ANONYMOUS:
+        return tuple(groups) or (ALL_UNAUTHENTICATED,)
+    if ALL_AUTHENTICATED in groups or ALL_UNAUTHENTICATED in groups:
+        return tuple(groups)
+    return (*groups, ALL_AUTHENTICATED)
+
+
+def user_info(settings: RequestSettings) -> dict[str, Any]:
+    """``request.userInfo`` of a built request."""
+    return {"username": settings.username, "groups": list(user_groups(settings.username, settings.groups)),
+            **({"uid": settings.uid} if settings.uid else {})}
 
 
 def guess_resource(kind: str) -> str:
@@ -129,6 +165,27 @@ def guess_resource(kind: str) -> str:
     if singular.endswith("y"):
         return singular[:-1] + "ies"
     return singular + "s"
+
+
+def parent_resource(subresource: str, object_group: str, object_version: str
+                    ) -> tuple[tuple[str, str, str] | None, str]:
+    """((group, version, resource) of the parent the subresource names, or None; the subresource's name).
+    The parent is ``RESOURCE[.VERSION].GROUP`` as kubectl reads a resource argument (a second part that is a
+    version makes it resource.version.group); without a version, the object's when it is of the parent's group,
+    else v1 (every built-in resource with a scale subresource is v1)."""
+    parent, slash, name = subresource.rpartition("/")
+    if not slash:
+        return None, subresource
+    if not parent or not name:
+        raise ObjectInputError(f"--subresource {subresource!r}: give RESOURCE[.GROUP]/SUBRESOURCE, e.g. "
+                               "deployments.apps/scale")
+    resource, _, rest = parent.partition(".")
+    version, dot, group = rest.partition(".")
+    if not (dot and _VERSION.fullmatch(version)):
+        version, group = "", rest
+    if not version:
+        version = object_version if group == object_group else "v1"
+    return (group, version, resource), name
 
 
 def _group_version(api_version: str) -> tuple[str, str]:
@@ -201,12 +258,22 @@ def build_request_for_object(obj: Any, old: Any, settings: RequestSettings, *, u
         if (old_version, old_kind) != (api_version, kind):
             raise ObjectInputError(f"the old object is {old_version} {old_kind}, the object {api_version} {kind}")
     group, version = _group_version(api_version)
-    known = BUILTIN_RESOURCES.get((group, kind))
+    parent, subresource = parent_resource(settings.subresource, group, version)
     object_namespace = metadata.get("namespace")
     if object_namespace is not None and not isinstance(object_namespace, str):
         raise ObjectInputError("the object: metadata.namespace must be a string")
-    if known is not None:
-        resource, namespaced = known
+    resource_group, resource_version = group, version
+    if parent is not None:
+        resource_group, resource_version, resource = parent
+        scopes = [scoped for (known_group, _), (known, scoped) in BUILTIN_RESOURCES.items()
+                  if (known_group, known) == (resource_group, resource)]
+        namespaced = scopes[0] if scopes else bool(object_namespace or settings.namespace)
+    elif (group, kind) in SUBRESOURCE_KINDS:
+        raise ObjectInputError(f"an {api_version} {kind} is only the object of a {SUBRESOURCE_KINDS[group, kind]} "
+                               "subresource: name whose, e.g. --subresource "
+                               f"deployments.apps/{SUBRESOURCE_KINDS[group, kind]} (a case's subresource field)")
+    elif (group, kind) in BUILTIN_RESOURCES:
+        resource, namespaced = BUILTIN_RESOURCES[(group, kind)]
     else:
         resource = guess_resource(kind)
         namespaced = bool(object_namespace or settings.namespace)
@@ -230,19 +297,18 @@ def build_request_for_object(obj: Any, old: Any, settings: RequestSettings, *, u
         # kube-apiserver fills an empty namespace from the request URL before admission.
         written.setdefault("metadata", {})["namespace"] = namespace
     gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": resource}
+    gvr = {"group": resource_group, "version": resource_version, "resource": resource}
     request: dict[str, Any] = {
         "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, uid_seed)),
         "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
         "operation": operation,
-        "userInfo": {"username": settings.username, "groups": list(settings.groups),
-                     **({"uid": settings.uid} if settings.uid else {})},
+        "userInfo": user_info(settings),
         "object": None if operation == "DELETE" else written,
         "oldObject": old_written if operation == "UPDATE" else (written if operation == "DELETE" else None),
         "dryRun": settings.dry_run,
     }
-    if settings.subresource:
-        request["subResource"] = request["requestSubResource"] = settings.subresource
+    if subresource:
+        request["subResource"] = request["requestSubResource"] = subresource
     if name:
         request["name"] = name
     if namespace:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from staticadm.admission.audit_log import AuditFilters, read_audit_logs
+from staticadm.admission.audit_log import AuditFilters, AuditLogError, check_readable, stream_audit_logs
 from staticadm.admission.decision_report import API_VERSION, decision, request_summary
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import (
@@ -37,6 +37,7 @@ from staticadm.admission.request_builder import (
 from staticadm.admission.response import webhook_audit_key
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.colour import Palette
 from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
@@ -152,13 +153,11 @@ def _load_inputs(path: str, stdin: TextIO, settings: RequestSettings,
 
 
 def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_path: str | None,
-                  stdin: TextIO, audit: AuditSource | None = None,
-                  notes: list[str] | None = None) -> tuple[list[RequestInput], list[str]]:
+                  stdin: TextIO) -> tuple[list[RequestInput], list[str]]:
     """Every request of every input (AdmissionReviews, or plain objects built into the request kube-apiserver
-    would send, or the requests of audit logs), read before any is answered so a bad one never leaves half
-    an output behind; every problem of every document is reported in the one run. A directory stands for
-    its .json, .yaml and .yml files, recursively, in name order. What each audit log held is appended to
-    ``notes``."""
+    would send), read before any is answered so a bad one never leaves half an output behind; every problem
+    of every document is reported in the one run. A directory stands for its .json, .yaml and .yml files,
+    recursively, in name order. Audit logs are streamed instead (``recorded_requests``)."""
     problems: list[str] = []
     olds: list[Any] = []
     if old_path is not None:
@@ -176,19 +175,31 @@ def read_requests(request_paths: Sequence[str], settings: RequestSettings, old_p
         inputs, file_problems = _load_inputs(path, stdin, settings, olds)
         requests.extend(inputs)
         problems.extend(file_problems)
-    if audit is not None:
-        recorded, summaries, audit_problems = read_audit_logs(audit.paths, audit.filters, stdin)
-        problems.extend(audit_problems)
-        if notes is not None:
-            notes.extend(summaries)
-        for entry in recorded:
-            shown = "<stdin>" if entry.path == "-" else entry.path
-            parsed = parse_admission_review(entry.review)
-            if isinstance(parsed, RequestError):
-                problems.append(f"{shown}:{entry.line}: the request built from the event: {parsed.message}")
-            else:
-                requests.append(RequestInput(shown, 0, parsed, f"line {entry.line}", entry.audit))
     return requests, problems
+
+
+def recorded_requests(audit: AuditSource, stdin: TextIO, notes: list[str],
+                      problems: list[str]) -> Iterator[RequestInput]:
+    """The requests of the audit logs, one at a time as they are read (a log of any size in constant
+    memory); what each log held is appended to ``notes`` once it has been read, what could not be read to
+    ``problems``."""
+    for entry in stream_audit_logs(audit.paths, audit.filters, stdin, notes, problems):
+        shown = "<stdin>" if entry.path == "-" else entry.path
+        parsed = parse_admission_review(entry.review)
+        if isinstance(parsed, RequestError):
+            problems.append(f"{shown}:{entry.line}: the request built from the event: {parsed.message}")
+        else:
+            yield RequestInput(shown, 0, parsed, f"line {entry.line}", entry.audit)
+
+
+def describe_subject(request: AdmissionRequest) -> str:
+    """What the request writes, as an operator names it: ``UPDATE deployments.apps shop/api``."""
+    resource = request.original_resource
+    name = request.name or "(name generated)"
+    what = resource.resource + (f".{resource.group}" if resource.group else "")
+    if request.original_sub_resource:
+        what += f"/{request.original_sub_resource}"
+    return f"{request.operation} {what} {f'{request.namespace}/' if request.namespace else ''}{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,16 +224,17 @@ def _where(policy: str, binding: str | None) -> str:
     return f"policy {policy}" + (f" binding {binding}" if binding else "")
 
 
-def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot) -> list[str]:
+def _validation_lines(request: AdmissionRequest, outcome: ValidationOutcome, snapshot: Snapshot,
+                      paint: Palette) -> list[str]:
     lines = []
     if outcome.allowed:
-        lines.append("  decision: allowed")
+        lines.append(f"  decision: {paint.good('allowed')}")
     else:
         assert outcome.status is not None
-        lines.append(f"  decision: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  decision: {paint.bad('denied')} ({outcome.status['code']} {outcome.status['reason']})")
         lines.append(f"  message: {outcome.status['message']}")
     for warning in outcome.warnings:
-        lines.append(f"  warning: {warning}")
+        lines.append(f"  {paint.warn('warning')}: {warning}")
     for key, value in outcome.annotations.items():
         # The key as kube-apiserver records it in-process, and the one the daemon answers it under.
         lines.append(f"  audit annotation: {key}={value} (webhook key: {webhook_audit_key(key)})")
@@ -247,11 +259,11 @@ def _describe_value(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _mutation_lines(outcome: MutationOutcome) -> list[str]:
+def _mutation_lines(outcome: MutationOutcome, paint: Palette) -> list[str]:
     lines = []
     if not outcome.allowed:
         assert outcome.status is not None
-        lines.append(f"  mutation: denied ({outcome.status['code']} {outcome.status['reason']})")
+        lines.append(f"  mutation: {paint.bad('denied')} ({outcome.status['code']} {outcome.status['reason']})")
         lines.append(f"  message: {outcome.status['message']}")
     elif outcome.patch:
         lines.append(f"  mutation: {len(outcome.patch)} patch operation(s)")
@@ -366,15 +378,48 @@ class RequestSources:
     old_path: str | None = None
     audit: AuditSource | None = None
 
-    def read(self, stdin: TextIO, stderr: TextIO, command: str) -> list[RequestInput] | None:
-        """Every request, or None after writing every problem; what the audit logs held goes to stderr."""
-        notes: list[str] = []
-        requests, problems = read_requests(self.paths, self.settings, self.old_path, stdin, self.audit, notes)
+    def read(self, stdin: TextIO, stderr: TextIO, command: str) -> RequestStream | None:
+        """Every request, or None after writing every problem found before any is answered: the requests
+        of files, read at once, and the audit logs' after them, streamed."""
+        requests, problems = read_requests(self.paths, self.settings, self.old_path, stdin)
+        for path in self.audit.paths if self.audit is not None else ():
+            try:
+                check_readable(path)
+            except AuditLogError as error:
+                problems.append(str(error))
         for problem in problems:
             stderr.write(f"staticadm {command}: {problem}\n")
-        for note in notes:
+        return None if problems else RequestStream(requests, self.audit, stdin)
+
+
+class RequestStream:
+    """The requests of ``review`` and ``diff``: those of files, then those of audit logs as they are read.
+    After the iteration, ``notes`` says what each log held and ``problems`` what could not be read."""
+
+    def __init__(self, requests: list[RequestInput], audit: AuditSource | None, stdin: TextIO) -> None:
+        self._requests = requests
+        self._audit = audit
+        self._stdin = stdin
+        self.notes: list[str] = []
+        self.problems: list[str] = []
+
+    @property
+    def known_total(self) -> int | None:
+        """How many requests there are, when known before reading the audit logs (none given)."""
+        return len(self._requests) if self._audit is None else None
+
+    def __iter__(self) -> Iterator[RequestInput]:
+        yield from self._requests
+        if self._audit is not None:
+            yield from recorded_requests(self._audit, self._stdin, self.notes, self.problems)
+
+    def report(self, stderr: TextIO, command: str) -> bool:
+        """Writes the notes and problems; True when every audit log was read to its end."""
+        for problem in self.problems:
+            stderr.write(f"staticadm {command}: {problem}\n")
+        for note in self.notes:
             stderr.write(f"staticadm {command}: {note}\n")
-        return None if problems else requests
+        return not self.problems
 
 
 def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
@@ -385,14 +430,16 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         return EXIT_UNUSABLE_INPUT
 
     explain = output in ("json", "yaml")
-    with Progress(stderr, "reviewing requests", len(requests)) as progress:
-        return _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+    with Progress(stderr, "reviewing requests", requests.known_total) as progress:
+        code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+    return code if requests.report(stderr, "review") else EXIT_UNUSABLE_INPUT
 
 
 def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
-                requests: Sequence[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
+                requests: Iterable[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
                 explain: bool, progress: Progress) -> int:
     denied = errored = False
+    paint = Palette.for_stream(stdout)
     for item in requests:
         progress.advance()
         request = item.request
@@ -415,8 +462,10 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 stdout.write(json.dumps(labelled, ensure_ascii=False, separators=(",", ":")) + "\n")
             else:
                 stdout.write("---\n" + dump_yaml(labelled))
+            # Each answer as it is known: a replay of a live log (--audit-log -) is read while it runs.
+            stdout.flush()
             continue
-        lines = [f"{item.label}: request {request.uid}"]
+        lines = [f"{item.label}: {describe_subject(request)} (request {request.uid})"]
         if item.defaulted:
             lines.append(f"  defaulted by Kubernetes: {', '.join(item.defaulted)}")
         if item.dropped:
@@ -424,10 +473,11 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         if item.audit is not None:
             lines.extend(_audit_lines(item.audit))
         if mutation is not None and (snapshot.mutating or endpoint == "mutate"):
-            lines.extend(_mutation_lines(mutation))
+            lines.extend(_mutation_lines(mutation, paint))
         if validation is not None:
-            lines.extend(_validation_lines(request, validation, snapshot))
+            lines.extend(_validation_lines(request, validation, snapshot, paint))
         stdout.write("\n".join(lines) + "\n")
+        stdout.flush()
     if errored:
         return EXIT_EVALUATION_ERROR
     return EXIT_DENIED if denied else EXIT_OK

@@ -1,4 +1,4 @@
-"""The CEL environment kube-apiserver 1.37 uses for admission policy expressions, on cel-expr-python.
+"""The CEL environment kube-apiserver 1.36 uses for admission policy expressions, on cel-expr-python.
 
 Each expression is compiled twice over: the *checker* environment declares Kubernetes' real signatures
 (abstract value types, optional results, cross-type numeric comparisons) and type-checks the source;

@@ -23,7 +23,7 @@ import hashlib
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from typing import Any
 import aiohttp
 import orjson
 import yaml
+
+from staticadm.cluster.kubeconfig import describe, merged_configuration
 
 #: How often credentials and TLS files are re-read even without a 401.
 CREDENTIAL_REFRESH_SECONDS = 30.0
@@ -120,8 +122,11 @@ def _file_signature(path: str | None) -> tuple[str, int, int] | None:
 class KubeConnection:
     """One kube-apiserver reached through ``kubeconfig`` (``context`` or the current one)."""
 
-    def __init__(self, kubeconfig: Path, *, context: str | None = None) -> None:
-        self.kubeconfig = kubeconfig
+    def __init__(self, kubeconfig: Path | Sequence[Path], *, context: str | None = None) -> None:
+        #: The files read together, in precedence order (``kubeconfig.kubeconfig_paths``); the first names them.
+        self.kubeconfigs = (kubeconfig,) if isinstance(kubeconfig, Path) else tuple(kubeconfig)
+        self.kubeconfig = self.kubeconfigs[0]
+        self._described = describe(self.kubeconfigs)
         self.context = context
         self._loader: Any = None
         self._credentials: Credentials | None = None
@@ -150,9 +155,12 @@ class KubeConnection:
         token_file = None
         if user is not None and "tokenFile" in user:
             token_file = str(user["tokenFile"])
-        return (_file_signature(str(self.kubeconfig)), _file_signature(token_file),
+        return (self._kubeconfig_signature(), _file_signature(token_file),
                 _file_signature(configuration.ssl_ca_cert), _file_signature(configuration.cert_file),
                 _file_signature(configuration.key_file))
+
+    def _kubeconfig_signature(self) -> tuple[Any, ...]:
+        return tuple(_file_signature(str(path)) for path in self.kubeconfigs)
 
     async def _load(self, *, fresh: bool) -> Credentials:
         # Imported here: the library brings ~35 MB of generated models, paid only with --kubeconfig.
@@ -162,17 +170,17 @@ class KubeConnection:
         configuration = Configuration()
         try:
             if fresh or self._loader is None:
-                if not self.kubeconfig.is_file():
-                    raise KubeconfigError(f"kubeconfig {self.kubeconfig}: no such file")
+                if not any(path.is_file() for path in self.kubeconfigs):
+                    raise KubeconfigError(f"kubeconfig {self._described}: no such file")
                 self._loader = self._read_kubeconfig()
             await self._loader.load_and_set(configuration)
         except KubeconfigError:
             raise
         except (ConfigException, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as error:
             self._loader = None
-            raise KubeconfigError(f"kubeconfig {self.kubeconfig}: {error}") from error
+            raise KubeconfigError(f"kubeconfig {self._described}: {error}") from error
         if not configuration.host:
-            raise KubeconfigError(f"kubeconfig {self.kubeconfig}: the context's cluster has no server")
+            raise KubeconfigError(f"kubeconfig {self._described}: the context's cluster has no server")
         context: ssl.SSLContext | bool
         if configuration.host.startswith("https"):
             try:
@@ -180,7 +188,7 @@ class KubeConnection:
                 if configuration.cert_file:
                     context.load_cert_chain(configuration.cert_file, configuration.key_file)
             except (OSError, ssl.SSLError) as error:
-                raise KubeconfigError(f"kubeconfig {self.kubeconfig}: TLS files: {error}") from error
+                raise KubeconfigError(f"kubeconfig {self._described}: TLS files: {error}") from error
             if not configuration.verify_ssl:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -195,9 +203,10 @@ class KubeConnection:
         """The library's loader over the kubeconfig, its certificate and key data made memory-only files."""
         from kubernetes_asyncio.config import kube_config
 
-        merged = kube_config.KubeConfigMerger(str(self.kubeconfig)).config
-        if merged is None:
-            raise KubeconfigError(f"kubeconfig {self.kubeconfig}: no such file")
+        existing = [path for path in self.kubeconfigs if path.is_file()]
+        if not existing:
+            raise KubeconfigError(f"kubeconfig {self._described}: no such file")
+        merged = merged_configuration(existing)
         used: set[bytes] = set()
         for section, inner, key in _DATA_FIELDS:
             for entry in merged.value.get(section) or []:
@@ -208,7 +217,7 @@ class KubeConnection:
                 try:
                     content = base64.standard_b64decode(data.encode())
                 except (binascii.Error, ValueError) as error:
-                    raise KubeconfigError(f"kubeconfig {self.kubeconfig}: {section} {entry.get('name')!r}: "
+                    raise KubeconfigError(f"kubeconfig {self._described}: {section} {entry.get('name')!r}: "
                                           f"{key}-data is not base64: {error}") from None
                 # The library reads data before a file name: the data is given as a file name instead.
                 del body[f"{key}-data"]
@@ -229,8 +238,7 @@ class KubeConnection:
                 # An exec plugin's credential is cached until its expiry; a 401 says it is no good now.
                 with contextlib.suppress(AttributeError):
                     del self._loader.exec_plugin_expiry
-            fresh = current is None or self._signature is None or \
-                self._signature[0] != _file_signature(str(self.kubeconfig))
+            fresh = current is None or self._signature is None or self._signature[0] != self._kubeconfig_signature()
             self._credentials = await self._load(fresh=fresh)
             return self._credentials
 
@@ -301,7 +309,7 @@ class KubeConnection:
             raise ClusterError(f"{method} {path}: {host} redirected more than {MAX_REDIRECTS} times (the last "
                                f"time to {location or 'an unnamed location'})") from None
         except aiohttp.ClientConnectorError as error:
-            raise ClusterError(f"{method} {path}: {host} unreachable: {error}") from None
+            raise ClusterError(f"{method} {path}: {host} unreachable: {_describe(error)}") from None
         except (aiohttp.ClientError, OSError) as error:
             raise ClusterError(f"{method} {path}: the connection to {host} failed "
                                f"{progress.during()}: {_describe(error)}") from None
@@ -430,6 +438,18 @@ async def _connected(_session: aiohttp.ClientSession, context: Any, _params: Any
 
 
 def _describe(error: BaseException) -> str:
+    """What went wrong, in words: aiohttp's own text for a failed connection prints its SSL context object
+    (``ssl:<ssl.SSLContext object at 0x...>``), which says nothing to anyone."""
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        cause: BaseException = error.certificate_error
+        detail = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or cause
+        return f"cannot connect to {error.host}:{error.port}: the server's certificate is not trusted: {detail}"
+    if isinstance(error, aiohttp.ClientConnectorError):
+        os_error = error.os_error
+        # "Connect call failed ('127.0.0.1', 6443)" is asyncio's text for ECONNREFUSED: name the errno instead.
+        reason = (os.strerror(os_error.errno) if os_error.errno else os_error.strerror) or str(os_error) \
+            or type(os_error).__name__
+        return f"cannot connect to {error.host}:{error.port}: {reason}"
     return str(error) or type(error).__name__
 
 

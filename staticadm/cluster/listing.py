@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from staticadm.cluster.connection import ClusterError
+
 #: The walk yields to the event loop after this long without doing so.
 SLICE_SECONDS = 0.005
 #: Pages up to this size are decoded in one go (a few milliseconds).
@@ -123,3 +125,24 @@ async def list_items(body: bytes, on_field: Callable[[str, Any], None]) -> Async
         index = _expect(text, index, ",")
     if _skip(text, index + 1) != len(text):
         raise ListDecodeError(f"unexpected data after the answer at character {index + 1}")
+
+
+class ContinueTokens:
+    """The continue tokens of one paged list. kube-apiserver's token encodes where the next page starts, so
+    it never gives one twice in a list; one given again would have the list read the same pages for ever (a
+    server answering every page alike requested 422 pages in 20 s), so it ends the list with an error naming
+    what was listed."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._seen: set[str] = set()
+
+    def next(self, token: str) -> str:
+        """``token``, the one to ask the next page with ("" at the end); ClusterError if it was given before."""
+        if token in self._seen:
+            raise ClusterError(f"listing {self._what}: page {len(self._seen) + 1} came with a continue token an "
+                               "earlier page gave, so the list would never end; stopped")
+        if token:
+            self._seen.add(token)
+        return token
+

@@ -39,7 +39,7 @@ from staticadm.cluster.connection import (
     KubeConnection,
     StreamBroken,
 )
-from staticadm.cluster.listing import ListDecodeError, list_items
+from staticadm.cluster.listing import ContinueTokens, ListDecodeError, list_items
 
 NAMESPACES_PATH = "/api/v1/namespaces"
 #: Page size of a list, as client-go's reflector pages.
@@ -371,6 +371,7 @@ class NamespaceInformer:
     async def _list(self) -> None:
         items: dict[str, bytes] = {}
         token = ""
+        tokens = ContinueTokens("namespaces")
         loop = asyncio.get_running_loop()
         while True:
             query = {"limit": str(LIST_PAGE_SIZE)}
@@ -400,7 +401,7 @@ class NamespaceInformer:
                 raise ClusterError(f"GET {NAMESPACES_PATH}: the answer is not a NamespaceList: {error}") from None
             self._observer.api_call("list", time.perf_counter() - started, False)
             metadata = fields.get("metadata") or {}
-            token = (metadata.get("continue") or "") if isinstance(metadata, dict) else ""
+            token = tokens.next(str(metadata.get("continue") or "") if isinstance(metadata, dict) else "")
             if not token:
                 self._resource_version = _resource_version(fields)
                 break

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm.cluster.connection import MAX_ANSWER_BYTES_IN_FLIGHT, MAX_OBJECT_BYTES, ClusterError, KubeConnection
+from staticadm.cluster.listing import ContinueTokens
 
 #: Objects per list page: kubectl's default chunk size.
 PAGE_SIZE = 500
@@ -100,6 +101,7 @@ async def list_objects(connection: KubeConnection, resource: ApiResource, *,
     them out of the items)."""
     seen: set[str] = set()
     token = ""
+    tokens = ContinueTokens(resource.describe())
     paged = True
     while True:
         query = {"limit": str(page_size)} if paged else {}
@@ -126,6 +128,6 @@ async def list_objects(connection: KubeConnection, resource: ApiResource, *,
             items.append({"apiVersion": resource.api_version, "kind": resource.kind, **item})
         yield items
         metadata = page.get("metadata") if isinstance(page, dict) else None
-        token = str(metadata.get("continue") or "") if isinstance(metadata, dict) else ""
+        token = tokens.next(str(metadata.get("continue") or "") if isinstance(metadata, dict) else "")
         if not token or not paged:
             return

@@ -8,7 +8,7 @@ every request's authorizer checks reviewed exactly as the daemon reviews them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +30,7 @@ class ClusterView:
     authorizer: SubjectAccessReviewer
 
     @classmethod
-    def connect(cls, kubeconfig: Path, *, observer: ClusterObserver | None = None, logger: Any = None,
+    def connect(cls, kubeconfig: Path | Sequence[Path], *, observer: ClusterObserver | None = None, logger: Any = None,
                 authorized_ttl: float = DEFAULT_AUTHORIZED_TTL,
                 unauthorized_ttl: float = DEFAULT_UNAUTHORIZED_TTL) -> ClusterView:
         """Nothing is sent yet: the informer starts when run, so the daemon serves before kube-apiserver
@@ -47,7 +47,7 @@ class ClusterView:
 class BlockingClusterView:
     """For synchronous callers: the namespaces listed once at :meth:`open`; ClusterError if they cannot be."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path | Sequence[Path]) -> None:
         self._loop = asyncio.new_event_loop()
         self.view = ClusterView.connect(kubeconfig)
 

@@ -145,7 +145,7 @@ def control_plane_check(result: LoadResult) -> tuple[Finding, ...]:
             origin = policy.origin
             problem = ManifestError(origin.path, message, document=origin.document, items=origin.items,
                                     kind=policy.KIND, name=policy.name)
-        findings.append(Finding(problem, "control_plane", block.to_json()))
+        findings.append(Finding(problem, "controlPlane", block.to_json()))
     return tuple(findings)
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 import yaml
 
+from staticadm.colour import Palette
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, cluster_reads
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.loader import LoadResult, load_manifest_directory, load_manifest_paths
+from staticadm.manifests.files import REFUSAL_PREFIX, read_directory, read_files, refusals
+from staticadm.manifests.loader import DEFAULT_MAX_FILE_BYTES, LoadResult, load_manifest_directory, load_manifest_paths
 from staticadm.manifests.typecheck import load_type_warnings
 from staticadm.model import LabelSelector, MatchResources, NamedRuleWithOperations
 
@@ -35,14 +38,45 @@ class Finding:
 ExtraCheck = Callable[[LoadResult], Sequence[Finding]]
 
 
+def _refused(result: LoadResult, refused: Sequence[ManifestError]) -> LoadResult:
+    """``result`` with the daemon's refusals as errors, in place of the loader's warnings about the same paths."""
+    if not refused:
+        return result
+    paths = {error.path for error in refused}
+    warnings = tuple(warning for warning in result.warnings
+                     if not (warning.path in paths and warning.message.endswith("is world-writable")))
+    return dataclasses.replace(result, errors=(*refused, *result.errors), warnings=warnings)
+
+
+def _load_as_the_daemon(directory: str, allow_world_writable: bool) -> LoadResult:
+    contents = read_directory(directory, max_file_bytes=DEFAULT_MAX_FILE_BYTES)
+    result = load_manifest_directory(directory, contents=contents)
+    return result if allow_world_writable else _refused(result, refusals(contents, directory))
+
+
+def _load_files_as_the_daemon(paths: Sequence[str], allow_world_writable: bool) -> LoadResult:
+    result = load_manifest_paths(list(paths))
+    if allow_world_writable:
+        return result
+    refused: list[ManifestError] = []
+    for path in paths:
+        if os.path.isdir(path):
+            refused.extend(refusals(read_directory(path, max_file_bytes=DEFAULT_MAX_FILE_BYTES), path))
+        else:
+            refused.extend(refusals(read_files([path], max_file_bytes=DEFAULT_MAX_FILE_BYTES), ""))
+    return _refused(result, refused)
+
+
 def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: TextIO,
-              files: Sequence[str] = (), strict: bool = False, extra_checks: Sequence[ExtraCheck] = ()) -> int:
+              files: Sequence[str] = (), strict: bool = False, extra_checks: Sequence[ExtraCheck] = (),
+              allow_world_writable: bool = False) -> int:
     """Returns 0 when every directory (and the set of ``files``, checked together as if they were one
-    directory) would load, 1 otherwise (warnings do not fail the check). With ``strict``, type-checking
-    warnings and the ``extra_checks``' findings are errors."""
-    results = [load_manifest_directory(directory) for directory in directories]
+    directory) would load, 1 otherwise (warnings do not fail the check). What the daemon refuses to load
+    (world-writable paths, unless ``allow_world_writable`` as ``--allow-world-writable-manifests``) is an
+    error here too. With ``strict``, type-checking warnings and the ``extra_checks``' findings are errors."""
+    results = [_load_as_the_daemon(directory, allow_world_writable) for directory in directories]
     if files:
-        results.append(load_manifest_paths(list(files)))
+        results.append(_load_files_as_the_daemon(files, allow_world_writable))
     reports = []
     promoted: list[tuple[int, int]] = []
     found: list[list[Finding]] = []
@@ -185,11 +219,11 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError],
     return {
         "directory": result.directory,
         "valid": result.ok,
-        "content_hash": result.content_hash,
-        "validating_policies": [p.name for p in result.validating_policies],
-        "validating_bindings": [b.name for b in result.validating_bindings],
-        "mutating_policies": [p.name for p in result.mutating_policies],
-        "mutating_bindings": [b.name for b in result.mutating_bindings],
+        "contentHash": result.content_hash,
+        "validatingPolicies": [p.name for p in result.validating_policies],
+        "validatingBindings": [b.name for b in result.validating_bindings],
+        "mutatingPolicies": [p.name for p in result.mutating_policies],
+        "mutatingBindings": [b.name for b in result.mutating_bindings],
         "errors": [e.to_json() for e in result.errors],
         "warnings": [w.to_json() for w in warnings],
         **extra,
@@ -202,12 +236,13 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
     kube-apiserver does not refuse (it loads the policy and reports them in its status); ``found_errors``:
     how many are the extra checks' findings (the control-plane replay), made errors by --strict too."""
     strict_errors = type_errors + found_errors
+    paint = Palette.for_stream(out)
     counts = (
         f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
         f"{len(result.validating_bindings)} validating and {len(result.mutating_bindings)} mutating bindings"
     )
     if result.ok:
-        out.write(f"{result.directory}: OK ({counts}; hash {result.content_hash or 'none'})\n")
+        out.write(f"{result.directory}: {paint.good('OK')} ({counts}; hash {result.content_hash or 'none'})\n")
     else:
         plural = "error" if len(result.errors) == 1 else "errors"
         refused = len(result.errors) - strict_errors
@@ -221,13 +256,15 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
         elif strict_errors:
             verdict = (f"kube-apiserver would refuse it ({refused} of them; {strict_errors} are warnings made "
                        "errors by --strict)")
+        elif all(error.message.startswith(REFUSAL_PREFIX) for error in result.errors):
+            verdict = "staticadm serve would refuse to load it"
         else:
             verdict = "kube-apiserver would refuse it"
-        out.write(f"{result.directory}: INVALID, {len(result.errors)} {plural}; {verdict}\n")
+        out.write(f"{result.directory}: {paint.bad('INVALID')}, {len(result.errors)} {plural}; {verdict}\n")
     for error in result.errors:
-        out.write(f"  error: {error}\n")
+        out.write(f"  {paint.bad('error')}: {error}\n")
     for warning in warnings:
-        out.write(f"  warning: {warning}\n")
+        out.write(f"  {paint.warn('warning')}: {warning}\n")
 
 
 _CLUSTER_SOURCES = {

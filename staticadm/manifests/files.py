@@ -165,6 +165,24 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
     return found
 
 
+#: How every refusal's message begins.
+REFUSAL_PREFIX = "refusing to load: "
+
+
+def refusals(contents: DirectoryContents, directory: str) -> tuple[ManifestError, ...]:
+    """Why the daemon refuses to load ``contents`` at all, whatever they say: each world-writable path
+    (``world_writable``). ``staticadm check`` reports the same errors, so it never passes a directory the
+    daemon would not serve."""
+    return tuple(_world_writable_error(path, mode, directory) for path, mode in world_writable(contents, directory))
+
+
+def _world_writable_error(path: str, mode: int, directory: str) -> ManifestError:
+    what = "manifest directory" if path == directory else "manifest file"
+    return ManifestError(path, f"{REFUSAL_PREFIX}{what} {path!r} is world-writable (mode {mode:04o}), so any local "
+                               "user could change admission policy; remove the write permission for others "
+                               "(chmod o-w) or start with --allow-world-writable-manifests")
+
+
 def _vanished(path: str) -> bool:
     """The entry itself is gone (not a symlink whose target is missing, which is an error to report)."""
     try:

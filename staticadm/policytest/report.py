@@ -10,6 +10,7 @@ from xml.etree import ElementTree
 
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
+from staticadm.colour import Palette
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
 from staticadm.policytest.spec import TestFileError, discover
 from staticadm.progress import Progress
@@ -20,18 +21,21 @@ EXIT_FAILED = 1
 EXIT_UNUSABLE = 2
 
 
-def _summary(results: Sequence[FileResult]) -> dict[str, int]:
+def _summary(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, int]:
+    """Counts of test files (each file once, however many PolicyTest documents or errors it holds), cases,
+    and test files that could not run: with errors in the file itself or unusable manifests."""
     cases = [case for result in results for case in result.cases]
-    return {"files": len(results), "cases": len(cases), "passed": sum(case.passed for case in cases),
-            "failed": sum(not case.passed for case in cases),
-            "unusable_files": sum(bool(result.problems) for result in results)}
+    unusable = {error.path for error in errors} | {result.file for result in results if result.problems}
+    return {"files": len({result.file for result in results} | unusable), "cases": len(cases),
+            "passed": sum(case.passed for case in cases), "failed": sum(not case.passed for case in cases),
+            "unusableFiles": len(unusable), "errors": len(errors)}
 
 
 def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "TestReport",
-        "summary": _summary(results),
+        "summary": _summary(results, errors),
         "errors": [str(error) for error in errors],
         "files": [{"file": result.file, "test": result.test, "problems": list(result.problems),
                    "cases": [case_to_json(case) for case in result.cases]} for result in results],
@@ -39,23 +43,27 @@ def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
 
 
 def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: TextIO) -> None:
+    paint = Palette.for_stream(out)
     for error in errors:
-        out.write(f"error: {error}\n")
+        out.write(f"{paint.bad('error')}: {error}\n")
     for result in results:
         out.write(f"{result.file}: {result.test}\n")
         for problem in result.problems:
-            out.write(f"  UNUSABLE  {problem}\n")
+            out.write(f"  {paint.bad('UNUSABLE')}  {problem}\n")
         for case in result.cases:
-            out.write(f"  {'PASS' if case.passed else 'FAIL'}  {case.case}\n")
+            out.write(f"  {paint.good('PASS') if case.passed else paint.bad('FAIL')}  {case.case}\n")
             for failure in case.failures:
                 out.write(f"        {failure}\n")
             for diff in case.diffs:
                 out.write("".join(f"        {line}\n" for line in diff.splitlines()))
-    summary = _summary(results)
+    summary = _summary(results, errors)
+    unusable = ""
+    if summary["unusableFiles"]:
+        unusable = f"; {summary['unusableFiles']} unusable"
+        if errors:
+            unusable += f" ({summary['errors']} error{'s' if summary['errors'] != 1 else ''} in test files)"
     out.write(f"{summary['passed']} passed, {summary['failed']} failed, in {summary['cases']} case(s) of "
-              f"{summary['files']} test file(s)"
-              + (f"; {len(errors) + summary['unusable_files']} unusable" if errors or summary["unusable_files"] else "")
-              + "\n")
+              f"{summary['files']} test file(s){unusable}\n")
 
 
 def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> bytes:

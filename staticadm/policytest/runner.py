@@ -78,9 +78,44 @@ def _diff(label: str, expected: Any, got: Any) -> str:
     return "\n".join(lines)
 
 
+#: How many policies an unexpected allowance names before it counts the rest.
+_WHY_POLICIES = 5
+
+
+def why_allowed(summary: dict[str, Any], report: dict[str, Any]) -> str:
+    """Why nothing denied the request: its user (what match conditions most often test) and what each
+    policy made of it, the ones that looked at the request first."""
+    user = summary.get("userInfo") or {}
+    looked, passed_over = [], []
+    for phase in ("mutating", "validating"):
+        for policy in (report.get(phase) or {}).get("policies", []):
+            name = policy["policy"]
+            if not policy.get("bindings"):
+                passed_over.append(f"{name}: not matched: {policy.get('reason') or 'no binding applies'}")
+                continue
+            for binding in policy["bindings"]:
+                what = f"{name} binding {binding['binding']}"
+                if binding["result"] == "skip":
+                    looked.append(f"{what}: not matched: {binding.get('reason', '')}")
+                elif "validationActions" in binding and binding["result"] == "fail":
+                    looked.append(f"{what}: failed a validation, but its validationActions are "
+                                  f"{binding['validationActions']}")
+                else:
+                    looked.append(f"{what}: {binding['result']}")
+    named = [*looked, *passed_over]
+    parts = [f"user {user.get('username', '')!r} in groups {list(user.get('groups') or [])}",
+             *named[:_WHY_POLICIES]]
+    if len(named) > _WHY_POLICIES:
+        parts.append(f"{len(named) - _WHY_POLICIES} more not denying")
+    if not named:
+        parts.append("no policy in the manifests")
+    return "; ".join(parts)
+
+
 def compare(expect: Expectation, answer: dict[str, Any], denied_by: tuple[str, str] | None,
-            mutated: Any) -> tuple[list[str], list[str]]:
-    """(failures, diffs) of one answer against its expectation."""
+            mutated: Any, allowed_because: str = "") -> tuple[list[str], list[str]]:
+    """(failures, diffs) of one answer against its expectation; ``allowed_because`` says why an allowed
+    request was (``why_allowed``)."""
     failures: list[str] = []
     diffs: list[str] = []
     response = answer.get("response") or {}
@@ -88,6 +123,8 @@ def compare(expect: Expectation, answer: dict[str, Any], denied_by: tuple[str, s
     allowed = bool(response.get("allowed"))
     if allowed != expect.allowed:
         why = f": {status.get('message')}" if status.get("message") else ""
+        if allowed and allowed_because:
+            why = f" ({allowed_because})"
         failures.append(f"expected {'allowed' if expect.allowed else 'denied'}, got "
                         f"{'allowed' if allowed else 'denied'}{why}")
     if expect.denied_by is not None:
@@ -185,9 +222,12 @@ def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile
     seconds = time.perf_counter() - started
     answer = combined_response(request, mutation, validation)
     mutated = mutation.mutated_object if mutation is not None else request.object
-    failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated)
+    summary = request_summary(request)
+    report = decision(snapshot, request, mutation, validation)
+    failures, diffs = compare(case.expect, answer, _denier(mutation, validation), mutated,
+                              why_allowed(summary, report))
     return CaseResult(test.path, test.name, name, not failures, tuple(failures), tuple(diffs), answer,
-                      request_summary(request), decision(snapshot, request, mutation, validation), seconds)
+                      summary, report, seconds)
 
 
 def run_file(test: TestFile, on_request: Callable[[], None] | None = None) -> FileResult:

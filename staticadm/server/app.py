@@ -23,6 +23,7 @@ from staticadm.admission.endpoints import ENDPOINTS, Evaluator, Review
 from staticadm.admission.namespaces import NamespaceInfo, NamespaceSource, WithNamespace
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review, request_uid
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
+from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.connections import track_requests
 from staticadm.server.logging import request_fields
@@ -519,6 +520,15 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def _version(info: dict[str, str | None]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            raise BadRequest(405, "MethodNotAllowed", f"{request.method} is not allowed; use GET")
+        return json_response(info, 200)
+
+    return handle
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                   ) -> web.StreamResponse:
@@ -546,4 +556,6 @@ def create_app(state: ServerState) -> web.Application:
     app.router.add_route("*", "/readyz", _health("readyz", _readiness))
     app.router.add_route("*", "/healthz", _health("healthz", _health_checks))
     app.router.add_route("*", "/metrics", _metrics)
+    # Read once, at start: what is running does not change while it runs.
+    app.router.add_route("*", "/version", _version(build_info()))
     return app

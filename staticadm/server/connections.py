@@ -36,6 +36,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from staticadm.server.tls_front import Refusal, tls_front_factory
+
 #: The listen backlog; asyncio accepts up to this many connections at once per listener before the
 #: guard sees any of them.
 ACCEPT_BACKLOG = 128
@@ -336,17 +338,23 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 class GuardedSockSite(web.SockSite):
     """A SockSite whose TLS handshakes must finish within ``handshake_timeout`` (asyncio's default is
-    60 s, during which a connection that never speaks is not yet seen by the guard)."""
+    60 s, during which a connection that never speaks is not yet seen by the guard), and whose clients that
+    do not speak TLS are answered and closed at once, as Go's server does (:mod:`tls_front`); ``refused``
+    hears of each."""
 
-    def __init__(self, runner: web.BaseRunner, sock: Any, *, handshake_timeout: float, **kwargs: Any) -> None:
+    def __init__(self, runner: web.BaseRunner, sock: Any, *, handshake_timeout: float,
+                 refused: Refusal = lambda _reason, _detail: None, **kwargs: Any) -> None:
         super().__init__(runner, sock, **kwargs)
         self.handshake_timeout = handshake_timeout
+        self.refused = refused
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
-        extra: dict[str, Any] = {"ssl_handshake_timeout": self.handshake_timeout} if self._ssl_context else {}
-        self._server = await loop.create_server(server, sock=self._sock, ssl=self._ssl_context,
-                                                backlog=self._backlog, **extra)
+        if self._ssl_context is None:
+            self._server = await loop.create_server(server, sock=self._sock, backlog=self._backlog)
+            return
+        front = tls_front_factory(server, self._ssl_context, self.handshake_timeout, self.refused)
+        self._server = await loop.create_server(front, sock=self._sock, backlog=self._backlog)

@@ -51,7 +51,8 @@ HANDSHAKE_HINTS = {
     "NO_SHARED_CIPHER": "the client offers none of the TLS 1.2 ECDHE AES-GCM/CHACHA20 suites",
     "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions older than 1.2",
     "WRONG_VERSION_NUMBER": "the client did not speak TLS (plain HTTP to the HTTPS port?)",
-    "HTTP_REQUEST": "the client sent plain HTTP to the HTTPS port",
+    "HTTP_REQUEST": "the client sent plain HTTP to the HTTPS port (answered 400, as Go's net/http answers it)",
+    "NOT_TLS": "the client did not speak TLS: its first bytes are no TLS record (closed at once)",
 }
 
 
@@ -66,7 +67,11 @@ class HandshakeFailures:
         self._suppressed: dict[str, int] = {}
 
     def __call__(self, error: ssl.SSLError) -> None:
-        reason = error.reason or type(error).__name__
+        self.refuse(error.reason or type(error).__name__, str(error))
+
+    def refuse(self, reason: str, detail: str) -> None:
+        """A refused client, by OpenSSL or before it (``tls_front``): counted, and logged unless this reason
+        was logged within the interval."""
         self._count(reason)
         now = time.monotonic()
         if now - self._last.get(reason, -self._interval) < self._interval:
@@ -74,7 +79,7 @@ class HandshakeFailures:
             return
         self._last[reason] = now
         self._log.warning("refused a TLS handshake", reason=reason,
-                          hint=HANDSHAKE_HINTS.get(reason, "see the TLS error"), err=str(error),
+                          hint=HANDSHAKE_HINTS.get(reason, "see the TLS error"), err=detail,
                           not_logged_since_last=self._suppressed.pop(reason, 0))
 
 
@@ -84,6 +89,8 @@ def _reporting_ssl_object(report: Callable[[ssl.SSLError], None]) -> type[ssl.SS
     class ReportingSSLObject(ssl.SSLObject):
         #: The handshake error, once OpenSSL has refused the client.
         refused: ssl.SSLError | None = None
+        #: Told when OpenSSL refuses the client, to close the connection once the alert is out (tls_front).
+        on_refused: Callable[[], None] | None = None
 
         def do_handshake(self) -> None:
             if self.refused is not None:
@@ -97,8 +104,10 @@ def _reporting_ssl_object(report: Callable[[ssl.SSLError], None]) -> type[ssl.SS
                 # asyncio closes a failed handshake without writing the alert OpenSSL queued for the client
                 # ("certificate required", "unknown ca"), so the client sees only a closed connection. Said
                 # to want more input first, it writes what is queued; the next call (the client's next bytes
-                # or its close) fails for real, and the handshake timeout bounds the wait.
+                # or its close) fails for real, and on_refused ends the connection soon after the alert.
                 self.refused = error
+                if self.on_refused is not None:
+                    self.on_refused()
                 raise ssl.SSLWantReadError(str(error)) from error
 
     return ReportingSSLObject
@@ -272,7 +281,9 @@ class ServingTls:
         self.on_loaded = on_loaded
         self.context = self._new_context()
         self._load_into(self.context)
-        self.context.sslobject_class = _reporting_ssl_object(HandshakeFailures(logger, count_refused))
+        #: Every refused client of the listener, by OpenSSL or before it.
+        self.refusals = HandshakeFailures(logger, count_refused)
+        self.context.sslobject_class = _reporting_ssl_object(self.refusals)
         self._seen = _fingerprint(self._paths())
         self.expiries = self._read_expiries()
         on_loaded(self)

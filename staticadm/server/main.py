@@ -485,6 +485,7 @@ class _Daemon:
             # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
             guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
                                            ssl_context=self.tls.context if tls and self.tls else None,
+                                           refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
                                            backlog=1 if self.link is not None else 128)
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
@@ -585,7 +586,14 @@ class _Daemon:
             state.first_load_done.set()
             self.notifier.stopping()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, RETIRE_SIGNAL):
-                loop.remove_signal_handler(signum)
+                if self.link is not None and signum in (signal.SIGTERM, signal.SIGINT):
+                    # A signal to the whole process group (Ctrl-C in a terminal, systemd's KillMode=control-group)
+                    # reaches each worker and the supervisor, which then sends its own SIGTERM: at its default
+                    # action that second signal would kill a worker in the middle of its shutdown, its "stopped"
+                    # unsaid. The worker is stopping already; the supervisor's SIGKILL after the grace bounds it.
+                    loop.add_signal_handler(signum, lambda: None)
+                else:
+                    loop.remove_signal_handler(signum)
             for task in background:
                 task.cancel()
             # Bounded: a task that ignored its cancellation must not keep the process from exiting.

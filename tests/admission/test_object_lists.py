@@ -41,7 +41,7 @@ def test_review_of_a_kubectl_list_denies_the_privileged_pod_in_it(tmp_path: Path
     pods.write_text(yaml.safe_dump(kubectl_list(pod("web"), pod("debug", privileged=True))))
     code, out, err = run("review", "--manifests", str(EXAMPLES), "-f", str(pods))
     assert (code, err) == (3, ""), out
-    assert f"{pods} items[0]: request" in out and f"{pods} items[1]: request" in out
+    assert f"{pods} items[0]: CREATE pods shop/web (request" in out and f"{pods} items[1]: CREATE pods" in out
     assert "lists" not in out  # never a request for the List itself
     second = out.split(f"{pods} items[1]")[1]
     assert "decision: denied" in second and "privileged containers are not allowed in namespace shop: app" in second
@@ -120,7 +120,7 @@ def test_diff_reads_lists_item_by_item(tmp_path: Path) -> None:
     (requests / "pods.yaml").write_text(yaml.safe_dump(kubectl_list(pod("web"), pod("debug", privileged=True))))
     code, out, err = run("diff", str(live), str(new), str(requests))
     assert (code, err) == (3, "")
-    assert f"{requests / 'pods.yaml'} items[1]: validate: allowed_to_denied" in out
+    assert f"{requests / 'pods.yaml'} items[1] (CREATE pods shop/debug): validate: allowed_to_denied" in out
     assert "1 of 2 request(s) would be answered differently" in out
 
 

@@ -58,6 +58,8 @@ class Hostility:
     padding: dict[Operation, int] = field(default_factory=dict)
     #: Lists answer every namespace in one page whatever ``limit`` asks (as a proxy or an old server might).
     ignore_limit: bool = False
+    #: Lists of these calls answer every page with the same continue token (a list that would never end).
+    repeat_continue: set[Operation] = field(default_factory=set)
     #: Calls answered with a redirect to themselves, forever.
     redirect_loop: set[Operation] = field(default_factory=set)
     #: Watches: "fail" ends each at once with a 500 Status; "bookmarks" streams BOOKMARK events as fast as
@@ -370,7 +372,9 @@ class FakeApiServer:
             version, offset = self._version, 0
         page = items[offset:offset + limit] if limit else items[offset:]
         metadata: dict[str, Any] = {"resourceVersion": str(version)}
-        if limit and offset + limit < len(items):
+        if limit and operation in self.hostility.repeat_continue:
+            metadata["continue"] = f"{version}:{limit}"
+        elif limit and offset + limit < len(items):
             metadata["continue"] = f"{version}:{offset + limit}"
             metadata["remainingItemCount"] = len(items) - offset - limit
         return self._answer(operation, {"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})

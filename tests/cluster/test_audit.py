@@ -157,7 +157,7 @@ def test_text_and_junit_reports(tmp_path: Path, apiserver: FakeApiServer) -> Non
 def test_an_unreachable_cluster_exits_2(tmp_path: Path, apiserver: FakeApiServer) -> None:
     code, out, err = run_audit(tmp_path, apiserver)  # never started
     assert (code, out) == (2, "")
-    assert "staticadm audit: --kubeconfig" in err and "unreachable" in err
+    assert "staticadm audit: kubeconfig " in err and "unreachable" in err
 
 
 def test_audit_runs_as_a_command(tmp_path: Path, apiserver: FakeApiServer) -> None:

@@ -66,7 +66,7 @@ def test_json_lists_each_refused_write_with_its_policy(tmp_path: Path) -> None:
     result = run_cli("check", "-o", "json", "--strict", str(directory))
     assert result.code == 1
     [report] = json.loads(result.stdout)["directories"]
-    refused = {entry["name"]: entry for entry in report["control_plane"]}
+    refused = {entry["name"]: entry for entry in report["controlPlane"]}
     assert set(refused) == {"kube-proxy-7xk2p", "kube-apiserver-control-plane-1", "etcd-control-plane-1",
                             "kube-controller-manager-control-plane-1", "kube-scheduler-control-plane-1"}
     proxy = refused["kube-proxy-7xk2p"]
@@ -83,7 +83,7 @@ def test_a_policy_failing_closed_on_node_status_leases_and_events_is_named(tmp_p
     result = run_cli("check", "-o", "json", str(directory))
     assert result.code == 0  # warnings only
     [report] = json.loads(result.stdout)["directories"]
-    failed = {(entry["resource"], entry["subResource"]): entry for entry in report["control_plane"]}
+    failed = {(entry["resource"], entry["subResource"]): entry for entry in report["controlPlane"]}
     for key in (("nodes", "status"), ("leases.coordination.k8s.io", ""), ("events", ""),
                 ("events.events.k8s.io", ""), ("pods", "binding")):
         assert key in failed, (key, sorted(failed))
@@ -182,7 +182,7 @@ def test_each_example_alone_refuses_no_control_plane_write(path: Path, tmp_path:
     result = run_cli("check", "--strict", "-o", "json", str(tmp_path))
     assert result.code == 0, result.stdout
     [report] = json.loads(result.stdout)["directories"]
-    assert "control_plane" not in report
+    assert "controlPlane" not in report
 
 
 FAILING_MUTATION = """\
@@ -213,7 +213,7 @@ def test_a_mutating_policy_failing_closed_on_a_write_is_named(tmp_path: Path) ->
     result = run_cli("check", "--strict", "-o", "json", str(directory))
     assert result.code == 1
     [report] = json.loads(result.stdout)["directories"]
-    [refused] = report["control_plane"]
+    [refused] = report["controlPlane"]
     assert (refused["resource"], refused["subResource"], refused["user"]) == (
         "nodes", "status", "system:node:control-plane-1")
     assert (refused["policy"], refused["cause"]) == ("label-nodes.static.k8s.io", "invalid_error")

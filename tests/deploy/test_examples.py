@@ -41,8 +41,8 @@ def test_example_passes_check_on_its_own(name: str, tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["valid"] is True
     [directory] = report["directories"]
-    assert directory["validating_policies"] == [f"{name}.static.k8s.io"]
-    assert directory["validating_bindings"] == [f"{name}.static.k8s.io"]
+    assert directory["validatingPolicies"] == [f"{name}.static.k8s.io"]
+    assert directory["validatingBindings"] == [f"{name}.static.k8s.io"]
 
 
 @pytest.mark.parametrize("name", VALIDATING_EXAMPLES)

@@ -266,7 +266,8 @@ def test_check_warnings(tmp_path: Path) -> None:
     path = write_yaml(tmp_path, "a.yaml", VAP, binding)
     os.chmod(path, 0o666)
     out = io.StringIO()
-    run_check([str(tmp_path)], "json", out, io.StringIO())
+    # As a daemon that loads world-writable manifests would: one that does not refuses them (test_check_refusals).
+    run_check([str(tmp_path)], "json", out, io.StringIO(), allow_world_writable=True)
     warnings = json.loads(out.getvalue())["directories"][0]["warnings"]
     messages = " | ".join(w["message"] for w in warnings)
     assert "cannot intersect" in messages

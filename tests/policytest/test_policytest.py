@@ -131,7 +131,8 @@ def test_a_failed_expectation_exits_1_with_diffs_json_yaml_and_junit(tmp_path: P
     assert cases["wrong object"].find("failure") is not None and cases["right"].find("failure") is None
     code, out, _ = run(str(tmp_path), "-o", "json")
     report = json.loads(out)
-    assert code == 1 and report["summary"] == {"files": 1, "cases": 3, "passed": 1, "failed": 2, "unusable_files": 0}
+    assert code == 1 and report["summary"] == {"files": 1, "cases": 3, "passed": 1, "failed": 2, "unusableFiles": 0,
+                                                 "errors": 0}
     failed = [case for case in report["files"][0]["cases"] if not case["passed"]]
     assert failed[0]["response"]["response"]["allowed"] is False
     code, out, _ = run(str(tmp_path), "-o", "yaml")

@@ -46,8 +46,9 @@ def _start(make_daemon: DaemonFactory, tmp_path: Path, shadow_policy: str, worke
 def test_a_stricter_shadow_set_reports_new_denials_without_changing_answers(
         make_daemon: DaemonFactory, tmp_path: Path, workers: str) -> None:
     # Live: pods labelled deny=true are denied. Shadow: also pods labelled strict=true.
-    stricter = policy_yaml("live rule") + "---\n" + policy_yaml("strict pods are denied", name="strict",
-                                                                label="strict")
+    # (The live rule with the live message: another message would be a difference of its own, denial_message.)
+    stricter = policy_yaml("v1: pods labelled deny=true are not allowed") + "---\n" + policy_yaml(
+        "strict pods are denied", name="strict", label="strict")
     daemon = _start(make_daemon, tmp_path, stricter, workers)
     # The supervisor's load (counted once), then with workers each worker's: until then a worker skips
     # shadowing.
@@ -115,7 +116,8 @@ def test_diff_compares_two_directories_over_recorded_requests(tmp_path: Path) ->
     code = main(["diff", str(live), str(new), str(requests), "-f", str(pod)], stdout=out, stderr=io.StringIO())
     text = out.getvalue()
     assert code == 3, text
-    assert "a.json: validate: allowed_to_denied" in text and "strict.static.k8s.io" in text
+    assert "a.json (CREATE pods default/" in text and "): validate: allowed_to_denied" in text
+    assert "strict.static.k8s.io" in text
     assert "b.json" not in text.replace("3 request(s)", "")
     assert "2 of 3 request(s) would be answered differently" in text
     out = io.StringIO()
@@ -125,7 +127,7 @@ def test_diff_compares_two_directories_over_recorded_requests(tmp_path: Path) ->
     assert main(["diff", str(live), str(new), str(requests), "-o", "yaml"], stdout=out, stderr=io.StringIO()) == 3
     report = yaml.safe_load(out.getvalue())
     assert report["summary"] == {"requests": 2, "different": 1}
-    assert report["differences"][0]["differences"][0]["new_policies"] == ["strict.static.k8s.io/strict.static.k8s.io"]
+    assert report["differences"][0]["differences"][0]["newPolicies"] == ["strict.static.k8s.io/strict.static.k8s.io"]
     err = io.StringIO()
     (new / "broken.yaml").write_text("kind: [")
     assert main(["diff", str(live), str(new), str(requests)], stdout=io.StringIO(), stderr=err) == 1

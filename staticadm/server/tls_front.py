@@ -1,0 +1,154 @@
+"""What the HTTPS listener does before and after a TLS handshake, as Go's net/http server does it.
+
+asyncio starts OpenSSL on whatever a client sends and, once OpenSSL refuses it, waits for the client's next
+bytes or the handshake timeout before it closes: a client that does not speak TLS held its connection for
+the whole header timeout. Here, as in Go (``crypto/tls`` reading the first record, ``net/http``'s
+``conn.serve``):
+
+- the first five bytes are read as a TLS record header; a first record that is neither a handshake nor an
+  alert, or claims a version from 0x1000 on, is no TLS client. If those bytes start an HTTP request
+  (``GET /``, ``HEAD``, ``POST``, ``PUT /``, ``OPTIO``) the answer is Go's ``400 Client sent an HTTP request
+  to an HTTPS server``; either way the connection is closed at once;
+- a handshake OpenSSL refuses gets the alert OpenSSL queued for it (the client learns why: "certificate
+  required", "unknown ca"), then the end of the stream, and is closed when the client closes or after
+  ``REFUSED_GRACE``, whichever comes first;
+- a client that sends nothing is closed at the handshake timeout, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from asyncio import sslproto
+from collections.abc import Callable
+from typing import Any
+
+#: What Go's net/http writes to a TLS connection whose first bytes are an HTTP request, and nothing more.
+HTTP_TO_HTTPS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+#: ``tlsRecordHeaderLooksLikeHTTP``: the only first five bytes Go answers instead of closing.
+_HTTP_STARTS = frozenset({b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO"})
+_RECORD_HEADER = 5
+_ALERT, _HANDSHAKE = 0x15, 0x16
+#: How long a refused handshake's connection stays open after its alert, for the client to read it before the
+#: close (a close with the client's bytes unread would reset the connection and could lose the alert).
+REFUSED_GRACE = 0.05
+
+#: (reason, detail) of a client refused before OpenSSL saw it.
+Refusal = Callable[[str, str], None]
+
+
+class _HookedContext:
+    """The listener's SSLContext as asyncio's SSL protocol uses it, telling each connection's SSL object
+    whom to tell when it refuses the handshake (``listeners.ReportingSSLObject.on_refused``)."""
+
+    def __init__(self, context: ssl.SSLContext, on_refused: Callable[[], None]) -> None:
+        self._context = context
+        self._on_refused = on_refused
+
+    def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, **options: Any) -> ssl.SSLObject:
+        wrapped = self._context.wrap_bio(incoming, outgoing, **options)
+        wrapped.on_refused = self._on_refused  # type: ignore[attr-defined]
+        return wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+class TlsFront(asyncio.Protocol):
+    """One HTTPS connection until its first record is known to be TLS; then asyncio's SSL protocol, over the
+    same transport, carries ``app_protocol`` (aiohttp's handler) as ``loop.create_server(ssl=...)`` would."""
+
+    def __init__(self, app_protocol: asyncio.BaseProtocol, context: ssl.SSLContext, handshake_timeout: float,
+                 refused: Refusal) -> None:
+        self._app_protocol = app_protocol
+        self._context = context
+        self._handshake_timeout = handshake_timeout
+        self._refused = refused
+        self._head = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + self._handshake_timeout
+        self._timer = loop.call_at(self._deadline, transport.close)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_timer()
+
+    def eof_received(self) -> bool:
+        return False  # closed before it said anything: the transport closes itself
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        if len(self._head) < _RECORD_HEADER:
+            return
+        header = bytes(self._head[:_RECORD_HEADER])
+        if header[0] not in (_ALERT, _HANDSHAKE) or int.from_bytes(header[1:3], "big") >= 0x1000:
+            self._not_tls(header)
+        else:
+            self._start_tls()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _not_tls(self, header: bytes) -> None:
+        assert self._transport is not None
+        self._stop_timer()
+        if header in _HTTP_STARTS:
+            self._refused("HTTP_REQUEST", "client sent an HTTP request to an HTTPS server")
+            self._transport.write(HTTP_TO_HTTPS_ANSWER)
+        else:
+            self._refused("NOT_TLS", f"first record does not look like a TLS handshake ({header.hex()})")
+        self._transport.close()
+
+    def _start_tls(self) -> None:
+        transport = self._transport
+        assert transport is not None
+        self._stop_timer()
+        loop = asyncio.get_running_loop()
+        remaining = max(self._deadline - loop.time(), 0.001)
+        # What loop.create_server(ssl=...) builds for each connection (base_events._accept_connection2), with
+        # the bytes read so far handed to it as if it had read them.
+        # Untyped on purpose: typeshed wants an SSLContext (any object with wrap_bio serves), a waiter future
+        # (None is "nobody waits") and whole seconds (asyncio takes any positive number).
+        make_protocol: Any = sslproto.SSLProtocol
+        protocol = make_protocol(loop, self._app_protocol, _HookedContext(self._context, self._after_refusal), None,
+                                 server_side=True, ssl_handshake_timeout=remaining)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        data = memoryview(bytes(self._head))
+        self._head = bytearray()
+        while data and not transport.is_closing():
+            buffer = protocol.get_buffer(len(data))
+            size = min(len(buffer), len(data))
+            buffer[:size] = data[:size]
+            protocol.buffer_updated(size)
+            data = data[size:]
+
+    def _after_refusal(self) -> None:
+        # Called as OpenSSL refuses; the SSL protocol writes the queued alert right after, so the end of the
+        # stream follows it on the next turn of the loop.
+        transport = self._transport
+        if transport is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def end() -> None:
+            if not transport.is_closing():
+                if transport.can_write_eof():
+                    transport.write_eof()
+                loop.call_later(REFUSED_GRACE, transport.close)
+
+        loop.call_soon(end)
+
+
+def tls_front_factory(app_factory: Callable[[], asyncio.BaseProtocol], context: ssl.SSLContext,
+                      handshake_timeout: float, refused: Refusal) -> Callable[[], TlsFront]:
+    """The protocol factory of an HTTPS listener for ``loop.create_server`` (without its ``ssl``)."""
+    return lambda: TlsFront(app_factory(), context, handshake_timeout, refused)
