@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from staticadm.cli import main
@@ -219,6 +220,8 @@ def test_diff_compares_recorded_requests(tmp_path: Path) -> None:
     log = write_log(tmp_path / "audit.log", recorded_log())
     code, out, err = run("diff", str(live), str(new), "--audit-log", str(log), "-o", "json")
     report = json.loads(out)
+    jsonschema.validate(report, json.loads((REPO_ROOT / "staticadm" / "schemas" /
+                                            "diff-report.v1alpha1.schema.json").read_text()))
     assert code == 3
     assert [(entry["uid"], entry["item"]) for entry in report["differences"]] == [("a1", "line 2"),
                                                                                    ("a6", "line 7")]

@@ -7,9 +7,13 @@ import io
 import json
 from pathlib import Path
 
+import jsonschema
 import yaml
 
 from staticadm.cli import main
+from tests.server.harness import REPO_ROOT
+
+SCHEMA = json.loads((REPO_ROOT / "staticadm" / "schemas" / "diff-report.v1alpha1.schema.json").read_text())
 
 API = "admissionregistration.k8s.io/v1"
 DEPLOYMENTS = {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
@@ -45,6 +49,7 @@ def test_a_changed_denial_message_and_a_lost_audit_annotation_are_differences(tm
     request.write_text(yaml.safe_dump(DEPLOYMENT))
     code, out, err = _cli("diff", str(live), str(new), str(request), "-o", "json")
     assert code == 3, err
+    jsonschema.validate(json.loads(out), SCHEMA)
     [entry] = json.loads(out)["differences"]
     assert (entry["kind"], entry["namespace"], entry["name"]) == (
         {"group": "apps", "version": "v1", "kind": "Deployment"}, "shop", "web")
