@@ -21,6 +21,9 @@ from bench.load import FALLBACK_TOOL, WRK_TOOL, run_fallback, wrk_available
 from bench.profile import categorise, summarise
 from bench.run import WORKLOADS
 
+# The benchmark's --quick run takes two minutes and both cores: CI runs it, `pytest --slow` too.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERDICTS = ("PASS", "FAIL", "n/a")
 
