@@ -8,6 +8,12 @@ read a corpus are skipped with a reason naming the path; every other test runs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,15 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
+
+
+@pytest.fixture
+def short_tmp_path() -> Iterator[Path]:
+    """A temporary directory for a test that lays out a node's tree with its unix socket deep inside: an AF_UNIX
+    path is at most 107 bytes, and tmp_path is long (its test's name, and pytest-xdist's ``popen-gwN/`` level)."""
+    directory = Path(tempfile.mkdtemp(prefix="staticadm-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def corpus_file(*parts: str) -> Path:
@@ -28,3 +43,77 @@ def corpus_file(*parts: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"conformance corpus file missing: {path}")
     return path
+
+
+# -- running the suite in parallel (pytest-xdist) and the slow tests ------------------------------------------------
+#
+# The README's command runs the suite on every core (pyproject's addopts: ``-n auto --dist loadgroup``) without the
+# tests marked ``slow``; CI adds ``--slow``. Every test makes its own temporary directories, sockets and free ports,
+# so any two can run at once. The tests of a module that share a module-scoped fixture of ours are put in one
+# xdist group, so that fixture is still built once per run (a podman build, the benchmark's smoke run, a corpus
+# evaluated by one CLI process) instead of once on each worker; a test may name its own group with
+# ``@pytest.mark.xdist_group(name)`` to keep tests that cannot overlap on one worker. A test marked ``alone`` bounds
+# a wall-clock time by what the CPU allows (a request answered within half its timeout while hostile ones burn their
+# CPU budgets): it runs while no other test of the run does, its worker waiting for the others' running tests to
+# end and theirs for it (``_turn``), so the bound it asserts holds as it did without xdist.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (end-to-end runs of a minute or more: the container "
+                          "image, the node install, the benchmark's smoke run); CI runs them")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: an end-to-end test of a minute or more; runs only with --slow (CI)")
+    config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
+                                       "run runs meanwhile")
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    # pytest's item.fixturenames is public but does not say a fixture's scope; its fixture info does.
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(definition.scope == "module" for definitions in info.name2fixturedefs.values()
+                                    for definition in definitions)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+@contextlib.contextmanager
+def _turn(run_directory: Path, *, alone: bool) -> Iterator[None]:
+    """Holds the run's lock shared (any test) or exclusive (a test marked ``alone``) while a test runs. The gate,
+    taken exclusively by an ``alone`` test before it waits, stops new tests from starting meanwhile, so it is not
+    starved by the other workers' tests following each other."""
+    with (run_directory / "alone.gate").open("a") as gate, (run_directory / "alone.lock").open("a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    # Around setup, call and teardown, so the module-scoped fixtures a test builds or ends are inside its turn too.
+    basetemp = item.config.option.basetemp
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or not basetemp:
+        yield  # one process: every test runs alone
+        return
+    # xdist gives each worker a base temporary directory in the run's own (pytest-N/popen-gwN).
+    with _turn(Path(basetemp).parent, alone=item.get_closest_marker("alone") is not None):
+        yield

@@ -15,11 +15,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench import fixtures, policies
+from bench import fixtures, oracle, policies
 from bench.daemons import null_server
 from bench.load import FALLBACK_TOOL, WRK_TOOL, run_fallback, wrk_available
 from bench.profile import categorise, summarise
 from bench.run import WORKLOADS
+
+# The benchmark's --quick run takes two minutes and both cores: CI runs it, `pytest --slow` too.
+pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERDICTS = ("PASS", "FAIL", "n/a")
@@ -72,6 +75,24 @@ def test_mutating_row_is_measured_or_skipped_with_a_note(quick_run: tuple[str, d
     measured = [r for r in results["rows"] if r["workload"].endswith("/mutate")]
     noted = [n for n in results["notes"] if "/mutate" in n]
     assert measured or any("skipped" in n for n in noted)
+
+
+def test_kube_apiserver_in_process_rows_for_every_set_and_request(quick_run: tuple[str, dict]) -> None:
+    """The oracle's figures for each workload of each set and the mutating set, or each row skipped with the reason
+    (no ../shared beside the checkout): never a row missing."""
+    stdout, results = quick_run
+    rows = {(r["workload"], r["policies"]): r for r in results["kube_apiserver_in_process"]}
+    expected = [(w, n) for n in (10, 100) for w in WORKLOADS]
+    expected += [(r["workload"], r["policies"]) for r in results["rows"] if r["workload"].endswith("/mutate")]
+    assert set(expected) <= set(rows), sorted(set(expected) - set(rows))
+    for key in expected:
+        row = rows[key]
+        if oracle.available() is None:
+            assert row["skipped"] is None and row["allowed"] is True, row
+            assert row["repeat"] > 0 and 0 < row["p50_us"] <= row["p99_us"] and row["cpu_us"] > 0, row
+        else:
+            assert row["skipped"] and "not found" in row["skipped"], row
+    assert "== kube-apiserver in process" in stdout
 
 
 def test_policy_set_figures_and_targets(quick_run: tuple[str, dict]) -> None:

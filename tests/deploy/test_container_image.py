@@ -29,6 +29,9 @@ import yaml
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, with_port
 from tests.server.harness import REPO_ROOT
 
+# A podman build of minutes (the image layers of pip installs): CI runs it, `pytest --slow` too.
+pytestmark = pytest.mark.slow
+
 IMAGE = "localhost/staticadm:test"
 BASE_PACKAGES = "python3,python3-venv,python-is-python3,ca-certificates"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -115,11 +118,11 @@ def test_check_runs_in_the_image_as_its_user(image: Path) -> None:
     assert user.startswith("uid=65532(staticadm) gid=65532(staticadm)"), user
 
 
-def test_the_static_pod_serves_kube_apiserver(image: Path, tmp_path: Path) -> None:
+def test_the_static_pod_serves_kube_apiserver(image: Path, tmp_path: Path, short_tmp_path: Path) -> None:
     pod_manifest = yaml.safe_load((REPO_ROOT / "manifests/kube-apiserver/staticadm-pod.yaml").read_text())
     [container] = pod_manifest["spec"]["containers"]
     assert container["image"] == "localhost/staticadm:0.1.0" and container["imagePullPolicy"] == "Never"
-    node = ControlPlaneNode(tmp_path / "node")
+    node = ControlPlaneNode(short_tmp_path / "node")
     node.kubeadm_init_pki()
     node.install_config()
     # The pod header's preparation: certificates for uid 65532, the manifests.

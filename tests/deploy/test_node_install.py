@@ -29,6 +29,9 @@ from tests.documentation import section, sh_block
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod, reroot
 from tests.server.harness import REPO_ROOT
 
+# A venv installed from the checkout and the unit run twice, a minute's work: CI runs it, `pytest --slow` too.
+pytestmark = pytest.mark.slow
+
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 #: The unprivileged user the unit's DynamicUser= would allocate (any free uid will do for the test).
 SERVICE_UID = 61234

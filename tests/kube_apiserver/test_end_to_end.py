@@ -22,8 +22,8 @@ MUTATE = "mutate.staticadm.io"
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[ControlPlaneNode]:
-    node = ControlPlaneNode(tmp_path / "node")
+def node(short_tmp_path: Path) -> Iterator[ControlPlaneNode]:
+    node = ControlPlaneNode(short_tmp_path / "node")
     node.kubeadm_init_pki()
     node.install_config()
     yield node

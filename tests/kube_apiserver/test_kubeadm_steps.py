@@ -39,8 +39,8 @@ def run_block(script: str, node: ControlPlaneNode, tmp_path: Path) -> subprocess
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[ControlPlaneNode]:
-    node = ControlPlaneNode(tmp_path / "node")
+def node(short_tmp_path: Path) -> Iterator[ControlPlaneNode]:
+    node = ControlPlaneNode(short_tmp_path / "node")
     node.kubeadm_init_pki()  # kubeadm init: the front-proxy CA and kube-apiserver's front-proxy-client
     node.install_config()  # step 1: staticadm installed (tests/deploy/test_node_install.py runs that part)
     node.start()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
+
 from staticadm.cel import CompiledExpression
 from staticadm.manifests import load_manifest_directory
 from staticadm.manifests.loader import LoadCache
@@ -38,6 +40,8 @@ def _compiled_alive() -> int:
     return sum(1 for item in gc.get_objects() if isinstance(item, CompiledExpression))
 
 
+# Thirty loads of large expressions, each followed by a full collection: most of a minute. CI runs it.
+@pytest.mark.slow
 def test_compiled_expressions_of_replaced_documents_are_released(tmp_path: Path) -> None:
     baseline = _compiled_alive()
     served = None

@@ -48,6 +48,8 @@ def _session(daemon: Daemon) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=60))
 
 
+# Its wall-clock bounds are what CPU budgets allow on a core of its own: no other test runs meanwhile.
+@pytest.mark.alone
 def test_budgeted_policies_are_cut_in_time_with_their_failure_policy(make_daemon: DaemonFactory) -> None:
     daemon = _hostile_daemon(make_daemon)
 
@@ -84,6 +86,8 @@ def test_budgeted_policies_are_cut_in_time_with_their_failure_policy(make_daemon
     assert daemon.get("/readyz").status == 200
 
 
+# Its wall-clock bounds are what CPU budgets allow on a core of its own: no other test runs meanwhile.
+@pytest.mark.alone
 def test_requests_are_answered_by_their_deadline_and_the_daemon_recovers(make_daemon: DaemonFactory) -> None:
     daemon = _hostile_daemon(make_daemon)
     resource, _, _, spec = BUDGETED["string-building"]
