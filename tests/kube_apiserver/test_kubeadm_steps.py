@@ -128,8 +128,8 @@ class Kubeadm:
             raise AssertionError(f"kubeadm {' '.join(argv)}: not a step of the new-cluster order")
 
 
-def test_a_new_cluster_in_the_documented_order(tmp_path: Path) -> None:
-    node = ControlPlaneNode(tmp_path / "node")
+def test_a_new_cluster_in_the_documented_order(tmp_path: Path, short_tmp_path: Path) -> None:
+    node = ControlPlaneNode(short_tmp_path / "node")
     node.install_config()  # installed as in "Install on a node", not started yet
     kubeadm = Kubeadm(node)
     block = sh_block(DEPLOYMENT, "kubeadm init phase certs front-proxy-ca")

@@ -80,8 +80,8 @@ def _review(uid: str, attributes: Attributes) -> dict[str, Any]:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[ControlPlaneNode]:
-    node = ControlPlaneNode(tmp_path / "node")
+def node(short_tmp_path: Path) -> Iterator[ControlPlaneNode]:
+    node = ControlPlaneNode(short_tmp_path / "node")
     node.kubeadm_init_pki()
     node.install_config()
     node.start()
