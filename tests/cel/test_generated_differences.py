@@ -93,6 +93,17 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("overloads", "object.spec.strings_then_int.sum() == 0", Error("no such overload: sum(list)")),
     ("overloads", "object.spec.mixed.sum() == 0", Error("no such overload")),
     ("overloads", "object.spec.numbers.sum() == 0", Error("no such overload")),
+    # A string, duration or timestamp is asked itself for an operator it lacks, and answers the bare text.
+    ("overloads", "object.spec.name / 2 > 0", Error("no such overload")),
+    ("overloads", "-object.spec.name > 0", Error("no such overload")),
+    ("overloads", "size(dyn(duration('1s'))) > 0", Error("no such overload")),
+    ("overloads", "dyn(timestamp('2020-01-01T00:00:00Z')) * 2 > 0", Error("no such overload")),
+    ("overloads", "object.spec.maps / 2 > 0", Error("no such overload: _/_")),
+    # The regex library checks its operands itself: the bare text, where the other libraries name the types.
+    ("overloads", "object.spec.map.find('a') == ''", Error("no such overload")),
+    ("overloads", "object.spec.count.findAll('a').size() > 0", Error("no such overload")),
+    ("overloads", "object.spec.count.split('a').size() == 1", Error("no such overload: split(int, string)")),
+    ("overloads", "quantity(object.spec.count).isInteger()", Error("no such overload: quantity(int)")),
 ]
 
 
