@@ -29,8 +29,8 @@ def heavy(count: int) -> list[dict[str, str]]:
 
 
 def _request() -> Any:
-    obj = copy.deepcopy(DEPLOYMENT)
-    obj["spec"].update(text="a" * 50_000, needle="b" * 1_500)
+    obj: dict[str, Any] = copy.deepcopy(DEPLOYMENT)
+    obj["spec"] = {**obj["spec"], "text": "a" * 50_000, "needle": "b" * 1_500}
     return parsed(review(obj=obj))
 
 
