@@ -28,6 +28,8 @@ _RUNTIME_EXACT = {
     "double out of int64 range": "integer overflow",
     "uint64 out of int64 range": "integer overflow",
     "malformed UTF-8 bytes": "invalid UTF-8 in bytes, cannot convert to string",
+    "String to Timestamp conversion failed": "type conversion error from 'string' to 'google.protobuf.Timestamp'",
+    "String to Duration conversion failed": "type conversion error from 'string' to 'google.protobuf.Duration'",
 }
 
 

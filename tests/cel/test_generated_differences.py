@@ -87,6 +87,16 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("overloads", "object.spec.maps.join() == ''", Error("no such overload: join(list)")),
     ("overloads", "object.spec.mixed.join() == ''", Error("no such overload: join(list)")),
     ("overloads", "object.spec.strings_then_int.join() == ''", Error("join: invalid input: 1")),
+    ("overloads", "object.spec.mixed.join(',') == ''", Error("no such overload: join(list, string)")),
+    # containsIP passes the CIDR, not the IP's parse error, to MaybeNoSuchOverloadErr (library/cidr.go).
+    ("overloads", "cidr(object.spec.cidr).containsIP('300.1.1.1')", Error("no such overload")),
+    ("overloads", "cidr(object.spec.cidr).containsCIDR('10.0.0.0/99')",
+     Error("network address parse error during conversion from string: network address parse error during "
+           "conversion from string: netip.ParsePrefix(\"10.0.0.0/99\"): prefix length out of range")),
+    ("conversion text", "timestamp(object.spec.name) == timestamp('2020-01-01T00:00:00Z')",
+     Error("type conversion error from 'string' to 'google.protobuf.Timestamp'")),
+    ("conversion text", "duration(object.spec.name) > duration('1s')",
+     Error("type conversion error from 'string' to 'google.protobuf.Duration'")),
     ("overloads", "string(object.spec.map) == ''", Error("no such overload: string(map)")),
     ("overloads", "string(object.?spec.orValue({})) == ''", Error("no such overload: string(map)")),
     ("overloads", "object.spec.maps.max() == 0", Error("no such overload: max(list)")),

@@ -46,15 +46,17 @@ def element_kind(value: Any) -> str | None:
     return None
 
 
-def require_element_type(function: str, values: Sequence[Any], element_types: Collection[str]) -> None:
+def require_element_type(function: str, values: Sequence[Any], element_types: Collection[str],
+                         *others: str) -> None:
     """cel-go's runtime choice among a function's ``list(T)`` overloads, for a list the checker saw as ``dyn``:
     the first element decides (``Type.IsAssignableRuntimeType`` looks at it alone), and a list whose first element
-    is of none of ``element_types`` has no overload: ``no such overload: join(list)``."""
+    is of none of ``element_types`` has no overload: ``no such overload: join(list, string)``, ``others`` the
+    types of the arguments after the list."""
     if not values:
         return
     kind = element_kind(values[0])
     if kind is None or (kind not in element_types and not (kind == "int" and "uint" in element_types)):
-        raise CelFunctionError(f"no such overload: {function}(list)")
+        raise CelFunctionError(f"no such overload: {function}({', '.join(('list', *others))})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,12 +138,12 @@ _QUOTE_ESCAPES = {
 }
 
 
-def join(values: list[Any], separator: str = "") -> str:
-    require_element_type("join", values, ("string",))
+def join(values: list[Any], *separator: str) -> str:
+    require_element_type("join", values, ("string",), *("string" for _ in separator))
     for value in values:
         if not isinstance(value, str):
             raise CelFunctionError(f"join: invalid input: {value}")
-    return separator.join(values)
+    return (separator[0] if separator else "").join(values)
 
 
 def format_call(template: str, args: list[Any]) -> str:
