@@ -735,16 +735,21 @@ class CelEnvironment:
                 program = self._runtime.deserialize(ast.encode(probe))
             except RuntimeError:
                 continue
-            previous = self.state.enter(self.new_context({}, budget=None))
-            try:
-                outcome = to_python(program.eval(self._runtime.Activation(data={})))
-            except RuntimeError as error:
-                outcome = EvalError(runtime_error(str(error)))
-            finally:
-                self.state.leave(previous)
+            outcome = self._evaluate_alone(program, runtime_error)
             if isinstance(outcome, EvalError):
                 return outcome.message
         return None
+
+    def _evaluate_alone(self, program: Any, words: Callable[[str], str]) -> Any:
+        """The value of a program that reads no variable (a literal's check, a constant's folding), or an
+        EvalError, the engine's exceptions worded by ``words``."""
+        previous = self.state.enter(self.new_context({}, budget=None))
+        try:
+            return to_python(program.eval(self._runtime.Activation(data={})))
+        except RuntimeError as error:
+            return EvalError(words(str(error)))
+        finally:
+            self.state.leave(previous)
 
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
@@ -773,14 +778,7 @@ class CelEnvironment:
                     node.const_expr.string_value = literal
                 else:
                     node.const_expr.int64_value = literal
-        program = self._runtime.deserialize(ast.encode(probe))
-        previous = self.state.enter(self.new_context({}, budget=None))
-        try:
-            outcome = to_python(program.eval(self._runtime.Activation(data={})))
-        except RuntimeError as error:
-            outcome = EvalError(engine_error_text(str(error)))
-        finally:
-            self.state.leave(previous)
+        outcome = self._evaluate_alone(self._runtime.deserialize(ast.encode(probe)), engine_error_text)
         if not isinstance(outcome, EvalError):
             return None
         if function in ("find", "findAll"):

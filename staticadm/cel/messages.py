@@ -67,7 +67,6 @@ _NUMBERS = frozenset({"int64", "uint64", "double"})
 _TIMES = frozenset({"google.protobuf.Timestamp", "google.protobuf.Duration", "timestamp", "duration"})
 _SINGLETONS: dict[str, frozenset[str]] = {
     "size": frozenset(),
-    "matches": frozenset({"string"}),
     "-_": frozenset({"int64", "double", "bool"}),
     **dict.fromkeys(("_<_", "_<=_", "_>_", "_>=_"), _NUMBERS | _TIMES | {"string", "bytes", "bool"}),
     "_+_": _NUMBERS | _TIMES | {"string", "bytes", "list"},
@@ -78,9 +77,10 @@ _SINGLETONS: dict[str, frozenset[str]] = {
 #: cel-go's types that answer calls themselves (``traits.Receiver``: their member functions): the interpreter hands
 #: them a call whose trait they lack, and they refuse it with the bare ``no such overload`` (``'3' / 2``).
 _RECEIVERS = frozenset({"string", "timestamp", "duration", "google.protobuf.Timestamp", "google.protobuf.Duration"})
-#: Kubernetes' functions whose implementation, not cel-go's type guard, refuses operands of another type, with
-#: ``types.MaybeNoSuchOverloadErr``'s bare text (the regex library: ``null.find('a')``, as kube-apiserver answers).
-_SELF_CHECKED = frozenset({"find", "findAll"})
+#: Functions whose implementation, not cel-go's type guard, refuses operands of another type, with
+#: ``types.MaybeNoSuchOverloadErr``'s bare text: the string tests of cel-go v0.29's standard library and
+#: Kubernetes' regex library (``null.startsWith('a')``, ``7.find('a')``, as kube-apiserver answers).
+_SELF_CHECKED = frozenset({"contains", "startsWith", "endsWith", "matches", "find", "findAll"})
 _GLOBAL_CALL = re.compile(r"(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
 _MEMBER_CALL = re.compile(r"\((?P<receiver>[^()]*)\)\.(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
 

@@ -173,6 +173,22 @@ def test_match_condition_errors_aggregate_under_fail(tmp_path: Path) -> None:
               f"expression 'object.spec.b == 1' resulted in error: {cel_error('object.spec.b')}]")
 
 
+def test_match_condition_errors_of_the_same_text_aggregate_to_one(tmp_path: Path) -> None:
+    # utilerrors' aggregate names each distinct message once, without brackets when one is left (kube-apiserver's
+    # admission code in ../shared/oracle answers so for two conditions failing alike).
+    spec = {"matchConditions": [{"name": "e1", "expression": "object.spec.a == 1"},
+                                {"name": "e2", "expression": "object.spec.a == 1"},
+                                {"name": "e3", "expression": "object.spec.b == 1"},
+                                {"name": "e4", "expression": "object.spec.a == 1"}]}
+    snap = snapshot(tmp_path, policy(**spec), binding())
+    assert evaluate(snap, review()).response == denied(
+        P, B, f"[expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}, "
+              f"expression 'object.spec.b == 1' resulted in error: {cel_error('object.spec.b')}]")
+    snap = snapshot(tmp_path, policy(matchConditions=spec["matchConditions"][:2]), binding())
+    assert evaluate(snap, review()).response == denied(
+        P, B, f"expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}")
+
+
 def test_match_condition_error_is_skipped_under_ignore(tmp_path: Path) -> None:
     spec = {"failurePolicy": "Ignore", "matchConditions": [{"name": "e1", "expression": "object.spec.a == 1"}]}
     snap = snapshot(tmp_path, policy(**spec), binding())

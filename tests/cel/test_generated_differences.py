@@ -113,6 +113,10 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("overloads", "object.spec.map.find('a') == ''", Error("no such overload")),
     ("overloads", "object.spec.count.findAll('a').size() > 0", Error("no such overload")),
     ("overloads", "object.spec.count.split('a').size() == 1", Error("no such overload: split(int, string)")),
+    ("overloads", "object.spec.count.startsWith('a')", Error("no such overload")),
+    ("overloads", "object.spec.map.contains('a')", Error("no such overload")),
+    ("overloads", "object.spec.name.endsWith(object.spec.count)", Error("no such overload")),
+    ("overloads", "object.spec.count.matches('a')", Error("no such overload")),
     ("overloads", "quantity(object.spec.count).isInteger()", Error("no such overload: quantity(int)")),
 ]
 

@@ -254,9 +254,8 @@ def validations(draw: st.DrawFn, variable_atoms: tuple[str, ...]) -> list[dict[s
 
 
 @st.composite
-def validating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
-    name = f"v{index}.static.k8s.io"
-    declared, variable_atoms = draw(variables())
+def policy_spec(draw: st.DrawFn) -> dict[str, Any]:
+    """What both kinds of policy have: match constraints, failure policy, match conditions."""
     spec: dict[str, Any] = {"matchConstraints": draw(match_constraints())}
     failure_policy = draw(st.sampled_from(FAILURE_POLICIES))
     if failure_policy is not None:
@@ -264,6 +263,14 @@ def validating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
     conditions = draw(match_conditions())
     if conditions:
         spec["matchConditions"] = conditions
+    return spec
+
+
+@st.composite
+def validating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
+    name = f"v{index}.static.k8s.io"
+    declared, variable_atoms = draw(variables())
+    spec = draw(policy_spec())
     if declared:
         spec["variables"] = declared
     spec["validations"] = draw(validations(variable_atoms))
@@ -286,14 +293,8 @@ def validating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
 @st.composite
 def mutating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
     name = f"m{index}.static.k8s.io"
-    spec: dict[str, Any] = {"matchConstraints": draw(match_constraints()),
-                            "reinvocationPolicy": draw(st.sampled_from(("Never", "IfNeeded")))}
-    failure_policy = draw(st.sampled_from(FAILURE_POLICIES))
-    if failure_policy is not None:
-        spec["failurePolicy"] = failure_policy
-    conditions = draw(match_conditions())
-    if conditions:
-        spec["matchConditions"] = conditions
+    spec = draw(policy_spec())
+    spec["reinvocationPolicy"] = draw(st.sampled_from(("Never", "IfNeeded")))
     mutations = []
     for _ in range(draw(st.integers(1, 2))):
         if draw(st.booleans()):
