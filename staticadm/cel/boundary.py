@@ -136,9 +136,24 @@ def _content_may_hold_optional(optional: Any, types: Mapping[int, str], scope: d
     if own_type.startswith("optional_type(") and own_type.endswith(")") \
             and _may_hold_optional(own_type[len("optional_type("):-1]):
         return True
-    if optional.WhichOneof("expr_kind") != "call_expr":
+    kind = optional.WhichOneof("expr_kind")
+    if kind == "comprehension_expr":
+        # The runtime form binds the operand of an optional access (``rewrite._with_value``) and answers with
+        # the loop's result.
+        return _content_may_hold_optional(optional.comprehension_expr.result, types, scope, tainted, blocks)
+    if kind != "call_expr":
         return True
     function = optional.call_expr.function
+    if function == "optional.none":
+        return False
+    if function == "_?_:_" and len(optional.call_expr.args) == 3:
+        # The runtime form of an optional access tests the operand's kind and answers from either branch.
+        return any(_content_may_hold_optional(branch, types, scope, tainted, blocks)
+                   for branch in optional.call_expr.args[1:])
+    if function == "_[_]" and optional.call_expr.args and \
+            optional.call_expr.args[0].WhichOneof("expr_kind") == "list_expr":
+        # An element of a list literal (the runtime form's error of a field on a list indexes one with a string).
+        return any(element.id in tainted for element in optional.call_expr.args[0].list_expr.elements)
     if function not in _WRAPPING or not optional.call_expr.args:
         return True
     operand = optional.call_expr.args[0]

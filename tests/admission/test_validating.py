@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from staticadm.admission.namespaces import parse_namespaces
-from tests.admission.helpers import allowed, binding, cel_error, denied, evaluate, policy, review, snapshot
+from tests.admission.helpers import DEPLOYMENT, allowed, binding, cel_error, denied, evaluate, policy, review, snapshot
 
 P, B = "p.static.k8s.io", "b.static.k8s.io"
 
@@ -187,6 +187,20 @@ def test_match_condition_errors_of_the_same_text_aggregate_to_one(tmp_path: Path
     snap = snapshot(tmp_path, policy(matchConditions=spec["matchConditions"][:2]), binding())
     assert evaluate(snap, review()).response == denied(
         P, B, f"expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}")
+
+
+def test_a_value_taken_out_of_an_optional_reaches_library_functions_in_linked_programs(tmp_path: Path) -> None:
+    # Linked with the variables it reads, the expression runs in its runtime form (optional accesses rewritten);
+    # semver() of what orValue() took out of object.?spec.?version was refused there as holding an optional.
+    # kube-apiserver's admission code (../shared/oracle) evaluates it: 0.1.0 is not above 1.2.0.
+    spec = {"variables": [{"name": "v0", "expression": "object.spec.items.filter(i, i > 1)"}],
+            "validations": [{"expression": "size(variables.v0) > 5 || "
+                                           "semver(object.?spec.?version.orValue('1.0.0')).isGreaterThan(semver('1.2.0'))"}]}
+    snap = snapshot(tmp_path, policy(**spec), binding())
+    obj = {**DEPLOYMENT, "spec": {"items": [1, 2, 3], "version": "0.1.0"}}
+    assert evaluate(snap, review(obj=obj)).response == denied(
+        P, B, "failed expression: size(variables.v0) > 5 || "
+              "semver(object.?spec.?version.orValue('1.0.0')).isGreaterThan(semver('1.2.0'))")
 
 
 def test_match_condition_error_is_skipped_under_ignore(tmp_path: Path) -> None:
