@@ -36,19 +36,23 @@ def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program
                               ) -> tuple[str | None, list[ExpressionFailure]]:
     """(name of the first condition that is false, or None; the failures of those that failed).
 
+    As kube-apiserver's matcher (matchconditions/matcher.go over cel/condition.go ``ForInput``): every condition
+    runs against the scope's one budget before any result is read, so a false condition skips the policy only
+    when the whole list ran; a budget running out on any of them (after a false one too) is the one failure.
     A false condition wins over errors: the policy simply does not apply. Policies often share their
     conditions (``request.namespace != 'kube-system'``): with ``remembered`` (the request's
     ``RequestActivations.remembered``) a condition another policy of the request already evaluated over
     the same activation is not evaluated again.
     """
     failures: list[ExpressionFailure] = []
+    false_condition: str | None = None
     for condition, program in conditions:
         value, failure = run_program(program, condition.expression, context, remembered)
         if failure is not None and failure.ends_scope:
-            # The matcher's filter itself failed: no condition after it is looked at.
+            # The matcher's filter itself failed: no condition after it is looked at, nor any result.
             return None, [failure]
         if failure is not None:
             failures.append(failure)
-        elif value is False:
-            return condition.name, failures
-    return None, failures
+        elif value is False and false_condition is None:
+            false_condition = condition.name
+    return false_condition, failures

@@ -65,8 +65,10 @@ def expression_failure(source: str, outcome: EvalError) -> ExpressionFailure:
 
 
 def aggregate_failures(failures: Sequence[ExpressionFailure]) -> ExpressionFailure:
-    """``utilerrors.NewAggregate(errs)``: one error stays itself; several are listed, an invalid_error."""
+    """``utilerrors.NewAggregate(errs)``: one error stays itself; several are listed, an invalid_error. Its text
+    names each distinct message once (``aggregate.Error``), without brackets when only one is left."""
     if len(failures) == 1:
         return failures[0]
-    return ExpressionFailure("[" + ", ".join(failure.message for failure in failures) + "]",
-                             ErrorType.INVALID_ERROR)
+    messages = list(dict.fromkeys(failure.message for failure in failures))
+    text = messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+    return ExpressionFailure(text, ErrorType.INVALID_ERROR)

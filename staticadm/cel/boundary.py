@@ -39,12 +39,24 @@ def guard(checked: Any, python_functions: frozenset[str]) -> int:
             message = ast.Expr(id=node.id + (1 << 40))
             message.const_expr.string_value = MESSAGE.format(function=function)
             node.CopyFrom(call(node.id, linking.FAIL_FUNCTION, message))
+            # The checked call's overload must go with it: a reference left behind reads as a call of the
+            # replaced function on the message, which constant folding turned into a value (url('...') a URL
+            # whose getHost() was "").
+            if node.id in checked.reference_map:
+                del checked.reference_map[node.id]
             replaced += 1
     return replaced
 
 
 def _may_hold_optional(type_name: str) -> bool:
     return "optional_type" in type_name
+
+
+#: Functions that take the value out of an optional (``x.?f.orValue(d)``, ``x.?f.value()``): their result holds
+#: an optional value only when the optional's content or the default may, not because the target is one.
+_UNWRAPPING = frozenset({"orValue", "value"})
+#: Functions whose optional result holds their operand's content (``x.?f``, ``l[?i]``, ``optional.of(x)``).
+_WRAPPING = frozenset({"_?._", "_[?_]", "optional.of", "optional.ofNonZeroValue"})
 
 
 def taint(expr: Any, types: Mapping[int, str]) -> set[int]:
@@ -76,6 +88,9 @@ def _visit(expr: Any, types: Mapping[int, str], scope: dict[str, bool], tainted:
         else:
             operands = ([call_node.target] if call_node.HasField("target") else []) + list(call_node.args)
             children = [_visit(operand, types, scope, tainted, blocks) for operand in operands]
+            if call_node.function in _UNWRAPPING and call_node.HasField("target"):
+                held = _content_may_hold_optional(call_node.target, types, scope, tainted, blocks)
+                children = [held, *children[1:]]
             result = result or (any(children) and carries_dyn)
     elif kind == "list_expr":
         optional_indices = set(expr.list_expr.optional_indices)
@@ -110,6 +125,42 @@ def _visit(expr: Any, types: Mapping[int, str], scope: dict[str, bool], tainted:
     if result:
         tainted.add(expr.id)
     return result
+
+
+def _content_may_hold_optional(optional: Any, types: Mapping[int, str], scope: dict[str, bool], tainted: set[int],
+                               blocks: dict[str, bool]) -> bool:
+    """Whether the value inside ``optional`` (an expression of optional type, already visited) may hold optional
+    values. An optional made by selecting or indexing holds part of its operand (``object.?spec.?name`` holds a
+    part of ``object``, which holds none); an optional from anywhere else is assumed to hold one."""
+    own_type = types.get(optional.id, "dyn")
+    if own_type.startswith("optional_type(") and own_type.endswith(")") \
+            and _may_hold_optional(own_type[len("optional_type("):-1]):
+        return True
+    kind = optional.WhichOneof("expr_kind")
+    if kind == "comprehension_expr":
+        # The runtime form binds the operand of an optional access (``rewrite._with_value``) and answers with
+        # the loop's result.
+        return _content_may_hold_optional(optional.comprehension_expr.result, types, scope, tainted, blocks)
+    if kind != "call_expr":
+        return True
+    function = optional.call_expr.function
+    if function == "optional.none":
+        return False
+    if function == "_?_:_" and len(optional.call_expr.args) == 3:
+        # The runtime form of an optional access tests the operand's kind and answers from either branch.
+        return any(_content_may_hold_optional(branch, types, scope, tainted, blocks)
+                   for branch in optional.call_expr.args[1:])
+    if function == "_[_]" and optional.call_expr.args and \
+            optional.call_expr.args[0].WhichOneof("expr_kind") == "list_expr":
+        # An element of a list literal (the runtime form's error of a field on a list indexes one with a string).
+        return any(element.id in tainted for element in optional.call_expr.args[0].list_expr.elements)
+    if function not in _WRAPPING or not optional.call_expr.args:
+        return True
+    operand = optional.call_expr.args[0]
+    if types.get(operand.id, "dyn").startswith("optional_type("):
+        # ``x.?a.?b``: the operand is itself an optional, whose content is selected from.
+        return _content_may_hold_optional(operand, types, scope, tainted, blocks)
+    return operand.id in tainted
 
 
 def _element(expr: Any, optional_entry: bool, types: Mapping[int, str], scope: dict[str, bool],

@@ -46,6 +46,7 @@ from staticadm.cel.evaluation import (
     EvaluationState,
     SharedActivation,
     engine_error_text,
+    runtime_error,
     to_python,
 )
 from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
@@ -603,6 +604,7 @@ class CelEnvironment:
         typed_variables.restore_selections(checked, typed.names)
         issues = [
             *validators.check_homogeneous_literals(checked),
+            *validators.check_flatten_targets(checked),
             *validators.check_literal_arguments(checked, self._literal_error),
             *validators.check_typed_variables(checked, None if variable_names is None or kind is
                                               ExpressionKind.MATCH_CONDITION else frozenset(variable_names)),
@@ -625,6 +627,9 @@ class CelEnvironment:
             if len(allowed) == 1:
                 return CompileError(f"must evaluate to {allowed[0]} but got {shown}")
             return CompileError(f"must evaluate to one of [{' '.join(allowed)}] but got {shown}")
+        folding_error = self._constant_conversion_error(checked)
+        if folding_error is not None:
+            return CompileError(f"program instantiation failed: {folding_error}")
         null_variables = frozenset({"namespaceObject"}) if kind is ExpressionKind.MATCH_CONDITION else frozenset()
         declaration_index = len(variable_names or ()) if kind is ExpressionKind.VARIABLE else rewrite.BODY_OWNER
         boundary.guard(checked, self._python_functions)
@@ -715,6 +720,37 @@ class CelEnvironment:
         boundary.guard(linked, self._python_functions)
         return self._runtime.deserialize(ast.encode(linked))
 
+    def _constant_conversion_error(self, checked: Any) -> str | None:
+        """cel-go's error for the first type conversion of a constant that fails, as kube-apiserver's program
+        planner folds them (``validators.constant_conversions``); None when every one has a value."""
+        for node in validators.constant_conversions(checked):
+            probe = ast.CheckedExpr()
+            probe.expr.CopyFrom(node)
+            for part in ast.walk(probe.expr):
+                if part.id in checked.reference_map:
+                    probe.reference_map[part.id].CopyFrom(checked.reference_map[part.id])
+                if part.id in checked.type_map:
+                    probe.type_map[part.id].CopyFrom(checked.type_map[part.id])
+            try:
+                program = self._runtime.deserialize(ast.encode(probe))
+            except RuntimeError:
+                continue
+            outcome = self._evaluate_alone(program, runtime_error)
+            if isinstance(outcome, EvalError):
+                return outcome.message
+        return None
+
+    def _evaluate_alone(self, program: Any, words: Callable[[str], str]) -> Any:
+        """The value of a program that reads no variable (a literal's check, a constant's folding), or an
+        EvalError, the engine's exceptions worded by ``words``."""
+        previous = self.state.enter(self.new_context({}, budget=None))
+        try:
+            return to_python(program.eval(self._runtime.Activation(data={})))
+        except RuntimeError as error:
+            return EvalError(words(str(error)))
+        finally:
+            self.state.leave(previous)
+
     def _literal_error(self, function: str, literal: Any) -> str | None:
         """Evaluates ``function(literal)`` in the engine, which has the real parsers (RE2 included)."""
         template_key = (function, type(literal).__name__)
@@ -742,14 +778,7 @@ class CelEnvironment:
                     node.const_expr.string_value = literal
                 else:
                     node.const_expr.int64_value = literal
-        program = self._runtime.deserialize(ast.encode(probe))
-        previous = self.state.enter(self.new_context({}, budget=None))
-        try:
-            outcome = to_python(program.eval(self._runtime.Activation(data={})))
-        except RuntimeError as error:
-            outcome = EvalError(engine_error_text(str(error)))
-        finally:
-            self.state.leave(previous)
+        outcome = self._evaluate_alone(self._runtime.deserialize(ast.encode(probe)), engine_error_text)
         if not isinstance(outcome, EvalError):
             return None
         if function in ("find", "findAll"):
@@ -830,7 +859,8 @@ def _dispatching_impl(name: str, overloads: Sequence[Overload],
         for tags, impl in candidates:
             if all(tag is None or opaque_type_name(arg) == tag for tag, arg in zip(tags, args, strict=True)):
                 return impl(*args)
-        raise ValueError(f"no such overload: {name}")
+        # cel-go's dispatcher (common/decls noSuchOverload) names the function and the arguments' types.
+        raise ValueError(f"no such overload: {name}({', '.join(string_format.type_name(arg) for arg in args)})")
 
     return dispatch
 

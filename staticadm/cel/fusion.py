@@ -8,8 +8,10 @@ time costs more in calls than in evaluation. :func:`fuse` joins what the policie
   of its expressions first reads it, as when its expressions run one by one: ``linking.py``);
 - a policy with match conditions contributes ``c1 ? (c2 ? (validations ? 0 : -1) : 2) : 1``, also a block
   entry: 0 when its conditions hold and its validations pass, ``k`` when its ``k``-th condition is false (the
-  first false one, as the matcher reads them), -1 when a validation did not pass; a policy without match
-  conditions contributes its validations;
+  first false one, as the matcher reads them), -1 when a validation did not pass; each condition is a block
+  entry of its own, and ``size([c1, c2]) == 2`` is a guard, so all of them are evaluated (and charged) whatever
+  the first false one, as the matcher evaluates them; a policy without match conditions contributes its
+  validations;
 - the result is ``all of them true and every such outcome >= 0 ? [outcomes..., annotations...] : false``, each
   annotation's value false when it is null or its policy's conditions did not hold (a bare bool when there is
   nothing to list). No null ever reaches Python: cel-expr-python 0.1.3 hands one over without a reference of
@@ -142,11 +144,22 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
             guards.extend(validations)
             annotations.extend(values)
             continue
+        # Each condition is a block entry, and every one is evaluated before any is read (``evaluated``, a guard),
+        # as kube-apiserver's matcher does: an error or the cost of one after a false one counts.
+        conditions = []
+        for condition in policy.conditions:
+            entries.append(part(condition))
+            conditions.append(index(len(entries) - 1))
+        evaluated = call(ids(), "size", list_of(ids(), *(index(len(entries) - len(conditions) + offset)
+                                                         for offset in range(len(conditions)))))
+        fused.reference_map[evaluated.id].overload_id.append("size_list")
+        all_evaluated = call(ids(), "_==_", evaluated, int_constant(ids(), len(conditions)))
+        fused.reference_map[all_evaluated.id].overload_id.append("equals")
+        guards.append(all_evaluated)
         outcome = _conditional(ids, fused, conjunction(validations, ids, fused), int_constant(ids(), APPLIES),
                                int_constant(ids(), NOT_PASSED))
-        for position in range(len(policy.conditions), 0, -1):
-            outcome = _conditional(ids, fused, part(policy.conditions[position - 1]), outcome,
-                                   int_constant(ids(), position))
+        for position in range(len(conditions), 0, -1):
+            outcome = _conditional(ids, fused, conditions[position - 1], outcome, int_constant(ids(), position))
         outcome_index = len(entries)
         entries.append(outcome)
         applies = call(ids(), "_>=_", index(outcome_index), int_constant(ids(), APPLIES))

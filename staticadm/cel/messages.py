@@ -28,6 +28,8 @@ _RUNTIME_EXACT = {
     "double out of int64 range": "integer overflow",
     "uint64 out of int64 range": "integer overflow",
     "malformed UTF-8 bytes": "invalid UTF-8 in bytes, cannot convert to string",
+    "String to Timestamp conversion failed": "type conversion error from 'string' to 'google.protobuf.Timestamp'",
+    "String to Duration conversion failed": "type conversion error from 'string' to 'google.protobuf.Duration'",
 }
 
 
@@ -62,10 +64,9 @@ _TYPE_NAMES = {"int64": "int", "uint64": "uint"}
 #: type must have the trait, and when the first does not, the error names the function alone. Here each with the
 #: types (cel-cpp's names) that have its trait.
 _NUMBERS = frozenset({"int64", "uint64", "double"})
-_TIMES = frozenset({"google.protobuf.Timestamp", "google.protobuf.Duration"})
+_TIMES = frozenset({"google.protobuf.Timestamp", "google.protobuf.Duration", "timestamp", "duration"})
 _SINGLETONS: dict[str, frozenset[str]] = {
     "size": frozenset(),
-    "matches": frozenset({"string"}),
     "-_": frozenset({"int64", "double", "bool"}),
     **dict.fromkeys(("_<_", "_<=_", "_>_", "_>=_"), _NUMBERS | _TIMES | {"string", "bytes", "bool"}),
     "_+_": _NUMBERS | _TIMES | {"string", "bytes", "list"},
@@ -73,6 +74,13 @@ _SINGLETONS: dict[str, frozenset[str]] = {
     **dict.fromkeys(("_*_", "_/_"), _NUMBERS),
     "_%_": frozenset({"int64", "uint64"}),
 }
+#: cel-go's types that answer calls themselves (``traits.Receiver``: their member functions): the interpreter hands
+#: them a call whose trait they lack, and they refuse it with the bare ``no such overload`` (``'3' / 2``).
+_RECEIVERS = frozenset({"string", "timestamp", "duration", "google.protobuf.Timestamp", "google.protobuf.Duration"})
+#: Functions whose implementation, not cel-go's type guard, refuses operands of another type, with
+#: ``types.MaybeNoSuchOverloadErr``'s bare text: the string tests of cel-go v0.29's standard library and
+#: Kubernetes' regex library (``null.startsWith('a')``, ``7.find('a')``, as kube-apiserver answers).
+_SELF_CHECKED = frozenset({"contains", "startsWith", "endsWith", "matches", "find", "findAll"})
 _GLOBAL_CALL = re.compile(r"(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
 _MEMBER_CALL = re.compile(r"\((?P<receiver>[^()]*)\)\.(?P<function>[^()\s]+)\((?P<arguments>[^()]*)\)")
 
@@ -82,7 +90,8 @@ def _no_overload(call: str) -> str:
 
     cel-go (interpreter/interpretable.go, common/decls) answers a call of a function declared once for every
     type with ``no such overload: f`` when the first argument lacks the trait it needs (``size(null)``,
-    ``null < 1``), and with the bare ``no such overload`` when the first argument's own method refused the
+    ``null < 1``; a string, duration or timestamp is asked itself and answers the bare text, ``'3' / 2``), and with
+    the bare ``no such overload`` when the first argument's own method refused the
     second (``1 < null``, ``Int.Add(String)``), as do ``in``, ``!``, ``&&``, ``||`` and ``?:``; a call of any other
     function is ``no such overload: f(t1, t2)``, the receiver first."""
     match = _GLOBAL_CALL.fullmatch(call) or _MEMBER_CALL.fullmatch(call)
@@ -94,9 +103,10 @@ def _no_overload(call: str) -> str:
         types.insert(0, receiver.strip())
     function = match.group("function")
     if function in _SINGLETONS:
-        return f"no such overload: {function}" if not types or types[0] not in _SINGLETONS[function] \
-            else "no such overload"
-    if function.startswith("@") or function.startswith("_") or function.startswith("!"):
+        if types and (types[0] in _SINGLETONS[function] or types[0] in _RECEIVERS):
+            return "no such overload"
+        return f"no such overload: {function}"
+    if function.startswith("@") or function.startswith("_") or function.startswith("!") or function in _SELF_CHECKED:
         return "no such overload"
     return f"no such overload: {function}({', '.join(_TYPE_NAMES.get(t, t) for t in types)})"
 

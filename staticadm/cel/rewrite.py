@@ -677,12 +677,17 @@ def _struct_literal(call_node: Any, types: Mapping[int, str], ids: Ids) -> Any:
     their functions return (``objects.make_object``, ``make_jsonpatch``): the engine builds it without calling
     into Python, which costs a round trip per creation and, with cel-expr-python 0.1.3, leaks the call's
     arguments. None leaves the call: a JSONPatch whose op, path or from the checker cannot prove a string,
-    since only the function raises Kubernetes' error for those. Cost was computed on the call."""
+    since only the function raises Kubernetes' error for those, and a creation that sets a field twice. Cost was
+    computed on the call."""
     function = call_node.function
     if function not in structs.RESERVED_NAMES or call_node.HasField("target"):
         return None
     *names, fields = call_node.args
     if fields.WhichOneof("expr_kind") != "struct_expr" or fields.struct_expr.message_name:
+        return None
+    if any(entry.map_key.const_expr.string_value.startswith(structs.SHADOWED_FIELD_PREFIX)
+           for entry in fields.struct_expr.entries if entry.map_key.WhichOneof("expr_kind") == "const_expr"):
+        # A field set twice: the function keeps the last.
         return None
     if function == structs.JSONPATCH_FUNCTION:
         for entry in fields.struct_expr.entries:

@@ -40,6 +40,9 @@ FIELD_FUNCTIONS = (STRUCT_FIELD_FUNCTION, JSONPATCH_TEXT_FUNCTION, STRUCT_HAS_FU
 OBJECT_TYPE = "Object"
 JSONPATCH_TYPE = "JSONPatch"
 JSONPATCH_FIELDS = ("op", "path", "from", "value")
+#: The key an earlier setting of a field set again in the same creation is renamed to (no field name has a
+#: "@"): cel-go evaluates every field of ``Object.spec{f: 1, f: 2}`` and keeps the last; the constructors drop these.
+SHADOWED_FIELD_PREFIX = "@shadowed."
 
 
 class StructSyntaxError(Exception):
@@ -73,7 +76,7 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
             raise StructSyntaxError(f"undeclared reference to '{token.text}'")
     replacements: list[list[int | str]] = []
     # Open brackets: (closing char, struct type name or None, whether a field name may come next, the index of
-    # the struct's opening replacement, the index of its first token).
+    # the struct's opening replacement, the index of its first token, the replacement of each field's name).
     stack: list[list[object]] = []
     index = 0
     while index < len(tokens):
@@ -88,7 +91,7 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
             else:
                 opening = f'{OBJECT_PART_FUNCTION}("{type_name}", {{'
             replacements.append([token.start, tokens[brace].end, opening])
-            stack.append(["}", type_name, True, len(replacements) - 1, index])
+            stack.append(["}", type_name, True, len(replacements) - 1, index, {}])
             index = brace + 1
             continue
         if token.kind == "punct" and token.text in "([{":
@@ -110,6 +113,11 @@ def struct_creation_edits(source: str) -> list[lexer.Edit]:
                 elif token.kind == "ident" and index + 1 < len(tokens) and tokens[index + 1].text == ":":
                     if top[1] == JSONPATCH_TYPE and token.text not in JSONPATCH_FIELDS:
                         raise StructSyntaxError(f"undefined field '{token.text}'")
+                    named = cast(dict[str, int], top[5])
+                    if token.text in named:
+                        shadowed = replacements[named[token.text]]
+                        shadowed[2] = f'"{SHADOWED_FIELD_PREFIX}{shadowed[0]}"'
+                    named[token.text] = len(replacements)
                     replacements.append([token.start, token.end, f'"{token.text}"'])
                     top[2] = False
                 else:

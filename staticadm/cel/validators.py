@@ -31,16 +31,24 @@ def check_homogeneous_literals(checked: Any) -> list[Issue]:
     types = ast.node_types(checked)
     issues: list[Issue] = []
 
-    def check_group(nodes: list[Any]) -> None:
+    def element_type(node: Any, optional: bool) -> str:
+        found = types.get(node.id, "dyn")
+        if optional and found.startswith("optional_type(") and found.endswith(")"):
+            # ``[?x]`` and ``{k: ?x}`` hold what is inside the optional.
+            return found[len("optional_type("):-1]
+        return found
+
+    def check_list(nodes: list[tuple[Any, bool]]) -> None:
+        # cel-go's HomogeneousAggregateLiterals: every element of the same type as the first, ``dyn`` included
+        # (``[1, object.spec.count]`` is refused); a list reports its first mismatch, a map every one.
         expected: str | None = None
-        for node in nodes:
-            found = types.get(node.id, "dyn")
-            if found == "dyn" or found.startswith("optional_type"):
-                continue
+        for node, optional in nodes:
+            found = element_type(node, optional)
             if expected is None:
                 expected = found
             elif found != expected:
                 issues.append(Issue(node.id, f"expected type '{expected}' but found '{found}'"))
+                return
 
     # cel-go exempts literals anywhere below a string.format() call (its arguments are heterogeneous).
     exempt: set[int] = set()
@@ -55,12 +63,24 @@ def check_homogeneous_literals(checked: Any) -> list[Issue]:
         if node.id in exempt:
             continue
         if kind == "list_expr":
-            check_group(list(node.list_expr.elements))
+            optional_indices = set(node.list_expr.optional_indices)
+            check_list([(element, index in optional_indices) for index, element in enumerate(node.list_expr.elements)])
         elif kind == "struct_expr" and not node.struct_expr.message_name:
-            entries = list(node.struct_expr.entries)
-            check_group([entry.map_key for entry in entries])
-            check_group([entry.value for entry in entries])
+            _check_map_entries(list(node.struct_expr.entries), element_type, issues)
     return issues
+
+
+def _check_map_entries(entries: list[Any], element_type: Callable[[Any, bool], str], issues: list[Issue]) -> None:
+    key_type = value_type = None
+    for entry in entries:
+        found_key, found_value = element_type(entry.map_key, False), element_type(entry.value, entry.optional_entry)
+        if key_type is None or value_type is None:
+            key_type, value_type = found_key, found_value
+            continue
+        if found_key != key_type:
+            issues.append(Issue(entry.map_key.id, f"expected type '{key_type}' but found '{found_key}'"))
+        if found_value != value_type:
+            issues.append(Issue(entry.value.id, f"expected type '{value_type}' but found '{found_value}'"))
 
 
 # Functions whose literal argument Kubernetes validates at compile time: name -> (is member, arg index).
@@ -176,3 +196,65 @@ def format_issue(source: str, line: int, column: int, message: str) -> str:
     snippet = lines[line - 1] if 0 < line <= len(lines) else ""
     marker = "." * max(column - 1, 0) + "^"
     return f"ERROR: <input>:{line}:{column}: {message}\n | {snippet}\n | {marker}"
+
+
+def check_flatten_targets(checked: Any) -> list[Issue]:
+    """cel-go declares ``flatten()`` for ``list(list(T))`` only (ext/lists.go ``list_flatten``; the one with a depth
+    takes any ``list(dyn)``): a list of anything else but ``dyn`` has no overload. The engine flattens it anyway."""
+    types = ast.node_types(checked)
+    issues: list[Issue] = []
+    for node in ast.walk(checked.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        call = node.call_expr
+        if call.function != "flatten" or call.args or not call.HasField("target"):
+            continue
+        target_type = types.get(call.target.id, "dyn")
+        if not target_type.startswith("list(") or not target_type.endswith(")"):
+            continue
+        element = target_type[len("list("):-1]
+        if element == "dyn" or element.startswith("list(") or _is_type_parameter(element):
+            continue
+        issues.append(Issue(node.id, f"found no matching overload for 'flatten' applied to '{target_type}.()'"))
+    return issues
+
+
+def _is_type_parameter(type_name: str) -> bool:
+    return type_name.startswith("_var") or (len(type_name) <= 3 and type_name[:1] == "T")
+
+
+#: cel-go's type conversion functions (common/overloads IsTypeConversionFunction).
+TYPE_CONVERSIONS = frozenset({"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type",
+                              "uint"})
+
+
+def constant_conversions(checked: Any) -> list[Any]:
+    """The calls kube-apiserver's program planner evaluates once, when the program is built: kube-apiserver enables
+    ``cel.OptOptimize``, whose decorator (cel-go interpreter/decorators.go ``maybeOptimizeConstUnary``) replaces a
+    type conversion of a constant by its value, and fails the program when that value is an error. A constant is a
+    literal, a list or map literal of constants (folded by the same decorator) or such a conversion; the calls come
+    in the planner's order (operands first, left to right), so the first that fails is the one cel-go reports."""
+    found: list[Any] = []
+
+    def constant(node: Any) -> bool:
+        kind = node.WhichOneof("expr_kind")
+        if kind == "const_expr":
+            return True
+        if kind == "list_expr":
+            results = [constant(element) for element in node.list_expr.elements]
+            return all(results) and not node.list_expr.optional_indices
+        if kind == "struct_expr":
+            results = [constant(child) for child in ast.children(node)]
+            return (all(results) and not node.struct_expr.message_name
+                    and not any(entry.optional_entry for entry in node.struct_expr.entries))
+        operands = [constant(child) for child in ast.children(node)]
+        if kind != "call_expr":
+            return False
+        call = node.call_expr
+        if call.function in TYPE_CONVERSIONS and not call.HasField("target") and len(call.args) == 1 and operands[0]:
+            found.append(node)
+            return True
+        return False
+
+    constant(checked.expr)
+    return found

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from staticadm.admission.namespaces import parse_namespaces
-from tests.admission.helpers import allowed, binding, cel_error, denied, evaluate, policy, review, snapshot
+from tests.admission.helpers import DEPLOYMENT, allowed, binding, cel_error, denied, evaluate, policy, review, snapshot
 
 P, B = "p.static.k8s.io", "b.static.k8s.io"
 
@@ -171,6 +171,36 @@ def test_match_condition_errors_aggregate_under_fail(tmp_path: Path) -> None:
     assert evaluate(snap, review()).response == denied(
         P, B, f"[expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}, "
               f"expression 'object.spec.b == 1' resulted in error: {cel_error('object.spec.b')}]")
+
+
+def test_match_condition_errors_of_the_same_text_aggregate_to_one(tmp_path: Path) -> None:
+    # utilerrors' aggregate names each distinct message once, without brackets when one is left (kube-apiserver's
+    # admission code in ../shared/oracle answers so for two conditions failing alike).
+    spec = {"matchConditions": [{"name": "e1", "expression": "object.spec.a == 1"},
+                                {"name": "e2", "expression": "object.spec.a == 1"},
+                                {"name": "e3", "expression": "object.spec.b == 1"},
+                                {"name": "e4", "expression": "object.spec.a == 1"}]}
+    snap = snapshot(tmp_path, policy(**spec), binding())
+    assert evaluate(snap, review()).response == denied(
+        P, B, f"[expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}, "
+              f"expression 'object.spec.b == 1' resulted in error: {cel_error('object.spec.b')}]")
+    snap = snapshot(tmp_path, policy(matchConditions=spec["matchConditions"][:2]), binding())
+    assert evaluate(snap, review()).response == denied(
+        P, B, f"expression 'object.spec.a == 1' resulted in error: {cel_error('object.spec.a')}")
+
+
+def test_a_value_taken_out_of_an_optional_reaches_library_functions_in_linked_programs(tmp_path: Path) -> None:
+    # Linked with the variables it reads, the expression runs in its runtime form (optional accesses rewritten);
+    # semver() of what orValue() took out of object.?spec.?version was refused there as holding an optional.
+    # kube-apiserver's admission code (../shared/oracle) evaluates it: 0.1.0 is not above 1.2.0.
+    spec = {"variables": [{"name": "v0", "expression": "object.spec.items.filter(i, i > 1)"}],
+            "validations": [{"expression": "size(variables.v0) > 5 || "
+                                           "semver(object.?spec.?version.orValue('1.0.0')).isGreaterThan(semver('1.2.0'))"}]}
+    snap = snapshot(tmp_path, policy(**spec), binding())
+    obj = {**DEPLOYMENT, "spec": {"items": [1, 2, 3], "version": "0.1.0"}}
+    assert evaluate(snap, review(obj=obj)).response == denied(
+        P, B, "failed expression: size(variables.v0) > 5 || "
+              "semver(object.?spec.?version.orValue('1.0.0')).isGreaterThan(semver('1.2.0'))")
 
 
 def test_match_condition_error_is_skipped_under_ignore(tmp_path: Path) -> None:

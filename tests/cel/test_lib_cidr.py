@@ -116,7 +116,9 @@ def test_contains_ip(outer: str, addr: str, expected: bool) -> None:
 
 
 def test_string_arguments_surface_parse_errors() -> None:
-    with pytest.raises(CelFunctionError, match=r'^IP Address "nope" parse error'):
+    # containsIP answers MaybeNoSuchOverloadErr of the CIDR where the IP did not parse (library/cidr.go
+    # cidrContainsIP): kube-apiserver's admission code answers the bare text, so does staticadm.
+    with pytest.raises(CelFunctionError, match=r"^no such overload$"):
         impl("cidr_contains_ip_string")(c("10.0.0.0/8"), "nope")
     with pytest.raises(CelFunctionError, match=r"bad bits after slash"):
         impl("cidr_contains_cidr_string")(c("10.0.0.0/8"), "10.0.0.0/")

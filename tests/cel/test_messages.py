@@ -27,16 +27,16 @@ from staticadm.cel.messages import compile_error_text, runtime_error_text, undec
         ("dyn([1])['x']", "unsupported index type 'string' in list"),
         ("9223372036854775807 + 1", "integer overflow"),
         ("0u - 1u", "unsigned integer overflow"),
-        ("uint(-1)", "unsigned integer overflow"),
-        ("int(1e20)", "integer overflow"),
-        ("uint(1e20)", "unsigned integer overflow"),
-        ("int(18446744073709551615u)", "integer overflow"),
+        ("uint([-1][0])", "unsigned integer overflow"),
+        ("int([1e20][0])", "integer overflow"),
+        ("uint([1e20][0])", "unsigned integer overflow"),
+        ("int([18446744073709551615u][0])", "integer overflow"),
         ("dyn(1) + 'a'", "no such overload"),
         ("dyn('a') < 1", "no such overload"),
-        ("int('abc')", "type conversion error from 'string' to 'int'"),
-        ("double('x')", "type conversion error from 'string' to 'double'"),
-        ("bool('maybe')", "type conversion error from 'string' to 'bool'"),
-        ("string(b'\\xff')", "invalid UTF-8 in bytes, cannot convert to string"),
+        ("int(['abc'][0])", "type conversion error from 'string' to 'int'"),
+        ("double(['x'][0])", "type conversion error from 'string' to 'double'"),
+        ("bool(['maybe'][0])", "type conversion error from 'string' to 'bool'"),
+        ("string([b'\\xff'][0])", "invalid UTF-8 in bytes, cannot convert to string"),
         ("timestamp('9999-12-31T23:59:59Z') + duration('1s')", "timestamp overflow"),
         ("optional.none().value()", "optional.none() dereference"),
         ("[1].slice(2, 1)", "cannot slice(2, 1), start index must be less than or equal to end index"),
@@ -49,6 +49,34 @@ def test_runtime_errors_in_cel_go_words(expression: str, message: str) -> None:
     result = evaluate_standalone(expression)
     assert isinstance(result, EvalError), result
     assert result.message == message
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        # Type conversions of constants (literals, literal lists and maps, other such conversions) are made when
+        # kube-apiserver builds the program (cel.OptOptimize): one that fails refuses the expression. Checked
+        # against the admission oracle of ../shared/oracle, which answers "compilation error: <this text>".
+        ("int(18446744073709551615u) > 0", "program instantiation failed: integer overflow"),
+        ("uint(-1) > 0u", "program instantiation failed: unsigned integer overflow"),
+        ("double('x') > 0.0", "program instantiation failed: type conversion error from 'string' to 'double'"),
+        ("string(b'\\xff') == ''", "program instantiation failed: invalid UTF-8 in bytes, cannot convert to string"),
+        ("int(string(int('9223372036854775808'))) == 1",
+         "program instantiation failed: type conversion error from 'string' to 'int'"),
+        ("size([1, int('x')]) == 2", "program instantiation failed: type conversion error from 'string' to 'int'"),
+        ("object.spec.count > 0 ? true : uint(-1) == 0u", "program instantiation failed: unsigned integer overflow"),
+        ("dyn(int('x')) == 0", "program instantiation failed: type conversion error from 'string' to 'int'"),
+    ],
+)
+def test_constant_conversions_that_fail_refuse_the_program(expression: str, message: str) -> None:
+    result = evaluate_standalone(expression, {"object": {"spec": {"count": 1}}})
+    assert isinstance(result, CompileError), result
+    assert result.message == message
+
+
+@pytest.mark.parametrize("expression", ["int('12') == 12", "int(object.spec.text) == 1", "[int('1')][0] == 1"])
+def test_conversions_that_succeed_or_read_the_request_still_compile(expression: str) -> None:
+    assert evaluate_standalone(expression, {"object": {"spec": {"text": "1"}}}) is True
 
 
 @pytest.mark.parametrize(

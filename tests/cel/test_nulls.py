@@ -8,9 +8,11 @@ optional access every access of the chain is a presence test), interpreter/inter
 ``evalBinary``: ``no such overload: <function>`` when the operand lacks the trait a function declared once for all
 types needs; ``evalFold``: ``got '<Go type>', expected iterable type``), common/decls/decls.go
 (``MaybeNoSuchOverload``: ``no such overload: f(t1, t2)`` for the other functions) and common/stdlib/standard.go
-(which functions are declared once, ``inAggregate``). Kubernetes does not enable ``EnableErrorOnBadPresenceTest``
-(apiserver/pkg/cel/environment/base.go). The rows marked from cel-go's own tests repeat cel/cel_test.go
-TestOptionalValuesEval.
+(which functions are declared once, ``inAggregate``); cel-go v0.29.2, which kube-apiserver's admission code in
+``../shared/oracle`` runs, answers ``contains``, ``startsWith``, ``endsWith`` and ``matches`` of another type with the
+bare ``no such overload`` (their implementations check the operands). Kubernetes does not enable
+``EnableErrorOnBadPresenceTest`` (apiserver/pkg/cel/environment/base.go). The rows marked from cel-go's own tests
+repeat cel/cel_test.go TestOptionalValuesEval.
 """
 
 from __future__ import annotations
@@ -84,9 +86,9 @@ ROWS: list[tuple[str, Any]] = [
     ("oldObject + 1", Error("no such overload: _+_")),
     ("-oldObject", Error("no such overload: -_")),
     ("int(oldObject)", Error("no such overload: int(null_type)")),
-    ("oldObject.startsWith('a')", Error("no such overload: startsWith(null_type, string)")),
-    ("object.metadata.name.startsWith(oldObject)", Error("no such overload: startsWith(string, null_type)")),
-    ("oldObject.matches('a')", Error("no such overload: matches")),
+    ("oldObject.startsWith('a')", Error("no such overload")),
+    ("object.metadata.name.startsWith(oldObject)", Error("no such overload")),
+    ("oldObject.matches('a')", Error("no such overload")),
     ("oldObject.lowerAscii()", Error("no such overload: lowerAscii(null_type)")),
     ("oldObject.all(x, true)", Error("got 'types.Null', expected iterable type")),
     ("oldObject.map(x, x)", Error("got 'types.Null', expected iterable type")),

@@ -87,6 +87,18 @@ def test_optional_fields_are_left_out_when_absent() -> None:
     assert to_plain(value) == {"metadata": {"name": "n"}}
 
 
+def test_a_field_set_twice_keeps_its_last_value_and_evaluates_both() -> None:
+    # cel-go builds a struct from every field in order, the last setting winning (kube-apiserver's admission code,
+    # ../shared/oracle, patches newField: 2); a map literal would refuse the duplicate key.
+    value = evaluate('Object{spec: Object.spec{newField: 1, newField: 2}}', ExpressionKind.APPLY_CONFIGURATION)
+    assert to_plain(value) == {"spec": {"newField": 2}}
+    value = evaluate('[JSONPatch{op: "add", op: "replace", path: "/a", value: 5, value: object.metadata.name}]',
+                     ExpressionKind.JSON_PATCH)
+    assert [item["fields"] for item in value] == [{"op": "replace", "path": "/a", "value": "p"}]
+    failed = evaluate('Object{spec: Object.spec{newField: 1 / 0, newField: 2}}', ExpressionKind.APPLY_CONFIGURATION)
+    assert isinstance(failed, EvalError) and failed.message == "division by zero"
+
+
 def test_type_names_must_match_the_field_path() -> None:
     value = evaluate('Object{spec: Object.spec{selector: Object.spec.wrong{}}}', ExpressionKind.APPLY_CONFIGURATION)
     errors: list[str] = []

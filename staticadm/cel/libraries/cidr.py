@@ -135,9 +135,13 @@ def _contains_ip(c: dict[str, Any], ip: dict[str, Any]) -> bool:
 
 
 def _contains_ip_string(c: dict[str, Any], ip: str) -> bool:
-    # Kubernetes parses the argument first, so an invalid string surfaces the ip() error even though
-    # the receiver is already known.
-    addr = parse_ip_addr(ip)
+    # Kubernetes parses the argument with ip()'s conversion and, when that gives an error instead of an IP,
+    # answers MaybeNoSuchOverloadErr of the CIDR (library/cidr.go cidrContainsIP passes arg, not other): the bare
+    # "no such overload", not the parse error (kube-apiserver answers so; containsCIDR passes the error on).
+    try:
+        addr = parse_ip_addr(ip)
+    except CelFunctionError:
+        raise CelFunctionError("no such overload") from None
     return cidr_value_prefix(c).contains(addr)
 
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
-from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
+from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload, element_kind, require_element_type
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MAX = 2**64 - 1
@@ -80,10 +80,14 @@ _MISSING = object()
 
 
 def is_sorted(values: list[Any]) -> bool:
+    require_element_type("isSorted", values, COMPARABLE_TYPES)
     return all(_compare(previous, current) != 1 for previous, current in pairwise(values))
 
 
 def _add(total: Any, value: Any) -> Any:
+    if element_kind(total) != element_kind(value):
+        # cel-go's Adder of one type refuses another (Int.Add(Double)): its bare error.
+        raise CelFunctionError("no such overload")
     if isinstance(total, timedelta) or isinstance(value, timedelta):
         result = total + value
         nanos = (result.days * 86_400 + result.seconds) * 10**9 + result.microseconds * 1000
@@ -103,6 +107,7 @@ def _add(total: Any, value: Any) -> Any:
 
 def sum_list(values: list[Any]) -> Any:
     """Sum of a non-empty list; an empty one gives int 0 (see ``_typed_sum`` for the declared zero)."""
+    require_element_type("sum", values, SUMMABLE_TYPES)
     if not values:
         return 0
     total = values[0]
@@ -126,6 +131,7 @@ def _typed_sum(element_type: str) -> Callable[[list[Any]], Any]:
 
 def _extreme(name: str, preferred: int) -> Callable[[list[Any]], Any]:
     def pick(values: list[Any]) -> Any:
+        require_element_type(name, values, COMPARABLE_TYPES)
         if not values:
             raise CelFunctionError(f"{name} called on empty list")
         result = values[0]

@@ -27,11 +27,19 @@ class ConversionError(Exception):
     """A mutation result Kubernetes would refuse to turn into a patch; the text is Kubernetes'."""
 
 
+def _set_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields as set: a field set twice in one creation keeps its last value (``structs.SHADOWED_FIELD_PREFIX``)."""
+    if not any(key.startswith(structs.SHADOWED_FIELD_PREFIX) for key in fields):
+        return fields
+    return {key: value for key, value in fields.items() if not key.startswith(structs.SHADOWED_FIELD_PREFIX)}
+
+
 def make_object(type_name: str, fields: dict[str, Any]) -> dict[str, Any]:
-    return make_opaque(structs.OBJECT_TYPE, name=type_name, fields=fields)
+    return make_opaque(structs.OBJECT_TYPE, name=type_name, fields=_set_fields(fields))
 
 
 def make_jsonpatch(fields: dict[str, Any]) -> dict[str, Any]:
+    fields = _set_fields(fields)
     for name in ("op", "path", "from"):
         if name in fields and not isinstance(fields[name], str):
             go_type = _GO_TYPE_NAMES.get(type(fields[name]), type(fields[name]).__name__)

@@ -22,13 +22,41 @@ message text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 
 class CelFunctionError(Exception):
     """A CEL runtime error raised by a library function; the message is shown to the policy author."""
+
+
+def element_kind(value: Any) -> str | None:
+    """The CEL primitive type of a runtime list element (a uint arrives as an int: both names); None for
+    lists, maps, null and the Kubernetes value types."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    for python_type, name in ((float, "double"), (str, "string"), (bytes, "bytes"), (timedelta, "duration"),
+                              (datetime, "timestamp")):
+        if isinstance(value, python_type):
+            return name
+    return None
+
+
+def require_element_type(function: str, values: Sequence[Any], element_types: Collection[str],
+                         *others: str) -> None:
+    """cel-go's runtime choice among a function's ``list(T)`` overloads, for a list the checker saw as ``dyn``:
+    the first element decides (``Type.IsAssignableRuntimeType`` looks at it alone), and a list whose first element
+    is of none of ``element_types`` has no overload: ``no such overload: join(list, string)``, ``others`` the
+    types of the arguments after the list."""
+    if not values:
+        return
+    kind = element_kind(values[0])
+    if kind is None or (kind not in element_types and not (kind == "int" and "uint" in element_types)):
+        raise CelFunctionError(f"no such overload: {function}({', '.join(('list', *others))})")
 
 
 @dataclass(frozen=True, slots=True)

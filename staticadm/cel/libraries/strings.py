@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload
+from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload, require_element_type
 from staticadm.cel.string_format import FormatError, decode_arguments, format_string
 
 #: Go's ``unicode.IsSpace``, what ``strings.TrimSpace`` strips (Python's ``str.strip`` also strips
@@ -138,11 +138,12 @@ _QUOTE_ESCAPES = {
 }
 
 
-def join(values: list[Any], separator: str = "") -> str:
+def join(values: list[Any], *separator: str) -> str:
+    require_element_type("join", values, ("string",), *("string" for _ in separator))
     for value in values:
         if not isinstance(value, str):
             raise CelFunctionError(f"join: invalid input: {value}")
-    return separator.join(values)
+    return (separator[0] if separator else "").join(values)
 
 
 def format_call(template: str, args: list[Any]) -> str:
