@@ -97,8 +97,13 @@ class _Decoder:
         """Decodes ``value`` into ``schema`` unless it is one of ``before`` (what it was before the patch);
         ``fields`` is Go's error context (field names from the root), ``strict_path`` the strict errors' (with list
         indexes), ``struct`` the Go struct holding the field."""
-        if value is None or any(type(value) is type(old) and value == old for old in before):
+        if value is None:
             return
+        for old in before:
+            # apply_patch copies only the path it writes, so most of the result *is* the object before it: the
+            # identity check skips the deep comparison of every untouched subtree (spec, status, ...).
+            if value is old or (type(value) is type(old) and value == old):
+                return
         resolved, name = self._resolve(schema)
         if isinstance(resolved, str):
             self._scalar(value, resolved, schema, struct, fields)
@@ -116,11 +121,16 @@ class _Decoder:
             return
         if "map" in resolved:
             for key in sorted(value):
-                self.value(value[key], _below(before, key), resolved["map"], fields, _joined(strict_path, key), struct)
+                item = value[key]
+                if _kept(before, key, item):
+                    continue
+                self.value(item, _below(before, key), resolved["map"], fields, _joined(strict_path, key), struct)
             return
         properties = resolved.get("object", {})
         own_struct = name.rpartition(".")[2] if name is not None else struct
         for key in sorted(value):
+            if _kept(before, key, value[key]):
+                continue
             if key not in properties:
                 if not any(isinstance(old, dict) and key in old for old in before):
                     self.unknown.append("".join(_joined(strict_path, key)))
@@ -143,6 +153,16 @@ class _Decoder:
             return  # dyn, times and durations: decoded by types of their own
         if gofmt.json_type(value) != expected:
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
+
+
+def _kept(before: tuple[Any, ...], key: str, item: Any) -> bool:
+    """Whether ``item`` is the very value one of ``before`` holds at ``key``: a part the patch did not touch
+    (apply_patch shares them), decoded already and a known field, so neither walked nor paid a lookup list for."""
+    # A loop rather than any(): a generator per key of every decoded map would cost more than the check saves.
+    for old in before:  # noqa: SIM110
+        if old.__class__ is dict and old.get(key, _kept) is item:
+            return True
+    return False
 
 
 def _below(before: tuple[Any, ...], key: str) -> tuple[Any, ...]:

@@ -25,7 +25,7 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
-from staticadm.server.connections import track_requests
+from staticadm.server.connections import tracked
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -529,33 +529,50 @@ def _version(info: dict[str, str | None]) -> Callable[[web.Request], Awaitable[w
     return handle
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                  ) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except BadRequest as error:
-        return error_response(error, {"Allow": "GET, HEAD"} if error.code == 405 else None)
-    except web.HTTPException as error:
-        if error.status < 400:
-            raise
-        return json_response(status_body(error.status, error.reason.replace(" ", ""), error.reason), error.status)
-    except Exception:
-        request.app[STATE].logger.exception("internal error handling request", path=request.path)
-        return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _errors(handler: _Handler) -> _Handler:
+    """``handler``, answering what it raises as a JSON Status (a wrapper of each route, not a middleware: see
+    ``connections.tracked``)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BadRequest as error:
+            return error_response(error, {"Allow": "GET, HEAD"} if error.code == 405 else None)
+        except web.HTTPException as error:
+            if error.status < 400:
+                raise
+            return json_response(status_body(error.status, error.reason.replace(" ", ""), error.reason),
+                                 error.status)
+        except Exception:
+            request.app[STATE].logger.exception("internal error handling request", path=request.path)
+            return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+
+    return handle
+
+
+async def _not_found(_request: web.Request) -> web.StreamResponse:
+    raise web.HTTPNotFound()
 
 
 def create_app(state: ServerState) -> web.Application:
     # client_max_size guards aiohttp's own body helpers; our handlers read the body themselves with
     # the same limit and a deadline.
-    app = web.Application(client_max_size=state.max_body_bytes, middlewares=[track_requests, _errors])
+    app = web.Application(client_max_size=state.max_body_bytes)
     app[STATE] = state
+
+    def add(path: str, handler: _Handler) -> None:
+        app.router.add_route("*", path, tracked(_errors(handler)))
+
     for endpoint, evaluate in ENDPOINTS.items():
-        app.router.add_route("*", f"/{endpoint}", review_handler(endpoint, evaluate))
-    app.router.add_route("*", "/livez", _health("livez", _liveness))
-    app.router.add_route("*", "/readyz", _health("readyz", _readiness))
-    app.router.add_route("*", "/healthz", _health("healthz", _health_checks))
-    app.router.add_route("*", "/metrics", _metrics)
+        add(f"/{endpoint}", review_handler(endpoint, evaluate))
+    add("/livez", _health("livez", _liveness))
+    add("/readyz", _health("readyz", _readiness))
+    add("/healthz", _health("healthz", _health_checks))
+    add("/metrics", _metrics)
     # Read once, at start: what is running does not change while it runs.
-    app.router.add_route("*", "/version", _version(build_info()))
+    add("/version", _version(build_info()))
+    # Every other path, last: a JSON 404, tracked like any request (aiohttp's own 404 would be plain text).
+    add("/{path:.*}", _not_found)
     return app

@@ -29,7 +29,7 @@ import sys
 import termios
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,23 +268,28 @@ class GuardedAppRunner(web.AppRunner):
         return guarded
 
 
-@web.middleware
-async def track_requests(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    """Marks the connection busy while one of its requests is handled."""
-    protocol = request.protocol
-    started = getattr(protocol, "request_started", None)
-    if started is not None:
-        started()
-    try:
-        response: web.StreamResponse = await handler(request)
-        guard = getattr(protocol, "guard", None)
-        if guard is not None and guard.draining:
-            response.force_close()
-        return response
-    finally:
-        finished = getattr(protocol, "request_finished", None)
-        if finished is not None:
-            finished()
+def tracked(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+            ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler``, marking the connection busy while one of its requests is handled. A wrapper of each route
+    rather than an aiohttp middleware: an application with middlewares runs each request through aiohttp's
+    chain of them plus one of its own (``_fix_request_current_app``), ~3 µs a request the null server does not pay."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        protocol = request.protocol
+        started = getattr(protocol, "request_started", None)
+        if started is not None:
+            started()
+        try:
+            response = await handler(request)
+            guard = getattr(protocol, "guard", None)
+            if guard is not None and guard.draining:
+                response.force_close()
+            return response
+        finally:
+            finished = getattr(protocol, "request_finished", None)
+            if finished is not None:
+                finished()
+
+    return handle
 
 
 class AcceptErrorLimiter:
