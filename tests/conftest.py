@@ -60,12 +60,12 @@ def corpus_file(*parts: str) -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the tests marked slow (end-to-end runs of a minute or more: the container "
+                     help="also run the tests marked slow (end-to-end runs of several seconds or more: the container "
                           "image, the node install, the benchmark's smoke run); CI runs them")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: an end-to-end test of a minute or more; runs only with --slow (CI)")
+    config.addinivalue_line("markers", "slow: an end-to-end test of several seconds or more; runs only with --slow (CI)")
     config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
                                        "run runs meanwhile")
 

@@ -98,6 +98,7 @@ def message(response: Response) -> str:
 # -- item 5: every cluster call ends at the request's deadline and is named for what happened ----------------
 
 
+@pytest.mark.slow
 def test_a_hung_review_ends_at_the_deadline_whatever_the_requests_arrival(
         make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
     apiserver.authorize = lambda spec: {"allowed": True}
@@ -114,6 +115,7 @@ def test_a_hung_review_ends_at_the_deadline_whatever_the_requests_arrival(
                          rf"answer from {re.escape(apiserver.url)} within [\d.]+ s$", text), text
 
 
+@pytest.mark.slow
 def test_a_hung_namespace_get_is_named_not_guessed(
         make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
     daemon = start(make_daemon, apiserver, tmp_path)
@@ -250,6 +252,7 @@ def list_starts(apiserver: FakeApiServer) -> int:
                if path.startswith("/api/v1/namespaces?") and "watch" not in path and "continue" not in path)
 
 
+@pytest.mark.slow
 def test_every_watch_failing_relists_at_client_gos_falling_rate(
         make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
     apiserver.add_namespaces([f"team-{index:05d}" for index in range(2000)])

@@ -69,6 +69,7 @@ def _api(port: int, path: str, **query: str) -> Any:
     return document["data"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
 def test_a_prometheus_server_scrapes_the_daemon_and_evaluates_the_rules(make_daemon: DaemonFactory,
                                                                          tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ def _record(policy_set: PolicySet, result: Any) -> None:
 
 @settings(max_examples=SETS, deadline=None, derandomize=PROFILE == "ci", database=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@pytest.mark.slow
 @given(policy_set=policy_sets())
 def test_staticadm_decides_as_kube_apiserver(policy_set: PolicySet) -> None:
     assert len(policy_set.reviews) == REQUESTS_PER_SET

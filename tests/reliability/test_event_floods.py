@@ -15,6 +15,7 @@ import threading
 import time
 
 import orjson
+import pytest
 
 from tests.reliability.policies import BUDGETED, hostile_review, policy_yaml
 from tests.server.harness import Daemon, DaemonFactory
@@ -49,6 +50,7 @@ def _keep_busy(daemon: Daemon, stop: threading.Event) -> None:
             time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_sigterm_is_honoured_under_a_flood_of_file_events(make_daemon: DaemonFactory) -> None:
     resource, expression, failure_policy, _ = BUDGETED["nested-comprehensions"]
     daemon = make_daemon(policy=None, start=False, args=["--log-level", "info"])

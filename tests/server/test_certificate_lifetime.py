@@ -74,6 +74,7 @@ class HttpsClient(threading.Thread):
         self.join(timeout=15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_generated_certificate_is_renewed_while_serving(make_daemon: DaemonFactory, tmp_path: Path,
                                                           workers: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from tests.server.harness import REPO_ROOT, DaemonFactory, wait_for
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_every_worker_logs_stopped_when_the_process_group_is_signalled(make_daemon: DaemonFactory, tmp_path: Path,
                                                                         signum: signal.Signals) -> None:

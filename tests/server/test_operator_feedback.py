@@ -173,6 +173,7 @@ def test_a_namespaces_file_answers_namespace_object_but_not_authorizer(make_daem
 # -- refused TLS handshakes -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_refused_tls_handshakes_are_logged_with_the_reason_and_rate_limited(make_daemon: DaemonFactory,
                                                                           tmp_path: Path) -> None:
     pki = tmp_path / "pki"

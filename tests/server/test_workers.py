@@ -301,6 +301,7 @@ LOOPING_POLICY = policy("loops", "pods",
                         '  - expression: "lists.range(1000).all(i, quantity(string(i)).isInteger())"\n')
 
 
+@pytest.mark.slow
 def test_a_worker_that_outgrows_its_memory_allowance_is_replaced_without_a_failed_request(
         make_daemon: DaemonFactory, tmp_path: Path) -> None:
     # Every loop iteration calls the Quantity library (Python) with a new string, and cel-expr-python keeps
@@ -513,6 +514,7 @@ def test_requests_on_idle_keep_alive_connections_are_answered_while_a_worker_ret
 # -- heartbeat -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isfile("/proc/net/tcp"), reason="reads each worker's connections from /proc")
 def test_a_stopped_worker_is_killed_and_replaced(make_daemon: DaemonFactory) -> None:
     # A worker stopped by SIGSTOP (or with its event loop stuck) kept its keep-alive connections for ever:
