@@ -65,7 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: an end-to-end test of several seconds or more; runs only with --slow (CI)")
+    config.addinivalue_line("markers", "slow: an end-to-end test of several seconds or more; runs only with --slow "
+                                       "(CI)")
     config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
                                        "run runs meanwhile")
 
