@@ -194,9 +194,8 @@ def recorded_requests(audit: AuditSource, stdin: TextIO, notes: list[str],
 
 def describe_subject(request: AdmissionRequest) -> str:
     """What the request writes, as an operator names it: ``UPDATE deployments.apps shop/api``."""
-    resource = request.original_resource
     name = request.name or "(name generated)"
-    what = resource.resource + (f".{resource.group}" if resource.group else "")
+    what = request.original_resource.group_resource()
     if request.original_sub_resource:
         what += f"/{request.original_sub_resource}"
     return f"{request.operation} {what} {f'{request.namespace}/' if request.namespace else ''}{name}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from staticadm.admission.namespaces import NamespaceInfo, StaticNamespaces, namespace_info_from_object
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
-from staticadm.admission.review import combined_response, review_request
+from staticadm.admission.review import combined_response, describe_subject, review_request
 from staticadm.admission.vocabulary import EnforcementAction
 from staticadm.manifests.check import Finding
 from staticadm.manifests.errors import ManifestError
@@ -45,11 +45,7 @@ class ControlPlaneRequest:
     @property
     def subject(self) -> str:
         """``CREATE pods kube-system/kube-proxy-7xk2p by system:serviceaccount:...``: what a report names."""
-        resource = self.request.resource.group_resource()
-        if self.request.sub_resource:
-            resource += f"/{self.request.sub_resource}"
-        where = f"{self.request.namespace}/{self.request.name}" if self.request.namespace else self.request.name
-        return f"{self.request.operation} {resource} {where} by {self.request.user_info.username}"
+        return f"{describe_subject(self.request)} by {self.request.user_info.username}"
 
 
 @dataclass(frozen=True, slots=True)
