@@ -25,7 +25,7 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
-from staticadm.server.connections import tracked
+from staticadm.server.connections import GuardedRequestHandler, tracked
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -117,6 +117,9 @@ class BadRequest(Exception):
         self.uid = uid
 
 
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 # -- helpers ---------------------------------------------------------------------------------------
 
 
@@ -197,38 +200,56 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
 # -- admission endpoints ---------------------------------------------------------------------------
 
 
-def review_handler(endpoint: str, evaluate: Evaluator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _Handler:
+    """The route of an admission endpoint, in one coroutine: what ``tracked`` and ``_errors`` do for the other
+    routes is done here too, since each wrapper's frame is paid by every request kube-apiserver sends."""
+    metrics = state.metrics
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        state = request.app[STATE]
+        protocol = request.protocol
+        guarded = protocol if isinstance(protocol, GuardedRequestHandler) else None
+        if guarded is not None:
+            guarded.request_started()
         started = time.perf_counter()
         state.in_flight += 1
         review = None
         try:
-            response, decision, review = await _review(request, state, endpoint, evaluate, started)
-        except BadRequest as error:
-            decision = RequestDecision.ERROR
-            headers = {"Allow": "POST"} if error.code == 405 else None
-            response = error_response(error, headers)
-            if error.code == 504:
-                state.metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
-            state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
-                              reason=error.reason, err=error.message, uid=error.uid or None)
-        except Exception as error:
-            # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
-            # type and where it was raised are logged; the message might quote the object.
-            decision = RequestDecision.ERROR
-            response = json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
-            state.logger.error("internal error evaluating admission request", endpoint=endpoint,
-                               err=type(error).__name__, at=_raised_at(error))
+            try:
+                response, decision, review = await _review(request, state, endpoint, evaluate, started)
+            except BadRequest as error:
+                decision = RequestDecision.ERROR
+                headers = {"Allow": "POST"} if error.code == 405 else None
+                response = error_response(error, headers)
+                if error.code == 504:
+                    metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
+                state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
+                                  reason=error.reason, err=error.message, uid=error.uid or None)
+            except Exception as error:
+                # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
+                # type and where it was raised are logged; the message might quote the object.
+                decision = RequestDecision.ERROR
+                response = json_response(status_body(500, "InternalError", "internal error; see the staticadm log"),
+                                         500)
+                state.logger.error("internal error evaluating admission request", endpoint=endpoint,
+                                   err=type(error).__name__, at=_raised_at(error))
+            finally:
+                state.in_flight -= 1
+            seconds = time.perf_counter() - started
+            metrics.record_request(endpoint, response.status, decision, seconds)
+            if review is not None:
+                _log_review(state, endpoint, review, decision, seconds)
+                if state.shadow is not None:
+                    state.shadow.schedule(endpoint, evaluate, review[2], review[0], review[1], state.authorizer)
+            if guarded is not None and guarded.guard.draining:
+                response.force_close()
+            return response
+        except Exception:
+            # A bug in what follows the evaluation (its metrics or log line): the request still gets an answer.
+            state.logger.exception("internal error handling request", path=request.path)
+            return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
         finally:
-            state.in_flight -= 1
-        seconds = time.perf_counter() - started
-        state.metrics.record_request(endpoint, response.status, decision, seconds)
-        if review is not None:
-            _log_review(state, endpoint, review, decision, seconds)
-            if state.shadow is not None:
-                state.shadow.schedule(endpoint, evaluate, review[2], review[0], review[1], state.authorizer)
-        return response
+            if guarded is not None:
+                guarded.request_finished()
 
     return handle
 
@@ -283,12 +304,15 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
                 namespaces = WithNamespace(
                     await state.fetch_namespace(parsed.namespace, calls_end, waiting=slot.release), namespaces)
 
+            if state.authorizer is None:
+                if not slot.held:
+                    await slot.take()
+                return _admit(state, evaluate, served, parsed, namespaces, timeout, deadline)
+
             async def evaluate_once() -> tuple[web.Response, RequestDecision, _Evaluated | None]:
                 await slot.take()
                 return _admit(state, evaluate, served, parsed, namespaces, timeout, deadline)
 
-            if state.authorizer is None:
-                return await evaluate_once()
             return await state.authorizer.evaluate(parsed.user_info, evaluate_once, calls_end, waiting=slot.release)
         finally:
             slot.release()
@@ -312,6 +336,10 @@ class _Slot:
         self._body = body
         self._held = False
         self._taken = False
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     async def take(self) -> None:
         if self._held:
@@ -420,19 +448,25 @@ def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: R
             state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
                                latency_ms=round(seconds * 1000, 3))
         return
-    for check in checks:
-        if endpoint == "mutate":
-            state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
-        else:
-            state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
-                                              check.seconds)
-    fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
+    metrics = state.metrics
     # A mutation is logged like a denial: an operator needs to know which policies changed which object.
-    notable = [c for c in checks
-               if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
+    notable = []
+    if endpoint == "mutate":
+        for check in checks:
+            metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
+            if check.action is not EnforcementAction.ALLOW or check.error_type is not ErrorType.NO_ERROR:
+                notable.append(check)
+    else:
+        for check in checks:
+            metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action, check.seconds)
+            if check.action is not EnforcementAction.ALLOW or check.error_type is not ErrorType.NO_ERROR:
+                notable.append(check)
     if not notable and decision is not RequestDecision.DENY:
-        state.logger.debug("admission allowed", allowed=True, **fields)
+        if state.logger.is_enabled_for(stdlib_logging.DEBUG):
+            state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
+                               latency_ms=round(seconds * 1000, 3))
         return
+    fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
     if not notable:
         status = (review.review.get("response") or {}).get("status") or {}
         state.logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
@@ -529,9 +563,6 @@ def _version(info: dict[str, str | None]) -> Callable[[web.Request], Awaitable[w
     return handle
 
 
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
 def _errors(handler: _Handler) -> _Handler:
     """``handler``, answering what it raises as a JSON Status (a wrapper of each route, not a middleware: see
     ``connections.tracked``)."""
@@ -566,7 +597,7 @@ def create_app(state: ServerState) -> web.Application:
         app.router.add_route("*", path, tracked(_errors(handler)))
 
     for endpoint, evaluate in ENDPOINTS.items():
-        add(f"/{endpoint}", review_handler(endpoint, evaluate))
+        app.router.add_route("*", f"/{endpoint}", review_handler(state, endpoint, evaluate))
     add("/livez", _health("livez", _liveness))
     add("/readyz", _health("readyz", _readiness))
     add("/healthz", _health("healthz", _health_checks))
