@@ -74,6 +74,8 @@ class NonBlockingWriter:
             self._fd: int | None = stream.fileno()
         except (AttributeError, OSError, ValueError):
             self._fd = None
+        #: Asks whether the descriptor takes a write now; made once, used under ``_lock``.
+        self._poller: select.poll | None = None
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=capacity)
         self._lock = threading.Lock()
         #: Lines queued or being written by the thread: while any, new lines queue behind them.
@@ -110,9 +112,10 @@ class NonBlockingWriter:
         if self._fd is None or len(data) > select.PIPE_BUF:
             return False
         try:
-            poller = select.poll()
-            poller.register(self._fd, select.POLLOUT)
-            if not poller.poll(0):
+            if self._poller is None:
+                self._poller = select.poll()
+                self._poller.register(self._fd, select.POLLOUT)
+            if not self._poller.poll(0):
                 return False
             written = os.write(self._fd, data)
         except OSError:
@@ -150,10 +153,9 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
     if writer is not None:
         target = writer
     numeric = getattr(stdlib_logging, level.upper())
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-    ]
+    # No context variables are bound anywhere (loggers carry their fields with ``bind``), so structlog's
+    # merge_contextvars would only copy an empty context into every line.
+    shared: list[Any] = [structlog.processors.add_log_level]
     renderer: Any
     if log_format == "console":
         shared.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
