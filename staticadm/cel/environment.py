@@ -800,14 +800,17 @@ class CelEnvironment:
         request_deadline: float | None = None,
         budget: CostBudget | int | None = cost.RUNTIME_CEL_COST_BUDGET,
         variables: Any = None,
+        native_nests: bool = True,
     ) -> EvaluationContext:
         """A cost scope over ``data`` (or over a shared ``activation`` from ``new_activation``); the engine
         converts the data lazily. ``budget`` is the scope's runtime cost budget (an int for a fresh one, a
         ``CostBudget`` to share what another scope left, None for no budget); ``request_deadline``
         (``time.perf_counter``) is the backstop for every context of one request. ``variables`` is
-        accepted for callers of the earlier API: variables are linked into each program now."""
+        accepted for callers of the earlier API: variables are linked into each program now. ``native_nests``
+        False runs every loop of a stepped evaluation delegated (``EvaluationContext.run_loop``)."""
         del variables
-        return EvaluationContext(self._runtime, self.state, data or {}, activation, request_deadline, budget)
+        return EvaluationContext(self._runtime, self.state, data or {}, activation, request_deadline, budget,
+                                 native_nests=native_nests)
 
 
 def _linkable(value: CompiledExpression | CompileError) -> linking.LinkedVariable:

@@ -228,6 +228,8 @@ class EvaluationContext:
         activation: Any = None,
         request_deadline: float | None = None,
         budget: CostBudget | int | None = cost.RUNTIME_CEL_COST_BUDGET,
+        *,
+        native_nests: bool = True,
     ) -> None:
         self._engine_env = engine_env
         self._state = state
@@ -250,6 +252,11 @@ class EvaluationContext:
         self._deadline_exceeded = False
         #: Variable name -> Kubernetes' error text for it, once a failed evaluation had to find out.
         self._variable_failures: dict[str, str | None] | None = None
+        #: Whether a stepped evaluation first runs each short loop with its inner loops in the engine
+        #: (``run_loop``); False delegates every loop, the plain reading (for the tests that compare them).
+        self.native_nests = native_nests
+        #: Per loop (its id in the stepped program), the shortest range whose native run passed the engine's limit.
+        self._native_too_long: dict[int, int] = {}
 
     def rescope(self, activation: SharedActivation, budget: CostBudget | int | None) -> EvaluationContext:
         """This context starts another cost scope of the same request (a binding's match conditions,
@@ -515,20 +522,50 @@ class EvaluationContext:
         return False
 
     def run_loop(self, loop_id: int, values: Any, initial: Any, captured: list[Any]) -> Any:
-        """``@staticadm.loop``: one comprehension of a stepped evaluation, slice by slice."""
+        """``@staticadm.loop``: one comprehension of a stepped evaluation, slice by slice.
+
+        A loop whose range fits one slice is first run with the loops inside it left to the engine (a nest of
+        loops over short lists is then one evaluation, not one per inner loop: thousands fewer); only when that
+        passes the engine's iteration limit is it run again with them delegated, after taking back what the
+        attempt charged. Both charge the same ticks in the same order, so either way the outcome and its cost
+        are the same.
+        """
         plan = self._stepping[-1][1].loops[loop_id]
         base = {**self._data, **dict(zip(plan.captures, captured, strict=True))}
+        if (plan.native is not None and self.native_nests and len(values) <= stepping.SLICE
+                and len(values) < self._native_too_long.get(loop_id, stepping.SLICE + 1)):
+            run = self._run
+            charged = (run.body, dict(run.variables), set(run.exceeded), self._charge_calls)
+            variables_read = set(self._stepped_variables or ())
+            try:
+                return self._run_slices(plan, plan.native, base, values, initial)
+            except Exception as error:  # the engine raises its iteration limit; anything else is the loop's own
+                if ENGINE_ITERATION_LIMIT_TEXT not in str(error):
+                    raise
+            # A range as long (over the same loop of this request) would pass the limit again, most likely:
+            # those go delegated at once. Only how fast, never what, depends on this guess.
+            self._native_too_long[loop_id] = len(values)
+            run.body, run.variables, self._charge_calls = charged[0], charged[1], charged[3]
+            run.exceeded = charged[2] or _NONE_EXCEEDED
+            if self._stepped_variables is not None:
+                # Variables first read by the attempt are read (and charged) again by the delegated run.
+                for name in set(self._stepped_variables) - variables_read:
+                    del self._stepped_variables[name]
+        return self._run_slices(plan, plan, base, values, initial)
+
+    def _run_slices(self, plan: stepping.LoopPlan, steps: stepping.LoopPlan | stepping.NativeSteps,
+                    base: Mapping[str, Any], values: Any, initial: Any) -> Any:
         accumulator, accumulator_error = initial, None
-        indexed = plan.indexed_step is not None and not isinstance(values, dict)
+        indexed = steps.indexed_step is not None and not isinstance(values, dict)
         size = stepping.APPEND_SLICE if plan.appends else stepping.SLICE
         for offset, part in stepping.slices(values, size):
             data = {**base, stepping.RANGE: part, stepping.OFFSET: offset}
             if accumulator_error is None:
                 data[stepping.ACCUMULATOR] = accumulator
-                program = plan.indexed_step if indexed else plan.step
+                program = steps.indexed_step if indexed else steps.step
             else:
                 data[stepping.ACCUMULATOR_ERROR] = accumulator_error
-                program = plan.indexed_step_from_error if indexed else plan.step_from_error
+                program = steps.indexed_step_from_error if indexed else steps.step_from_error
             outcome = self._eval_plain(program, data)
             if isinstance(outcome, EvalError):
                 accumulator, accumulator_error = None, outcome.message

@@ -58,6 +58,21 @@ class LoopPlan:
     #: The loop builds a list or map from empty (map, filter, transformList, transformMap): each slice
     #: starts from empty (the engine appends in place then) and the slices' results are joined here.
     appends: bool
+    #: The loop with the loops inside it left to the engine, for a range that fits one slice: a whole nest of
+    #: loops is then one evaluation instead of one per inner loop, and only a nest that does pass the engine's
+    #: limit is run again delegated. None when the loop or one inside it builds a collection (built natively,
+    #: a long list costs its length squared in copies) or the body reads what the delegated form does not.
+    native: NativeSteps | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NativeSteps:
+    """``LoopPlan``'s four step programs, with the loops inside the body run by the engine."""
+
+    step: Any
+    step_from_error: Any
+    indexed_step: Any
+    indexed_step_from_error: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +198,13 @@ def _delegate_variables(expr: Any, ids: rewrite.Ids) -> None:
 def _delegate_loops(checked: Any, expr: Any, ids: rewrite.Ids,
                     loops: dict[int, LoopPlan], deserialize: Any) -> None:
     enclosing = _enclosing_bindings(expr)
+    # Each loop as written (its inner loops not yet delegated), for its native steps.
+    originals: dict[int, Any] = {}
+    for node in ast.walk(expr):
+        if node.WhichOneof("expr_kind") == "comprehension_expr" and not rewrite.is_binding(node.comprehension_expr):
+            original = ast.Expr()
+            original.CopyFrom(node)
+            originals[node.id] = original
     # Innermost loops first: a loop's plan is built from a body whose own loops are already delegated.
     for node in reversed(list(ast.walk(expr))):
         if node.WhichOneof("expr_kind") != "comprehension_expr" or rewrite.is_binding(node.comprehension_expr):
@@ -197,7 +219,8 @@ def _delegate_loops(checked: Any, expr: Any, ids: rewrite.Ids,
              | free_variables(comprehension.loop_step, frozenset())
              | free_variables(comprehension.result, frozenset()))
             & enclosing.get(node.id, frozenset()))
-        plan = _plan(checked, comprehension, tuple(captures), ids, deserialize)
+        plan = _plan(checked, comprehension, tuple(captures), ids, deserialize,
+                     _native_source(originals[node.id], enclosing.get(node.id, frozenset()), set(captures)))
         loops[node.id] = plan
         capture_values = rewrite.list_of(ids(), *(rewrite.ident(ids(), name) for name in captures))
         loop_id = rewrite.int_constant(ids(), node.id)
@@ -207,8 +230,21 @@ def _delegate_loops(checked: Any, expr: Any, ids: rewrite.Ids,
         node.CopyFrom(rewrite.call(node.id, LOOP_FUNCTION, loop_id, iter_range, accu_init, capture_values))
 
 
+def _native_source(original: Any, enclosing: frozenset[str], captures: set[str]) -> Any | None:
+    """The comprehension ``original`` when its native steps can stand for its delegated ones, else None."""
+    if any(node.WhichOneof("expr_kind") == "comprehension_expr" and rewrite.builds_collection(node.comprehension_expr)
+           for node in ast.walk(original)):
+        return None
+    comprehension = original.comprehension_expr
+    reads = (free_variables(comprehension.loop_condition) | free_variables(comprehension.loop_step)
+             | free_variables(comprehension.result))
+    if not reads & enclosing <= captures:
+        return None
+    return comprehension
+
+
 def _plan(checked: Any, comprehension: Any, captures: tuple[str, ...], ids: rewrite.Ids,
-          deserialize: Any) -> LoopPlan:
+          deserialize: Any, native_source: Any | None = None) -> LoopPlan:
     def program(root: Any) -> Any:
         holder = ast.CheckedExpr()
         holder.CopyFrom(checked)
@@ -220,10 +256,10 @@ def _plan(checked: Any, comprehension: Any, captures: tuple[str, ...], ids: rewr
             return rewrite.call(ids(), linking.FAIL_FUNCTION, rewrite.ident(ids(), ACCUMULATOR_ERROR))
         return rewrite.ident(ids(), ACCUMULATOR)
 
-    def step(from_error: bool, indexed: bool) -> Any:
+    def step(from_error: bool, indexed: bool, source: Any = comprehension) -> Any:
         node = ast.Expr(id=ids())
         loop = node.comprehension_expr
-        loop.CopyFrom(comprehension)
+        loop.CopyFrom(source)
         loop.iter_range.CopyFrom(rewrite.ident(ids(), RANGE))
         loop.accu_init.CopyFrom(start(from_error))
         loop.result.CopyFrom(rewrite.ident(ids(), comprehension.accu_var))
@@ -252,6 +288,14 @@ def _plan(checked: Any, comprehension: Any, captures: tuple[str, ...], ids: rewr
     if condition.WhichOneof("expr_kind") == "call_expr" and condition.call_expr.function == "_&&_":
         condition = condition.call_expr.args[1]  # the cost tick comes first; it is not charged here
     two_variables = bool(comprehension.iter_var2)
+    native = None
+    if native_source is not None:
+        native = NativeSteps(
+            step=step(False, False, native_source),
+            step_from_error=step(True, False, native_source),
+            indexed_step=step(False, True, native_source) if two_variables else None,
+            indexed_step_from_error=step(True, True, native_source) if two_variables else None,
+        )
     return LoopPlan(
         step=step(False, False),
         step_from_error=step(True, False),
@@ -262,6 +306,7 @@ def _plan(checked: Any, comprehension: Any, captures: tuple[str, ...], ids: rewr
         result_from_error=program(rewrite.bind(ids, comprehension.accu_var, accumulator(True), comprehension.result)),
         captures=captures,
         appends=appends,
+        native=native,
     )
 
 

@@ -364,3 +364,44 @@ print("up")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout.strip() == "up"
+
+
+class TestNativeNests:
+    """A stepped evaluation first runs each short loop with the loops inside it in the engine, and runs it again
+    delegated only when that passes the engine's iteration limit (``EvaluationContext.run_loop``): the outcome and
+    what it charged must be those of delegating every loop, whichever way each nest went."""
+
+    NESTS = (
+        # Four deep over one list: 10**4 inner iterations fit one evaluation, 11**4 do not.
+        "variables.items.all(a, variables.items.all(b, variables.items.all(c, variables.items.all(d, d >= 0))))",
+        # Two-variable loops, whose slices keep the original indexes.
+        "object.items.all(i, x, object.items.all(j, y, i + j >= 0 && x + y == i + j))",
+        # Short-circuits: found late, found never.
+        "object.items.exists(x, object.items.exists(y, x * y == (size(object.items) - 1) * (size(object.items) - 1)))",
+        "object.items.exists(x, object.items.exists(y, x + y < 0))",
+        # An error inside the nest (absorbed by all() when another element is false, kept otherwise).
+        "object.items.all(x, object.items.all(y, 10 / (y - 7) != 99))",
+        "object.items.all(x, object.items.all(y, y < 9 && 10 / (y - 7) != 99))",
+        # A map as the outer range.
+        "object.keyed.all(k, object.items.all(y, y >= 0 && k.size() > 0))",
+        # Three deep: past the per-call cost limit for the longest lists.
+        "object.items.all(x, object.items.all(y, object.items.all(z, z >= 0)))",
+    )
+
+    @staticmethod
+    def _outcome(source: str, size: int, native: bool) -> tuple[Any, int]:
+        variables = _variables(("items", "object.items"))
+        program = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION, variable_names=["items"],
+                                      variable_types=_types(variables))
+        assert isinstance(program, CompiledExpression), program
+        program = ENVIRONMENT.link(program, variables)
+        data = {"object": {"items": list(range(size)), "keyed": {f"k{i}": i for i in range(size + 20)}}}
+        context = ENVIRONMENT.new_context(data, budget=10_000_000, native_nests=native)
+        outcome = program.evaluate(context)
+        assert context.budget is not None
+        return _described(outcome), context.budget.remaining
+
+    @pytest.mark.parametrize("source", NESTS)
+    @pytest.mark.parametrize("size", [8, 10, 11, 101, 230])
+    def test_native_nests_decide_and_charge_as_delegated_loops(self, source: str, size: int) -> None:
+        assert self._outcome(source, size, True) == self._outcome(source, size, False)
