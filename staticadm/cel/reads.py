@@ -146,8 +146,8 @@ def _resolved(chain: tuple[str, tuple[str, ...]] | None, scope: Mapping[str, _Bo
 def _shape_read(call: Any) -> tuple[tuple[str, tuple[str, ...]], ReadPath] | None:
     """A call that reads no more of a chain than its shape, and what it reads below it: ``size(x)`` or
     ``x.size()`` a list's elements but none of their content (a map's or string's size needs the whole value: see
-    ``_prune``); ``type(x)`` and an optional's ``hasValue()`` nothing (pruning keeps a map a map, a list a list,
-    and the keys on every path read)."""
+    ``_prune``); ``type(x)``, an optional's ``hasValue()`` and a comparison with ``null`` nothing (pruning keeps a
+    map a map, a list a list, and the keys on every path read)."""
     member = call.HasField("target")
     below: ReadPath
     if call.function == "size" and (not call.args if member else len(call.args) == 1):
@@ -156,10 +156,19 @@ def _shape_read(call: Any) -> tuple[tuple[str, tuple[str, ...]], ReadPath] | Non
         operand, below = call.args[0], (NOTHING,)
     elif call.function == "hasValue" and member and not call.args:
         operand, below = call.target, (NOTHING,)
+    elif call.function in ("_==_", "_!=_") and not member and len(call.args) == 2 and any(
+            _is_null(argument) for argument in call.args):
+        # Only null equals null, and pruning turns no value into null nor null into a value; equality is charged
+        # 1 whatever its operands' sizes (cost.py). ``oldObject == null`` no longer hands the engine the old object.
+        operand, below = call.args[1] if _is_null(call.args[0]) else call.args[0], (NOTHING,)
     else:
         return None
     chain = _chain(operand)
     return (chain, below) if chain is not None else None
+
+
+def _is_null(node: Any) -> bool:
+    return node.WhichOneof("expr_kind") == "const_expr" and node.const_expr.WhichOneof("constant_kind") == "null_value"
 
 
 def _comprehension(loop: Any, scope: Mapping[str, _Bound], found: dict[str, set[ReadPath]]) -> None:

@@ -183,6 +183,8 @@ PRUNING_VALIDATIONS = (
     {"expression": "string(object.spec).size() < 200"},
     {"expression": "size(object) < 5"},
     {"expression": "oldObject == null || oldObject.spec.replicas == object.spec.replicas"},
+    {"expression": "null == oldObject || object.spec.extra != null || object.?status.orValue(null) == null"},
+    {"expression": "object.metadata.labels != null && object.spec.containers != null"},
     {"expression": "object.spec.containers.exists(c, c.name == 'web')"},
     {"expression": "variables.spec.replicas > 1"},
     {"expression": "object['metadata'][?'labels'].hasValue()"},

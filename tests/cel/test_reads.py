@@ -46,6 +46,9 @@ def _object_reads(source: str, kind: ExpressionKind = ExpressionKind.VALIDATION)
     # A size needs the elements, none of their content.
     ("size(object.spec.containers) < 3", {("spec", "containers", EACH, NOTHING)}),
     ("object.spec.containers.size() < 3", {("spec", "containers", EACH, NOTHING)}),
+    # Compared with null: whether it is there and null, none of its content.
+    ("oldObject == null || object.spec.replicas > 1", {("spec", "replicas")}),
+    ("null != object.status && object.spec.extra == null", {("status", NOTHING), ("spec", "extra", NOTHING)}),
     # An element used whole; nothing of an element read; two-variable loops: the range is read whole.
     ("object.spec.containers.all(c, c == c)", {("spec", "containers", EACH)}),
     ("object.spec.containers.all(c, true)", {("spec", "containers")}),
