@@ -99,7 +99,8 @@ class RequestActivations:
                  share: bool = True, reads: Reads | None = None, rounds_key: str | None = None) -> None:
         self._environment = environment
         self._request = request
-        #: Only what ``reads`` says the expressions can read of an object (cel/reads.py) is given to the engine.
+        #: Only what ``reads`` says the expressions can read of an object or of ``request`` (cel/reads.py) is given
+        #: to the engine.
         self._reads = reads
         self._old_object = reads.prune("oldObject", request.old_object) if reads is not None else request.old_object
         #: The versions of ``object`` seen so far (the request's, then each mutation's): (the whole object, what
@@ -174,7 +175,10 @@ class RequestActivations:
         if activation is None:
             data = self._request_data.get((resource, kind))
             if data is None:
-                data = self._request_data[resource, kind] = request_data(request, resource, kind)
+                data = request_data(request, resource, kind)
+                if self._reads is not None:
+                    data = self._reads.prune("request", data)
+                self._request_data[resource, kind] = data
             activation = self._cache[key] = self._environment.new_activation({
                 "object": obj, "oldObject": self._old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,

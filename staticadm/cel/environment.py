@@ -217,11 +217,11 @@ class CompiledExpression:
         return cast(stepping.SteppedProgram, cached)
 
     def object_reads(self) -> dict[str, set[reads.ReadPath]]:
-        """The paths of ``object`` and ``oldObject`` this expression reads (``reads.read_paths``), found once: a
-        snapshot build asks for every expression's, and most come unchanged from the previous load."""
+        """The paths of ``object``, ``oldObject`` and ``request`` this expression reads (``reads.read_paths``), found
+        once: a snapshot build asks for every expression's, and most come unchanged from the previous load."""
         cached = self._relinked.get(_OBJECT_READS)
         if cached is None:
-            cached = self._relinked[_OBJECT_READS] = reads.read_paths(self.prepared.expr, reads.OBJECT_ROOTS)
+            cached = self._relinked[_OBJECT_READS] = reads.read_paths(self.prepared.expr, reads.PRUNED_ROOTS)
         return cast(dict[str, set[reads.ReadPath]], cached)
 
     def with_failed_variables(self, failures: Mapping[str, str]) -> Any:

@@ -1,4 +1,5 @@
-"""Which parts of ``object`` and ``oldObject`` a set of expressions can read, so the engine is handed only those.
+"""Which parts of ``object``, ``oldObject`` and ``request`` a set of expressions can read, so the engine is handed only
+those.
 
 The engine converts a variable's whole Python value the first time an expression reads it (~16 us per KB of a
 Pod), and real requests carry much that no policy reads (``metadata.managedFields``, ``status``). Every read of a
@@ -26,8 +27,9 @@ from staticadm.cel.rewrite import is_binding
 #: index.
 _CHAIN_CALLS = frozenset({"_[_]", "_?._", "_[?_]"})
 
-#: The variables pruned.
-OBJECT_ROOTS = frozenset({"object", "oldObject"})
+#: The variables pruned: the objects, and ``request``, whose userInfo, kinds, resources and options the engine would
+#: otherwise convert for every activation although most policies read a field or two of it.
+PRUNED_ROOTS = frozenset({"object", "oldObject", "request"})
 
 #: A trie of keys (:data:`EACH` among them); ``None`` for a subtree kept whole.
 Trie = dict[Any, Any] | None
@@ -217,7 +219,7 @@ def _collect_through(bound: _Bound, unread: _Bound, parts: tuple[Any, ...], scop
 
 
 class Reads:
-    """What a snapshot's expressions read of ``object`` and ``oldObject``, and the pruning that follows."""
+    """What a snapshot's expressions read of ``object``, ``oldObject`` and ``request``, and the pruning that follows."""
 
     __slots__ = ("_pruners", "_tries")
 
@@ -228,9 +230,9 @@ class Reads:
 
     @classmethod
     def of(cls, read: Iterable[Mapping[str, Iterable[ReadPath]]]) -> Reads:
-        """From what each expression reads (``read_paths`` of ``object`` and ``oldObject``; a compiled expression
+        """From what each expression reads (``read_paths`` of the pruned roots; a compiled expression
         keeps its own: ``CompiledExpression.object_reads``)."""
-        tries: dict[str, Trie] = {root: {} for root in OBJECT_ROOTS}
+        tries: dict[str, Trie] = {root: {} for root in PRUNED_ROOTS}
         for paths_by_root in read:
             for root, paths in paths_by_root.items():
                 for path in paths:

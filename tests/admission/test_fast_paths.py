@@ -185,6 +185,11 @@ PRUNING_VALIDATIONS = (
     {"expression": "oldObject == null || oldObject.spec.replicas == object.spec.replicas"},
     {"expression": "null == oldObject || object.spec.extra != null || object.?status.orValue(null) == null"},
     {"expression": "object.metadata.labels != null && object.spec.containers != null"},
+    # What is read of request: fields, a list walked, presence, a map used whole.
+    {"expression": "request.userInfo.groups.exists(g, g == 'system:masters') || request.namespace != 'x'",
+     "messageExpression": "request.operation + ' by ' + request.userInfo.username"},
+    {"expression": "has(request.name) && size(request.userInfo.groups) < 9 && !has(request.subResource)"},
+    {"expression": "request.kind == request.requestKind && request.?options.?kind.orValue('') != 'x'"},
     {"expression": "object.spec.containers.exists(c, c.name == 'web')"},
     {"expression": "variables.spec.replicas > 1"},
     {"expression": "object['metadata'][?'labels'].hasValue()"},

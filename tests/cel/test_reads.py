@@ -63,6 +63,20 @@ def test_paths_read_through_comprehensions(source: str, paths: set[ReadPath]) ->
     assert _object_reads(source) == paths
 
 
+@pytest.mark.parametrize(("source", "paths"), [
+    ("request.namespace != 'kube-system'", {("namespace",)}),
+    # has() on a variable first asks its type (the rewrite of has() on maps and lists): no content of it.
+    ("request.userInfo.groups.exists(g, g == 'admins') && has(request.name)",
+     {("userInfo", "groups", EACH), ("name", NOTHING), (NOTHING,)}),
+    ("request.kind == request.requestKind || object.metadata.name == ''", {("kind",), ("requestKind",)}),
+    ("object.metadata.name == ''", set()),
+])
+def test_what_is_read_of_the_request(source: str, paths: set[ReadPath]) -> None:
+    compiled = admission_environment(False).compile(source, ExpressionKind.VALIDATION, variable_names=None)
+    assert isinstance(compiled, CompiledExpression), compiled
+    assert compiled.object_reads()["request"] == paths
+
+
 def test_a_collection_built_by_a_loop_reads_each_element_through_the_rewrites_binding() -> None:
     # ``map`` is rewritten into a binding of its range (evaluated in steps when long): reads through the bound
     # name are reads of the range's elements.
