@@ -175,10 +175,9 @@ class RequestActivations:
         if activation is None:
             data = self._request_data.get((resource, kind))
             if data is None:
-                data = request_data(request, resource, kind)
-                if self._reads is not None:
-                    data = self._reads.prune("request", data)
-                self._request_data[resource, kind] = data
+                whole = request_data(request, resource, kind)
+                data = self._request_data[resource, kind] = (
+                    cast(dict[str, Any], self._reads.prune("request", whole)) if self._reads is not None else whole)
             activation = self._cache[key] = self._environment.new_activation({
                 "object": obj, "oldObject": self._old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
