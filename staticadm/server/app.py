@@ -109,12 +109,16 @@ async def wait_idle(state: ServerState, timeout: float) -> bool:
 
 
 class BadRequest(Exception):
-    def __init__(self, code: int, reason: str, message: str, uid: str = "") -> None:
+    def __init__(self, code: int, reason: str, message: str, uid: str = "", *, body_unread: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.uid = uid
+        #: The request's body was not read to its end (too large, too slow, cut short): as Go's server does, the
+        #: connection is closed after the answer, since what follows on it is no request (and a connection left
+        #: waiting for the rest of a body would hold a shutdown for its whole grace period).
+        self.body_unread = body_unread
 
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -163,7 +167,8 @@ def _timeout_seconds(raw: str) -> float:
 async def _read_body(request: web.Request, limit: int, timeout: float, buffered: _BufferedBytes) -> bytes:
     length = request.content_length
     if length is not None and length > limit:
-        raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+        raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes",
+                         body_unread=True)
     content = request.content
     chunks: list[bytes] = []
     size = 0
@@ -172,7 +177,8 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
         nonlocal size
         size += len(chunk)
         if size > limit:
-            raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes")
+            raise BadRequest(413, "RequestEntityTooLarge", f"request body is larger than the limit of {limit} bytes",
+                             body_unread=True)
         buffered.add(len(chunk))
         chunks.append(chunk)
 
@@ -186,14 +192,15 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
                 while chunk := await content.read(65536):
                     take(chunk)
     except TimeoutError:
-        raise BadRequest(408, "Timeout", f"request body was not received within {timeout:g} seconds") from None
+        raise BadRequest(408, "Timeout", f"request body was not received within {timeout:g} seconds",
+                         body_unread=True) from None
     except BadRequest:
         raise
     except Exception:  # aiohttp reports a truncated or mis-encoded body in several exception types
-        raise BadRequest(400, "BadRequest", "request body ended before its declared length or was malformed") \
-            from None
+        raise BadRequest(400, "BadRequest", "request body ended before its declared length or was malformed",
+                         body_unread=True) from None
     if length is not None and size != length:
-        raise BadRequest(400, "BadRequest", "request body ended before its declared length")
+        raise BadRequest(400, "BadRequest", "request body ended before its declared length", body_unread=True)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
@@ -220,6 +227,8 @@ def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _H
                 decision = RequestDecision.ERROR
                 headers = {"Allow": "POST"} if error.code == 405 else None
                 response = error_response(error, headers)
+                if error.body_unread:
+                    response.force_close()
                 if error.code == 504:
                     metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
                 state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,

@@ -80,6 +80,8 @@ from staticadm.watch import DirectoryWatcher
 EXIT_OK = 0
 #: Supervisor -> worker: stop accepting, answer what is open, close connections, exit (see WorkerPool._retire).
 RETIRE_SIGNAL = signal.SIGUSR1
+#: Go's net/http rstAvoidanceDelay: how long a connection is read after an answer that left its body unread.
+LINGERING_SECONDS = 0.5
 EXIT_FAILED = 1
 
 
@@ -475,8 +477,13 @@ class _Daemon:
             on_event=lambda reason: self.metrics.connection_events.labels(reason=reason).inc())
         # Requests have been drained by then (see below); this only bounds closing idle connections.
         # auto_decompress off: compressed bodies are refused (415), never inflated on the event loop.
+        # An answer sent before its request's body was read whole (too large, too slow, cut short) is followed by
+        # the connection's close after at most LINGERING_SECONDS of reading what the client still sends, as Go's
+        # server waits (rstAvoidanceDelay) so that the answer is not lost to a reset; aiohttp's default, 10 s,
+        # kept such a connection, and a shutdown waiting on it, that long.
         runner = GuardedAppRunner(create_app(state), guard=guard, shutdown_timeout=1.0, access_log=None,
-                                  keepalive_timeout=self.config.idle_timeout, auto_decompress=False)
+                                  keepalive_timeout=self.config.idle_timeout, auto_decompress=False,
+                                  lingering_time=LINGERING_SECONDS)
         await runner.setup()
         for listener, tls in listeners:
             # asyncio accepts up to ``backlog`` connections each time a listener is ready. A worker sharing

@@ -265,6 +265,44 @@ def test_bad_requests_get_4xx_json_without_echo(make_daemon: DaemonFactory, tmp_
     assert daemon.get("/livez").status == 200
 
 
+def _answer_then_end(socket_path: Path, payload: bytes) -> tuple[bytes, bool]:
+    """The bytes the daemon answers ``payload`` with, and whether it then closed the connection (within 5 s)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5.0)
+        sock.connect(str(socket_path))
+        sock.sendall(payload)
+        received = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                return received, False
+            if not chunk:
+                return received, True
+            received += chunk
+
+
+def test_a_connection_whose_body_was_not_read_whole_is_closed_after_the_answer(make_daemon: DaemonFactory,
+                                                                               tmp_path: Path) -> None:
+    """As Go's server does: what follows an unread body on the connection is no request, and a connection left
+    waiting for the rest of one held the daemon's shutdown for its whole grace period."""
+    config = tmp_path / "config.yaml"
+    config.write_text("body-timeout: 1\n")
+    daemon = make_daemon(args=["--config", str(config)])
+    head = "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n"
+    for payload, code in ((head.format(100).encode() + b'{"a":', 408),
+                          (head.format(64 * 1024 * 1024).encode() + b"{", 413)):
+        answer, closed = _answer_then_end(daemon.socket_path, payload)  # type: ignore[arg-type]
+        assert status_of(answer) == code, answer
+        assert closed, f"the connection stayed open after the {code}"
+    # A request the daemon read whole keeps its connection.
+    body = orjson.dumps(review({"metadata": {"name": "kept"}}))
+    answer, closed = _answer_then_end(daemon.socket_path, head.format(len(body)).encode() + body)  # type: ignore[arg-type]
+    assert status_of(answer) == 200 and not closed
+    assert daemon.stop() == 0
+    assert "requests still running" not in daemon.log()
+
+
 # -- TLS ---------------------------------------------------------------------------------------------
 
 
