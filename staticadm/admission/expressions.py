@@ -31,6 +31,20 @@ def run_program(program: Program, source: str, context: EvaluationContext,
     return outcome, None
 
 
+def reads_object(program: Program) -> bool:
+    """Whether evaluating ``program`` can read anything of ``object``, through the variables it links too: one
+    that cannot has the same value, error and cost for every version of the object (a mutation's result)."""
+    if program.__class__ is CompileError:
+        return False
+    compiled = cast(CompiledExpression, program)
+    if compiled.prepared is None:
+        # Built without the checked expression: nothing is known of what it reads.
+        return True
+    if compiled.object_reads()["object"]:
+        return True
+    return any(reads_object(variable) for _, variable in compiled.linked_variables)
+
+
 def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,
                               remembered: RememberedOutcomes | None = None,
                               ) -> tuple[str | None, list[ExpressionFailure]]:

@@ -13,13 +13,13 @@ import base64
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from staticadm.admission.activation import RequestActivations, namespace_object_for
+from staticadm.admission.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
-from staticadm.admission.expressions import evaluate_match_conditions, run_program
+from staticadm.admission.expressions import evaluate_match_conditions, reads_object, run_program
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
@@ -31,7 +31,8 @@ from staticadm.cel import admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
 from staticadm.cel.reads import Reads
-from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation
+from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation, Program
+from staticadm.model import MatchCondition
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
 from staticadm.patch.decode import decoding_error
 from staticadm.patch.diff import create_patch
@@ -219,9 +220,11 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
             # Do not call patchers if there is no object to patch (a CONNECT without a body).
             continue
         started = time.perf_counter()
-        # Each mutation sees the object as the previous one left it, with its own budget.
+        # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read the
+        # object sees the same through the request's own, whose activation is at hand.
+        seen = current if not activations.share or reads_object(mutation.expression) else REQUEST_OBJECT
         context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
-                                                               namespace_object, current), RUNTIME_CEL_COST_BUDGET)
+                                                               namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
         value, failure = run_program(mutation.expression, mutation.source, context)
         problem = ""
         if failure is None:
@@ -252,6 +255,64 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
     return current, succeeded
 
 
+#: A policy's match conditions as what they decide depends on: their names and programs.
+_ConditionsKey = tuple[tuple[str, int], ...]
+_UNDECIDED: Any = object()
+
+
+class _ConditionsDecided:
+    """What match conditions that cannot read the object decided in one request (one round of it).
+
+    Such conditions (``request.namespace != 'kube-system'``) decide the same for every version of the object, in
+    both passes and for every policy that has the same ones, each in a fresh budget of its own: what they decided
+    without a failure stands for the rest of the request.
+    """
+
+    __slots__ = ("_decided", "_keys")
+
+    def __init__(self) -> None:
+        #: id of a policy's conditions (the snapshot holds them throughout) -> their key, None when they can read
+        #: the object.
+        self._keys: dict[int, _ConditionsKey | None] = {}
+        #: key -> the name of the first false condition, or None.
+        self._decided: dict[_ConditionsKey, str | None] = {}
+
+    def key(self, conditions: tuple[tuple[MatchCondition, Program], ...]) -> _ConditionsKey | None:
+        key = self._keys.get(id(conditions), _UNDECIDED)
+        if key is _UNDECIDED:
+            key = self._keys[id(conditions)] = None if any(reads_object(program) for _, program in conditions) \
+                else tuple((condition.name, id(program)) for condition, program in conditions)
+        return cast(_ConditionsKey | None, key)
+
+    def decided(self, key: _ConditionsKey) -> Any:
+        """The first false condition's name or None, or ``_UNDECIDED``."""
+        return self._decided.get(key, _UNDECIDED)
+
+    def remember(self, key: _ConditionsKey, false_condition: str | None) -> None:
+        self._decided[key] = false_condition
+
+
+def _match_conditions(compiled: CompiledMutatingPolicy, current: Any, activations: RequestActivations,
+                      decided: _ConditionsDecided | None) -> tuple[str | None, list[ExpressionFailure]]:
+    """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided``, conditions
+    that cannot read the object are evaluated once per request (over the request's own object)."""
+    conditions = compiled.match_conditions
+    key = decided.key(conditions) if decided is not None else None
+    if key is not None:
+        assert decided is not None
+        known = decided.decided(key)
+        if known is not _UNDECIDED:
+            return known, []
+        current = REQUEST_OBJECT
+    false_condition, failures = evaluate_match_conditions(
+        conditions, activations.scope(activations.for_match_conditions(None, current),
+                                      RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), activations.remembered)
+    if key is not None and not failures:
+        assert decided is not None
+        decided.remember(key, false_condition)
+    return false_condition, failures
+
+
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
               namespaces: NamespaceSource, deadline: float | None, reads: Reads | None, share: bool) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
@@ -263,6 +324,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                                                reads=reads, rounds_key="mutating-conditions")
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
+    decided = _ConditionsDecided() if share else None
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
                              or any(e.failure_policy != "Ignore" for e in state.errors)):
@@ -273,10 +335,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
         for invocation in invocations:
             compiled = invocation.compiled
             if compiled.match_conditions:
-                false_condition, failures = evaluate_match_conditions(
-                    compiled.match_conditions, condition_activations.scope(
-                        condition_activations.for_match_conditions(None, current),
-                        RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), condition_activations.remembered)
+                false_condition, failures = _match_conditions(compiled, current, condition_activations, decided)
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(

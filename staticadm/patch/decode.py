@@ -63,6 +63,8 @@ class _Decoder:
 
     def _resolve(self, schema: Any) -> tuple[Any, str | None]:
         """(the schema a reference stands for, the definition name of a struct)."""
+        if schema.__class__ is str or "ref" not in schema:
+            return schema, None
         name = None
         seen = set()
         while isinstance(schema, dict) and "ref" in schema and schema["ref"] not in seen:
@@ -120,17 +122,13 @@ class _Decoder:
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
             return
         if "map" in resolved:
-            for key in sorted(value):
-                item = value[key]
-                if _kept(before, key, item):
-                    continue
-                self.value(item, _below(before, key), resolved["map"], fields, _joined(strict_path, key), struct)
+            for key in _changed_keys(before, value):
+                self.value(value[key], _below(before, key), resolved["map"], fields, _joined(strict_path, key),
+                           struct)
             return
         properties = resolved.get("object", {})
         own_struct = name.rpartition(".")[2] if name is not None else struct
-        for key in sorted(value):
-            if _kept(before, key, value[key]):
-                continue
+        for key in _changed_keys(before, value):
             if key not in properties:
                 if not any(isinstance(old, dict) and key in old for old in before):
                     self.unknown.append("".join(_joined(strict_path, key)))
@@ -153,6 +151,17 @@ class _Decoder:
             return  # dyn, times and durations: decoded by types of their own
         if gofmt.json_type(value) != expected:
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
+
+
+def _changed_keys(before: tuple[Any, ...], value: dict[str, Any]) -> list[str]:
+    """The keys of ``value`` whose items are not ``_kept``, sorted: most of a patched map is the map before it, so
+    only what changed is sorted and walked."""
+    if not before:
+        return sorted(value)
+    if len(before) == 1 and before[0].__class__ is dict:
+        old = before[0]
+        return sorted([key for key, item in value.items() if old.get(key, _kept) is not item])
+    return [key for key in sorted(value) if not _kept(before, key, value[key])]
 
 
 def _kept(before: tuple[Any, ...], key: str, item: Any) -> bool:

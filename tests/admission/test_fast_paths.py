@@ -362,3 +362,84 @@ def test_validations_run_together_decide_as_one_by_one_at_cost_limits(count: int
     one_by_one = evaluate_validating(snap, namespaces, request, share_evaluations=False)
     assert _comparable(together) == _comparable(one_by_one)
     assert together.allowed is (count == 2)
+
+
+#: Match conditions that read nothing of the object: decided once per request for every policy that has them, in
+#: both passes, each policy charged its own budget (three heavy ones run out of it; a false one wins over errors).
+OBJECT_FREE_CONDITIONS = (
+    {"name": "namespace", "expression": "request.namespace != 'kube-system'"},
+    {"name": "never", "expression": "request.operation == 'DELETE'"},
+    {"name": "not-ever", "expression": "request.operation == 'DELETE'"},
+    {"name": "broken", "expression": "request.userInfo.extra['missing'][0] == 'x'"},
+    *({"name": f"heavy{index}", "expression": "!request.userInfo.extra['text'][0].contains("
+       "request.userInfo.extra['needle'][0])"} for index in range(3)),
+)
+#: Mutations that read nothing of the object (see ``MUTATIONS`` for ones that do), changing it or not.
+OBJECT_FREE_MUTATIONS = (
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{metadata: Object.metadata{labels: {'team': request.namespace}}}"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/annotations/user', value: request.userInfo.username}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'test', path: '/spec/replicas', value: 2}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/nope', value: 'x'}]"}},
+    MUTATIONS[0],
+)
+
+
+@st.composite
+def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    rules = {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                "resources": ["deployments"]}]}
+    # Policies draw their conditions from a few lists, so that several have the very same ones.
+    heavy = [condition for condition in OBJECT_FREE_CONDITIONS if condition["name"].startswith("heavy")]
+    shared = draw(st.lists(st.one_of(
+        st.lists(st.sampled_from(OBJECT_FREE_CONDITIONS), max_size=4, unique_by=lambda c: c["name"]),
+        st.permutations([*heavy, draw(st.sampled_from(OBJECT_FREE_CONDITIONS[:4]))])), min_size=1, max_size=2))
+    for index in range(draw(st.integers(1, 4))):
+        name = f"m{index}.static.k8s.io"
+        spec: dict[str, Any] = {
+            "matchConstraints": rules,
+            "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+            "reinvocationPolicy": draw(st.sampled_from(("Never", "IfNeeded"))),
+            "mutations": draw(st.lists(st.sampled_from(OBJECT_FREE_MUTATIONS), min_size=1, max_size=2)),
+        }
+        conditions = draw(st.sampled_from(shared))
+        if conditions:
+            spec["matchConditions"] = conditions
+        objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                        "metadata": {"name": name}, "spec": spec})
+        objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                        "metadata": {"name": f"m{index}-b.static.k8s.io"}, "spec": {"policyName": name}})
+    return objects
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=object_free_sets(), namespace=st.sampled_from(("default", "kube-system")),
+       replicas=st.sampled_from((1, 2)))
+def test_object_free_conditions_and_mutations_decide_as_the_straightforward_reading(
+        objects: list[dict[str, Any]], namespace: str, replicas: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["spec"]["replicas"] = replicas
+    obj["metadata"]["annotations"] = {"a": "b"}
+    # About 900,000 each to compare (60,000 x 1,500 / 100): three heavy conditions pass a policy's 2.5M budget.
+    user = {"username": "alice", "groups": ["system:authenticated"],
+            "extra": {"text": ["a" * 60_000], "needle": ["b" * 1_500]}}
+    request = parsed(review(obj=obj, namespace=namespace, userInfo=user))
+    namespaces = RequestOnlyNamespaces()
+    fast = evaluate_mutating(snap, namespaces, request)
+    plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
+    event("denied" if not fast.allowed else "mutated" if fast.patch else "unchanged")
+    event(f"reinvoked {len(fast.reinvoked)}")
+    event(f"not matched {len(fast.not_matched)}")
+    event("out of budget" if any("cost budget" in r.message for r in fast.decisions) else "within budget")
+
+    def comparable(outcome: MutationOutcome) -> Any:
+        return (outcome.response, outcome.patch, outcome.mutated_object,
+                [(r.policy, r.binding, r.action, r.error_type, r.message) for r in outcome.decisions],
+                outcome.invoked, outcome.reinvoked, [(n.policy, n.binding, n.reason) for n in outcome.not_matched])
+
+    assert comparable(fast) == comparable(plain)
