@@ -3,13 +3,14 @@ validating and mutating dispatchers' shared step between the activation and thei
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from staticadm.admission.outcomes import ExpressionFailure, expression_failure
 from staticadm.admission.vocabulary import ErrorType
 from staticadm.cel import CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import EvaluationContext, RememberedOutcomes
+from staticadm.cel.reads import free_identifiers
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
 
@@ -31,9 +32,31 @@ def run_program(program: Program, source: str, context: EvaluationContext,
     return outcome, None
 
 
-def reads_object(program: Program) -> bool:
-    """Whether evaluating ``program`` can read anything of ``object``, through the variables it links too: one
-    that cannot has the same value, error and cost for every version of the object (a mutation's result)."""
+class ProgramFacts:
+    """Facts about compiled programs, which outlive requests (a snapshot holds them), found once per program: each
+    is kept with its program, so that its id names it for as long as the fact is kept."""
+
+    __slots__ = ("_entries", "_find")
+
+    #: How many programs' facts are kept; past this they are found again (a reload changed most programs).
+    LIMIT = 4096
+
+    def __init__(self, find: Callable[[Program], Any]) -> None:
+        self._find = find
+        self._entries: dict[int, tuple[Program, Any]] = {}
+
+    def __call__(self, program: Program) -> Any:
+        entry = self._entries.get(id(program))
+        if entry is not None and entry[0] is program:
+            return entry[1]
+        fact = self._find(program)
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[id(program)] = (program, fact)
+        return fact
+
+
+def _reads_object(program: Program) -> bool:
     if program.__class__ is CompileError:
         return False
     compiled = cast(CompiledExpression, program)
@@ -42,7 +65,54 @@ def reads_object(program: Program) -> bool:
         return True
     if compiled.object_reads()["object"]:
         return True
-    return any(reads_object(variable) for _, variable in compiled.linked_variables)
+    return any(_reads_object(variable) for _, variable in compiled.linked_variables)
+
+
+#: Whether evaluating a program can read anything of ``object``, through the variables it links too: one that
+#: cannot has the same value, error and cost for every version of the object (a mutation's result).
+reads_object = ProgramFacts(_reads_object)
+
+
+def _is_constant(program: Program) -> bool:
+    if program.__class__ is CompileError:
+        return False
+    compiled = cast(CompiledExpression, program)
+    return (compiled.prepared is not None and not compiled.linked_variables and not compiled.variables_used
+            and not free_identifiers(compiled.prepared.expr))
+
+
+#: Whether a program reads nothing of its activation (no request, object, authorizer...): its value and cost are
+#: the same in every request.
+is_constant = ProgramFacts(_is_constant)
+
+
+class ConstantValues:
+    """The values of constant programs (``is_constant``) that evaluated without an error, kept across requests.
+
+    Evaluating one again would give the same value at the same cost, charged to a budget of its own (a mutation's
+    scope), so it is not evaluated again. The values are shared: callers only read them.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Program, Any]] = {}
+
+    def get(self, program: Program) -> Any:
+        """The value of ``program``, or ``UNKNOWN``."""
+        entry = self._entries.get(id(program))
+        return entry[1] if entry is not None and entry[0] is program else UNKNOWN
+
+    def remember(self, program: Program, value: Any) -> None:
+        """Keeps ``value``, what ``program`` evaluated to without an error, when ``program`` is constant."""
+        if is_constant(program):
+            if len(self._entries) >= ProgramFacts.LIMIT:
+                self._entries.clear()
+            self._entries[id(program)] = (program, value)
+
+
+#: What ``ConstantValues.get`` returns for a program whose value is not known.
+UNKNOWN: Any = object()
 
 
 def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,

@@ -19,7 +19,13 @@ import orjson
 
 from staticadm.admission.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
-from staticadm.admission.expressions import evaluate_match_conditions, reads_object, run_program
+from staticadm.admission.expressions import (
+    UNKNOWN,
+    ConstantValues,
+    evaluate_match_conditions,
+    reads_object,
+    run_program,
+)
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
@@ -208,6 +214,11 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return None, f"error applying patch: {error}"
 
 
+#: Mutations that read nothing of any request (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``) are
+#: evaluated once per process.
+_CONSTANTS = ConstantValues()
+
+
 def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
                     namespace_object: Mapping[str, Any] | None,
                     activations: RequestActivations) -> tuple[Any, bool]:
@@ -220,12 +231,18 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
             # Do not call patchers if there is no object to patch (a CONNECT without a body).
             continue
         started = time.perf_counter()
-        # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read the
-        # object sees the same through the request's own, whose activation is at hand.
-        seen = current if not activations.share or reads_object(mutation.expression) else REQUEST_OBJECT
-        context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
-                                                               namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
-        value, failure = run_program(mutation.expression, mutation.source, context)
+        program = mutation.expression
+        value = _CONSTANTS.get(program) if activations.share else UNKNOWN
+        failure = None
+        if value is UNKNOWN:
+            # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read
+            # the object sees the same through the request's own, whose activation is at hand.
+            seen = current if not activations.share or reads_object(program) else REQUEST_OBJECT
+            context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
+                                                                   namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
+            value, failure = run_program(program, mutation.source, context)
+            if failure is None and activations.share:
+                _CONSTANTS.remember(program, value)
         problem = ""
         if failure is None:
             try:

@@ -374,10 +374,22 @@ OBJECT_FREE_CONDITIONS = (
     *({"name": f"heavy{index}", "expression": "!request.userInfo.extra['text'][0].contains("
        "request.userInfo.extra['needle'][0])"} for index in range(3)),
 )
-#: Mutations that read nothing of the object (see ``MUTATIONS`` for ones that do), changing it or not.
+#: Mutations that read nothing of the object (see ``MUTATIONS`` for ones that do), changing it or not; most read
+#: nothing of the request either (constants: evaluated once per process), some of those fail.
 OBJECT_FREE_MUTATIONS = (
     {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
         "Object{metadata: Object.metadata{labels: {'team': request.namespace}}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{metadata: Object.metadata{labels: {'tier': 'web'}, annotations: {'a': 'c'}}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{spec: Object.spec{replicas: 'three'}}"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: ['a', 'b'][2]}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: duration('1s')}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[1, 2, 3].map(n, n * 2).exists(n, n > 5) ? [JSONPatch{op: 'add', path: '/metadata/labels/six', "
+        "value: 'yes'}] : []"}},
     {"patchType": "JSONPatch", "jsonPatch": {"expression":
         "[JSONPatch{op: 'add', path: '/metadata/annotations/user', value: request.userInfo.username}]"}},
     {"patchType": "JSONPatch", "jsonPatch": {"expression":
@@ -431,6 +443,8 @@ def test_object_free_conditions_and_mutations_decide_as_the_straightforward_read
     request = parsed(review(obj=obj, namespace=namespace, userInfo=user))
     namespaces = RequestOnlyNamespaces()
     fast = evaluate_mutating(snap, namespaces, request)
+    # Again, with the values of the constant mutations known.
+    again = evaluate_mutating(snap, namespaces, request)
     plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
     event("denied" if not fast.allowed else "mutated" if fast.patch else "unchanged")
     event(f"reinvoked {len(fast.reinvoked)}")
@@ -443,3 +457,4 @@ def test_object_free_conditions_and_mutations_decide_as_the_straightforward_read
                 outcome.invoked, outcome.reinvoked, [(n.policy, n.binding, n.reason) for n in outcome.not_matched])
 
     assert comparable(fast) == comparable(plain)
+    assert comparable(again) == comparable(plain)
