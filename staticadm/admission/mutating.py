@@ -22,8 +22,10 @@ from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_po
 from staticadm.admission.expressions import (
     UNKNOWN,
     ConstantValues,
+    IdentityFacts,
     evaluate_match_conditions,
     reads_object,
+    request_paths,
     run_program,
 )
 from staticadm.admission.match_plan import RequestMatch
@@ -275,58 +277,118 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
 #: A policy's match conditions as what they decide depends on: their names and programs.
 _ConditionsKey = tuple[tuple[str, int], ...]
 _UNDECIDED: Any = object()
+#: A field of ``request`` that a path reads is not there.
+_ABSENT: Any = object()
 
 
-class _ConditionsDecided:
-    """What match conditions that cannot read the object decided in one request (one round of it).
+@dataclass(frozen=True, slots=True)
+class _ConditionsPlan:
+    """How a policy's match conditions that cannot read the object are decided once: what they decide is the same
+    for every version of the object, in both passes and for every policy with the same ones, each in a fresh budget
+    of its own."""
 
-    Such conditions (``request.namespace != 'kube-system'``) decide the same for every version of the object, in
-    both passes and for every policy that has the same ones, each in a fresh budget of its own: what they decided
-    without a failure stands for the rest of the request.
-    """
+    key: _ConditionsKey
+    #: The conditions' programs, which ``key`` names by id.
+    programs: tuple[Program, ...]
+    #: The paths of ``request`` the conditions read, when that is all they read (``request_paths``), else None.
+    request_paths: tuple[tuple[str, ...], ...] | None
 
-    __slots__ = ("_decided", "_keys")
+
+def _plan(conditions: tuple[tuple[MatchCondition, Program], ...]) -> _ConditionsPlan | None:
+    if any(reads_object(program) for _, program in conditions):
+        return None
+    paths: set[tuple[str, ...]] | None = set()
+    for _, program in conditions:
+        read = request_paths(program)
+        if read is None or paths is None:
+            paths = None
+        else:
+            paths.update(read)
+    return _ConditionsPlan(tuple((condition.name, id(program)) for condition, program in conditions),
+                           tuple(program for _, program in conditions),
+                           tuple(sorted(paths)) if paths is not None else None)
+
+
+#: The plan of a policy's match conditions, None when they can read the object; kept per conditions.
+_conditions_plan: IdentityFacts[tuple[tuple[MatchCondition, Program], ...], _ConditionsPlan | None] = \
+    IdentityFacts(_plan)
+
+
+def _request_values(data: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> tuple[Any, ...] | None:
+    """What ``request`` (``data``) holds at ``paths``: strings, booleans, nulls or ``_ABSENT`` at the last step;
+    None when anything else is (a list or map is read whole, so nothing less than all of it keys it)."""
+    values = []
+    for path in paths:
+        value: Any = data
+        for key in path:
+            if value.__class__ is not dict:
+                return None
+            value = value.get(key, _ABSENT)
+        if value.__class__ not in (str, bool) and value is not None and value is not _ABSENT:
+            return None
+        values.append(value)
+    return tuple(values)
+
+
+class _DecidedByRequestFields:
+    """What match conditions that read nothing but fields of ``request`` (``request.namespace != 'kube-system'``)
+    decided without a failure, by the values of those fields: any request with the same values gets the same
+    answer at the same cost. Kept across requests, a bounded number of them."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
 
     def __init__(self) -> None:
-        #: id of a policy's conditions (the snapshot holds them throughout) -> their key, None when they can read
-        #: the object.
-        self._keys: dict[int, _ConditionsKey | None] = {}
-        #: key -> the name of the first false condition, or None.
-        self._decided: dict[_ConditionsKey, str | None] = {}
+        #: (conditions key, field values) -> (the programs the key names, the first false condition or None).
+        self._entries: dict[tuple[_ConditionsKey, tuple[Any, ...]], tuple[tuple[Program, ...], str | None]] = {}
 
-    def key(self, conditions: tuple[tuple[MatchCondition, Program], ...]) -> _ConditionsKey | None:
-        key = self._keys.get(id(conditions), _UNDECIDED)
-        if key is _UNDECIDED:
-            key = self._keys[id(conditions)] = None if any(reads_object(program) for _, program in conditions) \
-                else tuple((condition.name, id(program)) for condition, program in conditions)
-        return cast(_ConditionsKey | None, key)
+    def decided(self, plan: _ConditionsPlan, values: tuple[Any, ...]) -> Any:
+        entry = self._entries.get((plan.key, values))
+        if entry is None or any(kept is not program for kept, program in zip(entry[0], plan.programs, strict=True)):
+            return _UNDECIDED
+        return entry[1]
 
-    def decided(self, key: _ConditionsKey) -> Any:
-        """The first false condition's name or None, or ``_UNDECIDED``."""
-        return self._decided.get(key, _UNDECIDED)
-
-    def remember(self, key: _ConditionsKey, false_condition: str | None) -> None:
-        self._decided[key] = false_condition
+    def remember(self, plan: _ConditionsPlan, values: tuple[Any, ...], false_condition: str | None) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[plan.key, values] = (plan.programs, false_condition)
 
 
-def _match_conditions(compiled: CompiledMutatingPolicy, current: Any, activations: RequestActivations,
-                      decided: _ConditionsDecided | None) -> tuple[str | None, list[ExpressionFailure]]:
-    """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided``, conditions
-    that cannot read the object are evaluated once per request (over the request's own object)."""
+_DECIDED_BY_REQUEST_FIELDS = _DecidedByRequestFields()
+
+
+def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolicy, current: Any,
+                      activations: RequestActivations, decided: dict[_ConditionsKey, str | None] | None,
+                      ) -> tuple[str | None, list[ExpressionFailure]]:
+    """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided`` (what the
+    request's conditions decided, by ``_ConditionsPlan.key``), conditions that cannot read the object are evaluated
+    once per request (over the request's own object), and once for all requests with the same values of the fields
+    of ``request`` when they read nothing else."""
     conditions = compiled.match_conditions
-    key = decided.key(conditions) if decided is not None else None
-    if key is not None:
+    plan = _conditions_plan(conditions) if decided is not None else None
+    values = None
+    if plan is not None:
         assert decided is not None
-        known = decided.decided(key)
+        known = decided.get(plan.key, _UNDECIDED)
+        if known is _UNDECIDED and plan.request_paths is not None:
+            values = _request_values(activations.request_fields(request.original_resource, request.original_kind),
+                                     plan.request_paths)
+            if values is not None:
+                known = _DECIDED_BY_REQUEST_FIELDS.decided(plan, values)
+                if known is not _UNDECIDED:
+                    decided[plan.key] = known
         if known is not _UNDECIDED:
-            return known, []
+            return cast(str | None, known), []
         current = REQUEST_OBJECT
     false_condition, failures = evaluate_match_conditions(
         conditions, activations.scope(activations.for_match_conditions(None, current),
                                       RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), activations.remembered)
-    if key is not None and not failures:
+    if plan is not None and not failures:
         assert decided is not None
-        decided.remember(key, false_condition)
+        decided[plan.key] = false_condition
+        if values is not None:
+            _DECIDED_BY_REQUEST_FIELDS.remember(plan, values, false_condition)
     return false_condition, failures
 
 
@@ -341,7 +403,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                                                reads=reads, rounds_key="mutating-conditions")
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
-    decided = _ConditionsDecided() if share else None
+    decided: dict[_ConditionsKey, str | None] | None = {} if share else None
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
                              or any(e.failure_policy != "Ignore" for e in state.errors)):
@@ -352,7 +414,8 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
         for invocation in invocations:
             compiled = invocation.compiled
             if compiled.match_conditions:
-                false_condition, failures = _match_conditions(compiled, current, condition_activations, decided)
+                false_condition, failures = _match_conditions(request, compiled, current, condition_activations,
+                                                              decided)
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(

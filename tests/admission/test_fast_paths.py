@@ -370,6 +370,8 @@ OBJECT_FREE_CONDITIONS = (
     {"name": "namespace", "expression": "request.namespace != 'kube-system'"},
     {"name": "never", "expression": "request.operation == 'DELETE'"},
     {"name": "not-ever", "expression": "request.operation == 'DELETE'"},
+    {"name": "alice", "expression": "request.userInfo.username == 'alice' && !request.dryRun"},
+    {"name": "main", "expression": "request.?subResource.orValue('') == ''"},
     {"name": "broken", "expression": "request.userInfo.extra['missing'][0] == 'x'"},
     *({"name": f"heavy{index}", "expression": "!request.userInfo.extra['text'][0].contains("
        "request.userInfo.extra['needle'][0])"} for index in range(3)),
@@ -406,9 +408,10 @@ def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
                                 "resources": ["deployments"]}]}
     # Policies draw their conditions from a few lists, so that several have the very same ones.
     heavy = [condition for condition in OBJECT_FREE_CONDITIONS if condition["name"].startswith("heavy")]
+    some = st.lists(st.sampled_from(OBJECT_FREE_CONDITIONS), max_size=4, unique_by=lambda c: c["name"])
     shared = draw(st.lists(st.one_of(
-        st.lists(st.sampled_from(OBJECT_FREE_CONDITIONS), max_size=4, unique_by=lambda c: c["name"]),
-        st.permutations([*heavy, draw(st.sampled_from(OBJECT_FREE_CONDITIONS[:4]))])), min_size=1, max_size=2))
+        some, some,
+        st.permutations([*heavy, draw(st.sampled_from(OBJECT_FREE_CONDITIONS[:6]))])), min_size=1, max_size=2))
     for index in range(draw(st.integers(1, 4))):
         name = f"m{index}.static.k8s.io"
         spec: dict[str, Any] = {
@@ -428,33 +431,35 @@ def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(objects=object_free_sets(), namespace=st.sampled_from(("default", "kube-system")),
+@given(objects=object_free_sets(), requests=st.lists(st.tuples(st.sampled_from(("default", "kube-system")),
+                                                               st.sampled_from(("alice", "bob")), st.booleans()),
+                                                     min_size=1, max_size=4),
        replicas=st.sampled_from((1, 2)))
 def test_object_free_conditions_and_mutations_decide_as_the_straightforward_reading(
-        objects: list[dict[str, Any]], namespace: str, replicas: int) -> None:
+        objects: list[dict[str, Any]], requests: list[tuple[str, str, bool]], replicas: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         snap = snapshot(Path(directory), *objects)
-    obj = copy.deepcopy(DEPLOYMENT)
-    obj["spec"]["replicas"] = replicas
-    obj["metadata"]["annotations"] = {"a": "b"}
-    # About 900,000 each to compare (60,000 x 1,500 / 100): three heavy conditions pass a policy's 2.5M budget.
-    user = {"username": "alice", "groups": ["system:authenticated"],
-            "extra": {"text": ["a" * 60_000], "needle": ["b" * 1_500]}}
-    request = parsed(review(obj=obj, namespace=namespace, userInfo=user))
     namespaces = RequestOnlyNamespaces()
-    fast = evaluate_mutating(snap, namespaces, request)
-    # Again, with the values of the constant mutations known.
-    again = evaluate_mutating(snap, namespaces, request)
-    plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
-    event("denied" if not fast.allowed else "mutated" if fast.patch else "unchanged")
-    event(f"reinvoked {len(fast.reinvoked)}")
-    event(f"not matched {len(fast.not_matched)}")
-    event("out of budget" if any("cost budget" in r.message for r in fast.decisions) else "within budget")
 
     def comparable(outcome: MutationOutcome) -> Any:
         return (outcome.response, outcome.patch, outcome.mutated_object,
                 [(r.policy, r.binding, r.action, r.error_type, r.message) for r in outcome.decisions],
                 outcome.invoked, outcome.reinvoked, [(n.policy, n.binding, n.reason) for n in outcome.not_matched])
 
-    assert comparable(fast) == comparable(plain)
-    assert comparable(again) == comparable(plain)
+    # Requests one after the other, as the daemon answers them: what conditions decided for the fields of one
+    # request, and the values of constant mutations, are kept for the next.
+    for namespace, username, dry_run in requests:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["spec"]["replicas"] = replicas
+        obj["metadata"]["annotations"] = {"a": "b"}
+        # About 900,000 each to compare (60,000 x 1,500 / 100): three heavy conditions pass a policy's 2.5M budget.
+        user = {"username": username, "groups": ["system:authenticated"],
+                "extra": {"text": ["a" * 60_000], "needle": ["b" * 1_500]}}
+        request = parsed(review(obj=obj, namespace=namespace, userInfo=user, dryRun=dry_run))
+        fast = evaluate_mutating(snap, namespaces, request)
+        plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
+        event("denied" if not fast.allowed else "mutated" if fast.patch else "unchanged")
+        event(f"reinvoked {len(fast.reinvoked)}")
+        event(f"not matched {len(fast.not_matched)}")
+        event("out of budget" if any("cost budget" in r.message for r in fast.decisions) else "within budget")
+        assert comparable(fast) == comparable(plain)
