@@ -477,6 +477,9 @@ def _validate(v: Any, atom: _Atom, path: str, errs: list[tuple[str, str]]) -> No
                     errs.append((f"{path}.{key}", "field not declared in schema"))
                     # visitMapItems stops iterating this map at the first undeclared field.
                     return
+            if val.__class__ is str and (ft.scalar == "string" or ft.scalar == "untyped"):
+                # A string where one is expected, the most common leaf: nothing to report.
+                continue
             _validate(val, ft, f"{path}.{key}", errs)
     elif scalar is not None:
         msg = _validate_scalar(scalar, v, "")
@@ -594,6 +597,10 @@ def _do_map(mp: _Map, lhs: Any, rhs: Any, path: str) -> tuple[Any, list[tuple[st
             ft = fields.get(key) or elem
             if ft is None:
                 return _do_map_in_order(fields, elem, lm, rm, path)
+            if lv is rv and rv.__class__ is str and (ft.scalar == "string" or ft.scalar == "untyped"):
+                # The very string on both sides (apiVersion and kind, which the patch is stamped with): the merge
+                # keeps it, and it is valid there.
+                continue
             o, e = _merge(lv, rv, ft, f"{path}.{key}")
             if e:
                 return _do_map_in_order(fields, elem, lm, rm, path)

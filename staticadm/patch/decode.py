@@ -32,6 +32,8 @@ from staticadm.cel.schema_types import kind_definition
 _GO_SCALARS = {"string": "string", "int": "int", "int32": "int32", "int64": "int64", "double": "float64",
                "bool": "bool", "bytes": "[]uint8"}
 _INT_RANGES = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 63), 2 ** 63 - 1)}
+#: The JSON type each of the other scalars decodes from.
+_JSON_TYPES = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}
 #: Definitions Kubernetes decodes with an UnmarshalJSON of its own.
 _OWN_DECODERS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
                            "io.k8s.apimachinery.pkg.util.intstr.IntOrString"})
@@ -107,7 +109,7 @@ class _Decoder:
             if value is old or (type(value) is type(old) and value == old):
                 return
         resolved, name = self._resolve(schema)
-        if isinstance(resolved, str):
+        if resolved.__class__ is str:
             self._scalar(value, resolved, schema, struct, fields)
             return
         if "list" in resolved:
@@ -118,25 +120,36 @@ class _Decoder:
             for index, item in enumerate(value):
                 self.value(item, items, resolved["list"], fields, [*strict_path, f"[{index}]"], struct)
             return
-        if not isinstance(value, dict):
+        if value.__class__ is not dict and not isinstance(value, dict):
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
             return
+        # The one map before it (the common case: a patched map and the map it was) is read without a tuple.
+        only = before[0] if len(before) == 1 and before[0].__class__ is dict else None
+        if only is not None:
+            keys = sorted([key for key, item in value.items() if only.get(key, _kept) is not item])
+        else:
+            keys = _changed_keys(before, value)
+        if not keys:
+            return
         if "map" in resolved:
-            for key in _changed_keys(before, value):
-                self.value(value[key], _below(before, key), resolved["map"], fields, _joined(strict_path, key),
-                           struct)
+            element = resolved["map"]
+            for key in keys:
+                below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
+                self.value(value[key], below, element, fields, _joined(strict_path, key), struct)
             return
         properties = resolved.get("object", {})
         own_struct = name.rpartition(".")[2] if name is not None else struct
-        for key in _changed_keys(before, value):
+        for key in keys:
             if key not in properties:
                 if not any(isinstance(old, dict) and key in old for old in before):
                     self.unknown.append("".join(_joined(strict_path, key)))
                 continue
-            self.value(value[key], _below(before, key), properties[key], [*fields, key], _joined(strict_path, key),
-                       own_struct)
+            below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
+            self.value(value[key], below, properties[key], [*fields, key], _joined(strict_path, key), own_struct)
 
     def _scalar(self, value: Any, scalar: str, schema: Any, struct: str, fields: list[str]) -> None:
+        if value.__class__ is str and (scalar == "string" or scalar == "bytes"):
+            return
         if scalar in _INT_RANGES:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self._mismatch(gofmt.json_type(value), schema, struct, fields)
@@ -146,7 +159,7 @@ class _Decoder:
             if not integral or not low <= int(value) <= high:
                 self._mismatch(f"number {gofmt.marshal_json(value)}", schema, struct, fields)
             return
-        expected = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}.get(scalar)
+        expected = _JSON_TYPES.get(scalar)
         if expected is None:
             return  # dyn, times and durations: decoded by types of their own
         if gofmt.json_type(value) != expected:
@@ -158,9 +171,6 @@ def _changed_keys(before: tuple[Any, ...], value: dict[str, Any]) -> list[str]:
     only what changed is sorted and walked."""
     if not before:
         return sorted(value)
-    if len(before) == 1 and before[0].__class__ is dict:
-        old = before[0]
-        return sorted([key for key, item in value.items() if old.get(key, _kept) is not item])
     return [key for key in sorted(value) if not _kept(before, key, value[key])]
 
 
