@@ -127,12 +127,15 @@ class ConstantValues:
         entry = self._entries.get(id(program))
         return entry[1] if entry is not None and entry[0] is program else UNKNOWN
 
-    def remember(self, program: Program, value: Any) -> None:
-        """Keeps ``value``, what ``program`` evaluated to without an error, when ``program`` is constant."""
-        if is_constant(program):
-            if len(self._entries) >= IdentityFacts.LIMIT:
-                self._entries.clear()
-            self._entries[id(program)] = (program, value)
+    def remember(self, program: Program, value: Any) -> bool:
+        """Keeps ``value``, what ``program`` evaluated to without an error, when ``program`` is constant; whether it
+        was kept."""
+        if not is_constant(program):
+            return False
+        if len(self._entries) >= IdentityFacts.LIMIT:
+            self._entries.clear()
+        self._entries[id(program)] = (program, value)
+        return True
 
 
 #: What ``ConstantValues.get`` returns for a program whose value is not known.

@@ -183,9 +183,44 @@ def _patch_operations(value: Any) -> tuple[list[dict[str, Any]] | None, str]:
     return operations, ""
 
 
-def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind) -> tuple[Any, str]:
+class _AcceptedPatches:
+    """Constant ApplyConfigurations (by their value, which ``ConstantValues`` keeps) whose patch the schema of an
+    apiVersion and kind accepted: the same patch, stamped with the same apiVersion and kind, is valid there and holds
+    no atomic container whatever object it is applied to, so it is not checked again."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: (id of the value, apiVersion, kind) -> the value (held so that its id stays its own).
+        self._entries: dict[tuple[int, str, str], Any] = {}
+
+    def key(self, value: Any, current: Any) -> tuple[int, str, str] | None:
+        if current.__class__ is not dict:
+            return None
+        api_version, kind = current.get("apiVersion"), current.get("kind")
+        if api_version.__class__ is not str or kind.__class__ is not str:
+            return None
+        return id(value), api_version, kind
+
+    def accepted(self, key: tuple[int, str, str], value: Any) -> bool:
+        return self._entries.get(key) is value
+
+    def accept(self, key: tuple[int, str, str], value: Any) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[key] = value
+
+
+_ACCEPTED_PATCHES = _AcceptedPatches()
+
+
+def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
+                    constant: bool) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
-    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``)."""
+    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
+    is a constant mutation's, kept across requests."""
     if mutation.mutation.patch_type == "JSONPatch":
         operations, problem = _patch_operations(value)
         if operations is None:
@@ -210,10 +245,15 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return None, f"error applying patch: {error}"
     if type_errors:
         return None, "type mismatch: " + "\n".join(type_errors)
+    key = _ACCEPTED_PATCHES.key(value, current) if constant else None
+    validated = key is not None and _ACCEPTED_PATCHES.accepted(key, value)
     try:
-        return apply_configuration(current, patch), ""
+        merged = apply_configuration(current, patch, validated=validated)
     except ApplyConfigurationError as error:
         return None, f"error applying patch: {error}"
+    if key is not None and not validated:
+        _ACCEPTED_PATCHES.accept(key, value)
+    return merged, ""
 
 
 #: Mutations that read nothing of any request (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``) are
@@ -236,7 +276,8 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
         program = mutation.expression
         value = _CONSTANTS.get(program) if activations.share else UNKNOWN
         failure = None
-        if value is UNKNOWN:
+        constant = value is not UNKNOWN
+        if not constant:
             # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read
             # the object sees the same through the request's own, whose activation is at hand.
             seen = current if not activations.share or reads_object(program) else REQUEST_OBJECT
@@ -244,11 +285,11 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
                                                                    namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
             value, failure = run_program(program, mutation.source, context)
             if failure is None and activations.share:
-                _CONSTANTS.remember(program, value)
+                constant = _CONSTANTS.remember(program, value)
         problem = ""
         if failure is None:
             try:
-                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind)
+                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind, constant)
             except _InternalError as error:
                 state.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY,
                                                     ErrorType.INVALID_ERROR, str(error),
@@ -404,6 +445,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
     decided: dict[_ConditionsKey, str | None] | None = {} if share else None
+    namespace_objects: dict[bool, tuple[Mapping[str, Any] | None, str | None]] = {}
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
                              or any(e.failure_policy != "Ignore" for e in state.errors)):
@@ -428,8 +470,13 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                     continue
             if reinvocation and not context.should_reinvoke(invocation.key):
                 continue
-            namespace_object, namespace_error = namespace_object_for(request, namespaces,
-                                                                     compiled.uses_namespace_object)
+            found = namespace_objects.get(compiled.uses_namespace_object)
+            if found is None:
+                # The request's namespace is looked up once (``RequestMatch.lookup``): the answer only differs by
+                # whether the policy reads namespaceObject.
+                found = namespace_objects[compiled.uses_namespace_object] = namespace_object_for(
+                    request, namespaces, compiled.uses_namespace_object)
+            namespace_object, namespace_error = found
             if namespace_error is not None:
                 state.config_error(compiled, invocation.binding.metadata.name, namespace_error)
                 continue

@@ -773,12 +773,15 @@ def find_atomics(patch: Mapping[str, Any], schema: TypeSchema) -> list[str]:
 
 
 def apply_structured_merge_diff(
-    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None
+    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None, *,
+    validated: bool = False,
 ) -> dict[str, Any]:
     """``ApplyStructuredMergeDiff``: merge ``patch`` into ``original`` and return the merged object.
 
     ``schema`` defaults to :func:`schema_for` of the original's apiVersion/kind. Raises :class:`GVKMismatchError`,
-    :class:`PatchSchemaError`, :class:`AtomicMutationError` or :class:`MergeError`.
+    :class:`PatchSchemaError`, :class:`AtomicMutationError` or :class:`MergeError`. With ``validated`` the caller
+    knows the patch passes the schema's validation and holds no atomic container (the same patch did for the same
+    schema), so neither is checked again.
     """
     p_gvk, o_gvk = _gvk_string(patch), _gvk_string(original)
     if p_gvk != o_gvk:
@@ -786,14 +789,15 @@ def apply_structured_merge_diff(
     if schema is None:
         av, kind = original.get("apiVersion"), original.get("kind")
         schema = schema_for(av if isinstance(av, str) else "", kind if isinstance(kind, str) else "")
-    errs = validate_patch_schema(patch, schema)
-    if errs:
-        raise PatchSchemaError(f"failed to convert patch object to typed object: {_format_errors(errs)}")
-    atomics = find_atomics(patch, schema)
-    if atomics:
-        raise AtomicMutationError(
-            f"invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {', '.join(atomics)}"
-        )
+    if not validated:
+        errs = validate_patch_schema(patch, schema)
+        if errs:
+            raise PatchSchemaError(f"failed to convert patch object to typed object: {_format_errors(errs)}")
+        atomics = find_atomics(patch, schema)
+        if atomics:
+            raise AtomicMutationError(
+                f"invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {', '.join(atomics)}"
+            )
     out, errs = _merge(original, patch, schema.atom, "")
     if errs:
         raise MergeError(f"failed to merge patch: {_format_errors(errs)}")
@@ -803,16 +807,17 @@ def apply_structured_merge_diff(
 
 
 def apply_configuration(
-    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None
+    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None, *,
+    validated: bool = False,
 ) -> dict[str, Any]:
     """What ``applyConfigPatcher.Patch`` does with the evaluated ``Object{...}``: stamp the object's apiVersion/kind
-    on the patch, then :func:`apply_structured_merge_diff`."""
+    on the patch, then :func:`apply_structured_merge_diff` (``validated``: see there; the patch stamped alike)."""
     stamped = dict(patch)
     for field in ("apiVersion", "kind"):
         # Unstructured.SetGroupVersionKind writes both fields, empty strings included.
         v = original.get(field)
         stamped[field] = v if isinstance(v, str) else ""
-    return apply_structured_merge_diff(original, stamped, schema)
+    return apply_structured_merge_diff(original, stamped, schema, validated=validated)
 
 
 def iter_builtin_gvks() -> Iterable[tuple[str, str]]:
