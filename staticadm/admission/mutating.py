@@ -216,15 +216,57 @@ class _AcceptedPatches:
 _ACCEPTED_PATCHES = _AcceptedPatches()
 
 
+class _PlainForms:
+    """The plain JSON form of constant mutations' values (a JSON Patch's operations, an ApplyConfiguration's patch),
+    made once per value (which ``ConstantValues`` keeps): each use gets a copy of its own, since the mutated object
+    shares what a patch adds."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: (id of the value, patch type) -> (the value, held so that its id stays its own; its plain form).
+        self._entries: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+    def copy(self, value: Any, patch_type: str) -> Any:
+        """A copy of ``value``'s plain form as a ``patch_type`` mutation's, or None when it has none kept."""
+        entry = self._entries.get((id(value), patch_type))
+        return _json_copy(entry[1]) if entry is not None and entry[0] is value else None
+
+    def keep(self, value: Any, patch_type: str, form: Any) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[id(value), patch_type] = (value, _json_copy(form))
+
+
+_PLAIN_FORMS = _PlainForms()
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of a plain JSON value (``to_plain``'s: dicts, lists and scalars), each container new."""
+    cls = value.__class__
+    if cls is dict:
+        return {key: _json_copy(item) for key, item in value.items()}
+    if cls is list:
+        return [_json_copy(item) for item in value]
+    return value
+
+
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
                     constant: bool) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
     that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
     is a constant mutation's, kept across requests."""
-    if mutation.mutation.patch_type == "JSONPatch":
-        operations, problem = _patch_operations(value)
+    patch_type = mutation.mutation.patch_type
+    if patch_type == "JSONPatch":
+        operations = _PLAIN_FORMS.copy(value, patch_type) if constant else None
         if operations is None:
-            return None, problem
+            operations, problem = _patch_operations(value)
+            if operations is None:
+                return None, problem
+            if constant:
+                _PLAIN_FORMS.keep(value, patch_type, operations)
         try:
             patched = apply_patch(current, operations)
         except JSONPatchTestFailed:
@@ -238,13 +280,17 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return patched, ""
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
-    type_errors: list[str] = []
-    try:
-        patch = to_plain(value, None, type_errors)
-    except ConversionError as error:
-        return None, f"error applying patch: {error}"
-    if type_errors:
-        return None, "type mismatch: " + "\n".join(type_errors)
+    patch = _PLAIN_FORMS.copy(value, patch_type) if constant else None
+    if patch is None:
+        type_errors: list[str] = []
+        try:
+            patch = to_plain(value, None, type_errors)
+        except ConversionError as error:
+            return None, f"error applying patch: {error}"
+        if type_errors:
+            return None, "type mismatch: " + "\n".join(type_errors)
+        if constant:
+            _PLAIN_FORMS.keep(value, patch_type, patch)
     key = _ACCEPTED_PATCHES.key(value, current) if constant else None
     validated = key is not None and _ACCEPTED_PATCHES.accepted(key, value)
     try:

@@ -55,11 +55,28 @@ def decoding_error(obj: Any, before: Any, group: str, version: str, kind: str) -
     return None
 
 
+#: (definitions, what each reference there resolves to): the definitions are the kinds' (``kind_definition``), one
+#: mapping for the process, whose references resolve the same for every object decoded.
+_RESOLVED: list[tuple[Mapping[str, Any], dict[str, tuple[Any, str | None]]]] = []
+
+
+def _resolved_references(definitions: Mapping[str, Any]) -> dict[str, tuple[Any, str | None]]:
+    for known, resolved in _RESOLVED:
+        if known is definitions:
+            return resolved
+    resolved = {}
+    # Held with the definitions, so that the identity check above names them; any other set of definitions (a
+    # test's) replaces them.
+    _RESOLVED[:] = [(definitions, resolved)]
+    return resolved
+
+
 class _Decoder:
     """One walk of the object as the Go decoder makes it (object keys in Go's marshalled order: sorted)."""
 
     def __init__(self, definitions: Mapping[str, Any]) -> None:
         self._definitions = definitions
+        self._resolved = _resolved_references(definitions)
         self.type_error: str | None = None
         self.unknown: list[str] = []
 
@@ -67,6 +84,12 @@ class _Decoder:
         """(the schema a reference stands for, the definition name of a struct)."""
         if schema.__class__ is str or "ref" not in schema:
             return schema, None
+        resolved = self._resolved.get(schema["ref"])
+        if resolved is None:
+            resolved = self._resolved[schema["ref"]] = self._follow(schema)
+        return resolved
+
+    def _follow(self, schema: Any) -> tuple[Any, str | None]:
         name = None
         seen = set()
         while isinstance(schema, dict) and "ref" in schema and schema["ref"] not in seen:

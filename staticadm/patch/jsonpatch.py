@@ -129,17 +129,18 @@ class _Doc:
             self.root = self._own(self.root)
         doc: Any = self.root
         for part in split[1:-1]:
+            key = _decode_key(part)
             try:
-                nxt = _get(doc, _decode_key(part))
+                nxt = doc.get(key) if doc.__class__ is dict else _get(doc, key)
             except (JSONPatchError, _AtoiError):
                 return None
-            if not isinstance(nxt, (dict, list)):
+            if nxt.__class__ is not dict and not isinstance(nxt, (dict, list)):
                 # missing (None from a partialDoc), JSON null, or a scalar that cannot be unmarshalled into a container
                 return None
             if for_write:
                 owned = self._own(nxt)
                 if owned is not nxt:
-                    _set_existing(doc, _decode_key(part), owned)
+                    _set_existing(doc, key, owned)
                 nxt = owned
             doc = nxt
         return doc, _decode_key(split[-1])

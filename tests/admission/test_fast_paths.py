@@ -450,10 +450,11 @@ def test_object_free_conditions_and_mutations_decide_as_the_straightforward_read
 
     def comparable(outcome: MutationOutcome) -> Any:
         # The engine orders a new map's keys anew in each evaluation (cel-cpp's hash maps): a constant evaluated
-        # once keeps one order, so the patch is compared as JSON, not as bytes.
+        # once keeps one order, so the patch is compared as JSON operations in any order, not as bytes.
         answer = outcome.response["response"]
         patch = json.loads(base64.b64decode(answer["patch"])) if "patch" in answer else None
-        return ({**answer, "patch": patch}, outcome.patch, outcome.mutated_object,
+        return ({**answer, "patch": patch and sorted(json.dumps(operation, sort_keys=True) for operation in patch)},
+                _operations(outcome), outcome.mutated_object,
                 [(r.policy, r.binding, r.action, r.error_type, r.message) for r in outcome.decisions],
                 outcome.invoked, outcome.reinvoked, [(n.policy, n.binding, n.reason) for n in outcome.not_matched])
 
@@ -478,3 +479,52 @@ def test_object_free_conditions_and_mutations_decide_as_the_straightforward_read
         event(f"not matched {len(fast.not_matched)}")
         event("out of budget" if any("cost budget" in r.message for r in fast.decisions) else "within budget")
         assert comparable(fast) == comparable(plain)
+        # Whatever is kept across requests is not part of an answer: a caller may change what it got.
+        _scribble(fast.mutated_object)
+        _scribble([dict(operation) for operation in fast.patch])
+
+
+@pytest.mark.parametrize("mutation", OBJECT_FREE_MUTATIONS, ids=lambda mutation: str(mutation)[-60:])
+def test_what_constant_mutations_keep_across_requests_is_never_part_of_an_answer(mutation: dict[str, Any]) -> None:
+    # One policy, always invoked: each answer is changed by its caller before the next request.
+    name = "m.static.k8s.io"
+    objects = [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {"matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                    "resources": ["deployments"]}]},
+                    "failurePolicy": "Ignore", "reinvocationPolicy": "Never", "mutations": [mutation]}},
+               {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": "b.static.k8s.io"}, "spec": {"policyName": name}}]
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    namespaces = RequestOnlyNamespaces()
+    for bare in (False, True, False, False, True):
+        obj = copy.deepcopy(DEPLOYMENT)
+        if bare:
+            del obj["metadata"]["labels"]
+            obj["spec"]["template"] = {"spec": {"containers": [{"name": "sidecar", "image": "old"}]}}
+        request = parsed(review(obj=obj))
+        fast = evaluate_mutating(snap, namespaces, request)
+        plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
+        # Operations in any order: the engine orders a new map's keys anew in each evaluation (see above).
+        assert (fast.mutated_object, _operations(fast), [r.message for r in fast.decisions]) == (
+            plain.mutated_object, _operations(plain), [r.message for r in plain.decisions])
+        _scribble(fast.mutated_object)
+        _scribble([dict(operation) for operation in fast.patch])
+
+
+def _operations(outcome: MutationOutcome) -> list[str]:
+    return sorted(json.dumps(operation, sort_keys=True) for operation in outcome.patch)
+
+
+def _scribble(value: Any) -> None:
+    """Changes every map and list in ``value``, deepest first."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _scribble(item)
+        value["scribbled"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("scribbled")
