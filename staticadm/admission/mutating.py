@@ -401,9 +401,16 @@ _conditions_plan: IdentityFacts[tuple[tuple[MatchCondition, Program], ...], _Con
     IdentityFacts(_plan)
 
 
+#: The longest string of a request that keys what conditions decided: a request's fields are short (names, users),
+#: and what is kept across requests must stay small whatever a request holds (an object's name is only validated
+#: after admission).
+_LONGEST_KEPT_FIELD = 512
+
+
 def _request_values(data: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> tuple[Any, ...] | None:
     """What ``request`` (``data``) holds at ``paths``: strings, booleans, nulls or ``_ABSENT`` at the last step;
-    None when anything else is (a list or map is read whole, so nothing less than all of it keys it)."""
+    None when anything else is (a list or map is read whole, so nothing less than all of it keys it), or a string
+    longer than ``_LONGEST_KEPT_FIELD``."""
     values = []
     for path in paths:
         value: Any = data
@@ -411,7 +418,10 @@ def _request_values(data: Mapping[str, Any], paths: tuple[tuple[str, ...], ...])
             if value.__class__ is not dict:
                 return None
             value = value.get(key, _ABSENT)
-        if value.__class__ not in (str, bool) and value is not None and value is not _ABSENT:
+        if value.__class__ is str:
+            if len(value) > _LONGEST_KEPT_FIELD:
+                return None
+        elif value.__class__ is not bool and value is not None and value is not _ABSENT:
             return None
         values.append(value)
     return tuple(values)
@@ -446,14 +456,21 @@ _DECIDED_BY_REQUEST_FIELDS = _DecidedByRequestFields()
 
 
 def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolicy, current: Any,
-                      activations: RequestActivations, decided: dict[_ConditionsKey, str | None] | None,
+                      activations: RequestActivations, decided: dict[Any, str | None] | None,
                       ) -> tuple[str | None, list[ExpressionFailure]]:
     """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided`` (what the
-    request's conditions decided, by ``_ConditionsPlan.key``), conditions that cannot read the object are evaluated
-    once per request (over the request's own object), and once for all requests with the same values of the fields
-    of ``request`` when they read nothing else."""
+    request's conditions that cannot read the object decided, by ``_ConditionsPlan.key`` and by the id of a policy's
+    conditions, which the snapshot holds throughout), those are evaluated once per request (over the request's own
+    object), and once for all requests with the same values of the fields of ``request`` when they read nothing
+    else."""
     conditions = compiled.match_conditions
-    plan = _conditions_plan(conditions) if decided is not None else None
+    if decided is None:
+        plan = None
+    else:
+        known = decided.get(id(conditions), _UNDECIDED)
+        if known is not _UNDECIDED:
+            return known, []
+        plan = _conditions_plan(conditions)
     values = None
     if plan is not None:
         assert decided is not None
@@ -463,9 +480,8 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
                                      plan.request_paths)
             if values is not None:
                 known = _DECIDED_BY_REQUEST_FIELDS.decided(plan, values)
-                if known is not _UNDECIDED:
-                    decided[plan.key] = known
         if known is not _UNDECIDED:
+            decided[plan.key] = decided[id(conditions)] = known
             return cast(str | None, known), []
         current = REQUEST_OBJECT
     false_condition, failures = evaluate_match_conditions(
@@ -473,7 +489,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
                                       RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), activations.remembered)
     if plan is not None and not failures:
         assert decided is not None
-        decided[plan.key] = false_condition
+        decided[plan.key] = decided[id(conditions)] = false_condition
         if values is not None:
             _DECIDED_BY_REQUEST_FIELDS.remember(plan, values, false_condition)
     return false_condition, failures
@@ -490,7 +506,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                                                reads=reads, rounds_key="mutating-conditions")
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
-    decided: dict[_ConditionsKey, str | None] | None = {} if share else None
+    decided: dict[Any, str | None] | None = {} if share else None
     namespace_objects: dict[bool, tuple[Mapping[str, Any] | None, str | None]] = {}
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested

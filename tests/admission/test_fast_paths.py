@@ -439,7 +439,8 @@ def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=object_free_sets(), requests=st.lists(st.tuples(st.sampled_from(("default", "kube-system")),
-                                                               st.sampled_from(("alice", "bob")), st.booleans(),
+                                                               st.sampled_from(("alice", "bob", "b" * 600)),
+                                                               st.booleans(),
                                                                st.sampled_from((1, 2)), st.booleans()),
                                                      min_size=1, max_size=4))
 def test_object_free_conditions_and_mutations_decide_as_the_straightforward_reading(
