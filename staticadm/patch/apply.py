@@ -786,6 +786,12 @@ def apply_structured_merge_diff(
     p_gvk, o_gvk = _gvk_string(patch), _gvk_string(original)
     if p_gvk != o_gvk:
         raise GVKMismatchError(f"patch ({p_gvk}) and original object ({o_gvk}) are not of the same gvk")
+    return _merge_same_gvk(original, patch, schema, validated)
+
+
+def _merge_same_gvk(original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None,
+                    validated: bool) -> dict[str, Any]:
+    """:func:`apply_structured_merge_diff` of a patch of the original's group/version/kind."""
     if schema is None:
         av, kind = original.get("apiVersion"), original.get("kind")
         schema = schema_for(av if isinstance(av, str) else "", kind if isinstance(kind, str) else "")
@@ -817,7 +823,9 @@ def apply_configuration(
         # Unstructured.SetGroupVersionKind writes both fields, empty strings included.
         v = original.get(field)
         stamped[field] = v if isinstance(v, str) else ""
-    return apply_structured_merge_diff(original, stamped, schema, validated=validated)
+    # Stamped so, the patch names the original's group/version/kind (a field that is no string reads as "" on
+    # both sides), which apply_structured_merge_diff would check.
+    return _merge_same_gvk(original, stamped, schema, validated)
 
 
 def iter_builtin_gvks() -> Iterable[tuple[str, str]]:

@@ -157,8 +157,12 @@ class _Decoder:
         if "map" in resolved:
             element = resolved["map"]
             for key in keys:
+                item = value[key]
+                if item.__class__ is str and (element == "string" or element == "bytes"):
+                    # A string where the schema says string (annotations, labels): it decodes.
+                    continue
                 below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
-                self.value(value[key], below, element, fields, _joined(strict_path, key), struct)
+                self.value(item, below, element, fields, _joined(strict_path, key), struct)
             return
         properties = resolved.get("object", {})
         own_struct = name.rpartition(".")[2] if name is not None else struct
@@ -167,8 +171,11 @@ class _Decoder:
                 if not any(isinstance(old, dict) and key in old for old in before):
                     self.unknown.append("".join(_joined(strict_path, key)))
                 continue
+            item, field = value[key], properties[key]
+            if item.__class__ is str and (field == "string" or field == "bytes"):
+                continue
             below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
-            self.value(value[key], below, properties[key], [*fields, key], _joined(strict_path, key), own_struct)
+            self.value(item, below, field, [*fields, key], _joined(strict_path, key), own_struct)
 
     def _scalar(self, value: Any, scalar: str, schema: Any, struct: str, fields: list[str]) -> None:
         if value.__class__ is str and (scalar == "string" or scalar == "bytes"):
