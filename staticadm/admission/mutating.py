@@ -218,38 +218,45 @@ _ACCEPTED_PATCHES = _AcceptedPatches()
 
 class _PlainForms:
     """The plain JSON form of constant mutations' values (a JSON Patch's operations, an ApplyConfiguration's patch),
-    made once per value (which ``ConstantValues`` keeps): each use gets a copy of its own, since the mutated object
-    shares what a patch adds."""
+    made once per value (which ``ConstantValues`` keeps). The mutated object shares what a patch adds, so each use
+    gets a copy of its own, unless nothing of the form can be shared: JSON Patch operations whose values are all
+    scalars (the operations themselves are only read)."""
 
     __slots__ = ("_entries",)
 
     LIMIT = 4096
 
     def __init__(self) -> None:
-        #: (id of the value, patch type) -> (the value, held so that its id stays its own; its plain form).
-        self._entries: dict[tuple[int, str], tuple[Any, Any]] = {}
+        #: (id of the value, patch type) -> (the value, held so that its id stays its own; its plain form; whether
+        #: the form itself may be handed out).
+        self._entries: dict[tuple[int, str], tuple[Any, Any, bool]] = {}
 
     def copy(self, value: Any, patch_type: str) -> Any:
         """A copy of ``value``'s plain form as a ``patch_type`` mutation's, or None when it has none kept."""
         entry = self._entries.get((id(value), patch_type))
-        return _json_copy(entry[1]) if entry is not None and entry[0] is value else None
+        if entry is None or entry[0] is not value:
+            return None
+        return entry[1] if entry[2] else _json_copy(entry[1])
 
     def keep(self, value: Any, patch_type: str, form: Any) -> None:
         if len(self._entries) >= self.LIMIT:
             self._entries.clear()
-        self._entries[id(value), patch_type] = (value, _json_copy(form))
+        shareable = patch_type == "JSONPatch" and all(
+            operation.get("value").__class__ not in _CONTAINERS for operation in form)
+        self._entries[id(value), patch_type] = (value, _json_copy(form), shareable)
 
 
 _PLAIN_FORMS = _PlainForms()
+_CONTAINERS = (dict, list)
 
 
 def _json_copy(value: Any) -> Any:
     """A copy of a plain JSON value (``to_plain``'s: dicts, lists and scalars), each container new."""
     cls = value.__class__
     if cls is dict:
-        return {key: _json_copy(item) for key, item in value.items()}
+        return {key: _json_copy(item) if item.__class__ in _CONTAINERS else item for key, item in value.items()}
     if cls is list:
-        return [_json_copy(item) for item in value]
+        return [_json_copy(item) if item.__class__ in _CONTAINERS else item for item in value]
     return value
 
 

@@ -395,6 +395,8 @@ OBJECT_FREE_MUTATIONS = (
     {"patchType": "JSONPatch", "jsonPatch": {"expression":
         "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: ['a', 'b'][2]}]"}},
     {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'team': 'a'}}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
         "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: duration('1s')}]"}},
     {"patchType": "JSONPatch", "jsonPatch": {"expression":
         "[1, 2, 3].map(n, n * 2).exists(n, n > 5) ? [JSONPatch{op: 'add', path: '/metadata/labels/six', "
