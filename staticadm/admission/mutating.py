@@ -42,7 +42,7 @@ from staticadm.cel.reads import Reads
 from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation, Program
 from staticadm.model import MatchCondition
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
-from staticadm.patch.decode import decoding_error
+from staticadm.patch.decode import decoding_error, strings_decode
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
 from staticadm.snapshot import Snapshot
@@ -281,6 +281,8 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
             return current, ""
         except JSONPatchError as error:
             return None, f"JSON Patch: {error}"
+        if strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+            return patched, ""
         refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
         if refused is not None:
             raise _InternalError(refused)

@@ -21,12 +21,14 @@ times, raw extensions) are not looked into.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticadm import gofmt
 from staticadm.cel.schema_types import kind_definition
+from staticadm.patch.jsonpatch import path_keys
 
 #: The Go types of the schema's scalars, which the decoding errors name.
 _GO_SCALARS = {"string": "string", "int": "int", "int32": "int32", "int64": "int64", "double": "float64",
@@ -69,6 +71,84 @@ def _resolved_references(definitions: Mapping[str, Any]) -> dict[str, tuple[Any,
     # test's) replaces them.
     _RESOLVED[:] = [(definitions, resolved)]
     return resolved
+
+
+#: The operations that write their value at their path (``replace`` of a missing key adds it, as ``add`` does).
+_WRITES = frozenset({"add", "replace"})
+
+
+def strings_decode(obj: Any, operations: Sequence[Mapping[str, Any]], group: str, version: str, kind: str) -> bool:
+    """Whether ``obj``, what ``operations`` (a JSON Patch, applied without an error) left of an object, decodes for
+    certain without being walked: every operation tests, or writes a string through maps of ``obj`` where the
+    kind's schema says string (``_string_paths_decode``), so only those strings changed, each where it decodes.
+    False says nothing: ``decoding_error`` decides then."""
+    paths = []
+    for operation in operations:
+        op = operation.get("op")
+        if op == "test":
+            continue
+        path = operation.get("path")
+        if op.__class__ is not str or op not in _WRITES or not isinstance(path, str) \
+                or operation.get("value").__class__ is not str:
+            return False
+        segments = path_keys(path)
+        if not segments:
+            return False
+        paths.append(segments)
+    if not _string_paths_decode(tuple(paths), group, version, kind):
+        return False
+    for segments in paths:
+        # A list on the way (an object the schema disagrees with) would not decode as a map: the walk decides.
+        node = obj
+        for segment in segments[:-1]:
+            if node.__class__ is not dict:
+                return False
+            node = node.get(segment)
+        if node.__class__ is not dict:
+            return False
+    return True
+
+
+def _string_paths_decode(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
+    """Whether each of ``paths`` leads, through fields of structs and keys of maps of the kind's schema, to a string
+    (any path, for a kind that is not built in: nothing is decoded then)."""
+    if sum(len(segment) for segments in paths for segment in segments) > _LONGEST_KEPT_PATHS:
+        return _paths_to_strings(paths, group, version, kind)
+    return _kept_paths_to_strings(paths, group, version, kind)
+
+
+#: How long the paths whose answer is kept (``_kept_paths_to_strings``) may be, in all: what a policy writes is
+#: short, and what is kept stays small whatever a request names.
+_LONGEST_KEPT_PATHS = 1024
+
+
+def _paths_to_strings(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
+    found = kind_definition(group, version, kind)
+    if found is None:
+        return True
+    name, definitions = found
+    decoder = _Decoder(definitions)
+    for segments in paths:
+        schema: Any = {"ref": name}
+        for segment in segments:
+            resolved, _ = decoder._resolve(schema)
+            if resolved.__class__ is str or "list" in resolved:
+                return False
+            if "map" in resolved:
+                schema = resolved["map"]
+                continue
+            properties = resolved.get("object", {})
+            if segment not in properties:
+                return False
+            schema = properties[segment]
+        resolved, _ = decoder._resolve(schema)
+        if resolved != "string" and resolved != "bytes":
+            return False
+    return True
+
+
+#: ``_paths_to_strings`` of the paths policies write, kept: a fact of the schemas, by the paths themselves.
+_kept_paths_to_strings = functools.lru_cache(maxsize=1024)(_paths_to_strings)
 
 
 class _Decoder:

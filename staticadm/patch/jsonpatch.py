@@ -37,7 +37,7 @@ from typing import Any
 
 from staticadm.json_types import json_type_name
 
-__all__ = ["JSONPatchError", "JSONPatchTestFailed", "apply_patch", "json_equal"]
+__all__ = ["JSONPatchError", "JSONPatchTestFailed", "apply_patch", "json_equal", "path_keys"]
 
 _MISSING = "missing value"
 _INVALID_INDEX = "invalid index referenced"
@@ -76,6 +76,11 @@ def _decode_key(k: str) -> str:
     if "~" not in k:
         return k
     return _POINTER_ESCAPE.sub(lambda m: "/" if m.group(0) == "~1" else "~", k)
+
+
+def path_keys(path: str) -> tuple[str, ...]:
+    """The keys ``apply_patch`` reads ``path`` as: its segments unescaped, the first one dropped unread."""
+    return tuple(_decode_key(part) for part in path.split("/")[1:])
 
 
 def _is_number(v: Any) -> bool:
