@@ -546,6 +546,9 @@ def _merge(lhs: Any, rhs: Any, atom: _Atom, path: str) -> tuple[Any, list[tuple[
     if lhs is _ABSENT:
         # Likewise for a patch-only subtree (the patch was validated, so rebuilding cannot fail).
         return rhs, []
+    if lhs.__class__ is dict and rhs.__class__ is dict and atom.map is not None:
+        # Both sides deduce to the atom's map: what _handle would do with it.
+        return _do_map(atom.map, lhs, rhs, path)
     alhs = _deduce(atom, lhs)
     arhs = _deduce(atom, rhs)
     if alhs is arhs:

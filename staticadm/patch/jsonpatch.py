@@ -47,7 +47,6 @@ _TEST_FAILED = "test failed"
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
 _ATOI = re.compile(r"[+-]?[0-9]+\Z")
-_POINTER_ESCAPE = re.compile(r"~[01]")
 
 
 class JSONPatchError(ValueError):
@@ -75,7 +74,8 @@ def _decode_key(k: str) -> str:
     # strings.NewReplacer("~1", "/", "~0", "~") does a single left-to-right pass, so "~01" decodes to "~1".
     if "~" not in k:
         return k
-    return _POINTER_ESCAPE.sub(lambda m: "/" if m.group(0) == "~1" else "~", k)
+    # Equal to the single pass: "~1" first makes no "~", and "~0" then makes no "~1" that is read again.
+    return k.replace("~1", "/").replace("~0", "~")
 
 
 def path_keys(path: str) -> tuple[str, ...]:
