@@ -142,9 +142,11 @@ class _Doc:
             if nxt.__class__ is not dict and not isinstance(nxt, (dict, list)):
                 # missing (None from a partialDoc), JSON null, or a scalar that cannot be unmarshalled into a container
                 return None
-            if for_write:
+            if for_write and id(nxt) not in self.owned:
                 owned = self._own(nxt)
-                if owned is not nxt:
+                if doc.__class__ is dict:
+                    doc[key] = owned
+                else:
                     _set_existing(doc, key, owned)
                 nxt = owned
             doc = nxt
@@ -250,8 +252,11 @@ def _op_add(doc: _Doc, op: Mapping[str, Any]) -> None:
     if found is None:
         raise JSONPatchError(f'add operation does not apply: doc is missing path: "{path}": {_MISSING}')
     con, key = found
-    try:
+    if isinstance(con, dict):
         # An absent "value" is a nil node, which marshals as null.
+        con[key] = op.get("value")
+        return
+    try:
         _add(con, key, op.get("value"))
     except JSONPatchError as e:
         raise JSONPatchError(f"error in add for path: '{path}': {e}") from None
@@ -384,7 +389,7 @@ def apply_patch(document: Any, patch: Sequence[Mapping[str, Any]]) -> Any:
         raise JSONPatchError("document must be a JSON object or array")
     doc = _Doc(document)
     for op in patch:
-        if not isinstance(op, Mapping):
+        if op.__class__ is not dict and not isinstance(op, Mapping):
             raise JSONPatchError("json: cannot unmarshal non-object into Go value of type jsonpatch.Operation")
         _apply_one(doc, op)
     return doc.root
