@@ -519,13 +519,18 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
     namespace_objects: dict[bool, tuple[Mapping[str, Any] | None, str | None]] = {}
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
-                             or any(e.failure_policy != "Ignore" for e in state.errors)):
+                             or (state.errors and any(e.failure_policy != "Ignore" for e in state.errors))):
             # A failing first pass denies the request before any reinvocation.
             break
         dirty = False
         state.reinvocation = reinvocation
         for invocation in invocations:
             compiled = invocation.compiled
+            if (reinvocation and (not compiled.match_conditions
+                                  or (decided is not None and id(compiled.match_conditions) in decided))
+                    and not context.should_reinvoke(invocation.key)):
+                # Not reinvoked, and its conditions already decided without a failure: they would record nothing.
+                continue
             if compiled.match_conditions:
                 false_condition, failures = _match_conditions(request, compiled, current, condition_activations,
                                                               decided)
