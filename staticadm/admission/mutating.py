@@ -5,6 +5,12 @@ policy's mutations in order on the object as the previous ones left it, re-runs 
 once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` and
 ``reinvocationcontext.go``), filters errors through each policy's failurePolicy, and answers with an
 RFC 6902 patch from the request's object to the mutated one.
+
+Some answers are kept across requests, each a function of what keys it and nothing else: the values of constant
+mutations (no identifier read, ``expressions.is_constant``) and their plain JSON forms, whether a constant
+ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
+decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
+them), only outcomes without an error are kept, and a bounded number of each.
 """
 
 from __future__ import annotations
@@ -591,8 +597,10 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``; all CEL work
     stops at ``deadline`` (``time.perf_counter``).
 
-    With ``share_evaluations`` a match condition is evaluated once per version of what it reads, and a
-    mutation that changes nothing the expressions can read makes no new activation; with ``prune_objects``
+    With ``share_evaluations`` a match condition is evaluated once per version of what it reads (once per
+    request when it reads nothing of the object, and not again for requests with the same values of the fields
+    of ``request`` it reads), a constant mutation once per process, and a mutation that changes nothing the
+    expressions can read makes no new activation; with ``prune_objects``
     the engine is given only what the expressions of the policies that could match can read of the objects.
     Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
     False). With ``explain`` the outcome carries each mutation's own patch (``steps``), for the reports of
