@@ -173,17 +173,22 @@ class RequestActivations:
         key = (resource, kind, id(namespace_object), version)
         activation = self._cache.get(key)
         if activation is None:
-            data = self._request_data.get((resource, kind))
-            if data is None:
-                whole = request_data(request, resource, kind)
-                data = self._request_data[resource, kind] = (
-                    cast(dict[str, Any], self._reads.prune("request", whole)) if self._reads is not None else whole)
             activation = self._cache[key] = self._environment.new_activation({
                 "object": obj, "oldObject": self._old_object,
                 "namespaceObject": dict(namespace_object) if namespace_object is not None else None,
-                "request": data, **self._authorizer_data()})
+                "request": self.request_fields(resource, kind), **self._authorizer_data()})
         self._last = (resource, kind, namespace_object, current, activation)
         return activation
+
+    def request_fields(self, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
+        """``request`` as the activations for a policy matched as ``resource``/``kind`` hold it (``request_data``),
+        made once per request; callers only read it."""
+        data = self._request_data.get((resource, kind))
+        if data is None:
+            whole = request_data(self._request, resource, kind)
+            data = self._request_data[resource, kind] = (
+                cast(dict[str, Any], self._reads.prune("request", whole)) if self._reads is not None else whole)
+        return data
 
     def _version(self, whole: Any) -> tuple[int, Any]:
         """(version number, what the engine is given) of one version of the object."""

@@ -3,13 +3,14 @@ validating and mutating dispatchers' shared step between the activation and thei
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar, cast
 
 from staticadm.admission.outcomes import ExpressionFailure, expression_failure
 from staticadm.admission.vocabulary import ErrorType
 from staticadm.cel import CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import EvaluationContext, RememberedOutcomes
+from staticadm.cel.reads import free_identifiers, read_paths
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
 
@@ -29,6 +30,116 @@ def run_program(program: Program, source: str, context: EvaluationContext,
     if outcome.__class__ is EvalError:
         return None, expression_failure(source, outcome)
     return outcome, None
+
+
+_Thing = TypeVar("_Thing")
+_Fact = TypeVar("_Fact")
+
+
+class IdentityFacts(Generic[_Thing, _Fact]):
+    """Facts about objects that outlive requests (compiled programs, a policy's match conditions: a snapshot holds
+    them), found once per object: each is kept with its object, so that its id names it for as long as the fact is
+    kept."""
+
+    __slots__ = ("_entries", "_find")
+
+    #: How many objects' facts are kept; past this they are found again (a reload changed most of them).
+    LIMIT = 4096
+
+    def __init__(self, find: Callable[[_Thing], _Fact]) -> None:
+        self._find = find
+        self._entries: dict[int, tuple[_Thing, _Fact]] = {}
+
+    def __call__(self, thing: _Thing) -> _Fact:
+        entry = self._entries.get(id(thing))
+        if entry is not None and entry[0] is thing:
+            return entry[1]
+        fact = self._find(thing)
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[id(thing)] = (thing, fact)
+        return fact
+
+
+def _reads_object(program: Program) -> bool:
+    if program.__class__ is CompileError:
+        return False
+    compiled = cast(CompiledExpression, program)
+    if compiled.prepared is None:
+        # Built without the checked expression: nothing is known of what it reads.
+        return True
+    if compiled.object_reads()["object"]:
+        return True
+    return any(_reads_object(variable) for _, variable in compiled.linked_variables)
+
+
+#: Whether evaluating a program can read anything of ``object``, through the variables it links too: one that
+#: cannot has the same value, error and cost for every version of the object (a mutation's result).
+reads_object = IdentityFacts(_reads_object)
+
+
+def _is_constant(program: Program) -> bool:
+    if program.__class__ is CompileError:
+        return False
+    compiled = cast(CompiledExpression, program)
+    return (compiled.prepared is not None and not compiled.linked_variables and not compiled.variables_used
+            and not free_identifiers(compiled.prepared.expr))
+
+
+#: Whether a program reads nothing of its activation (no request, object, authorizer...): its value and cost are
+#: the same in every request.
+is_constant = IdentityFacts(_is_constant)
+
+
+def _request_paths(program: Program) -> tuple[tuple[str, ...], ...] | None:
+    if program.__class__ is CompileError:
+        return None
+    compiled = cast(CompiledExpression, program)
+    if (compiled.prepared is None or compiled.linked_variables or compiled.variables_used
+            or not free_identifiers(compiled.prepared.expr) <= {"request"}):
+        return None
+    paths = read_paths(compiled.prepared.expr, frozenset({"request"}))["request"]
+    if any(not path or any(key.__class__ is not str for key in path) for path in paths):
+        return None
+    return tuple(sorted(cast(set[tuple[str, ...]], paths)))
+
+
+#: The paths of ``request`` a program reads (``reads.read_paths``), when that is all it reads of its activation and
+#: each is a chain of field names; None when it reads more, or a value whole. Such a program's value and cost
+#: follow from what ``request`` holds at those paths.
+request_paths = IdentityFacts(_request_paths)
+
+
+class ConstantValues:
+    """The values of constant programs (``is_constant``) that evaluated without an error, kept across requests.
+
+    Evaluating one again would give the same value at the same cost, charged to a budget of its own (a mutation's
+    scope), so it is not evaluated again. The values are shared: callers only read them.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Program, Any]] = {}
+
+    def get(self, program: Program) -> Any:
+        """The value of ``program``, or ``UNKNOWN``."""
+        entry = self._entries.get(id(program))
+        return entry[1] if entry is not None and entry[0] is program else UNKNOWN
+
+    def remember(self, program: Program, value: Any) -> bool:
+        """Keeps ``value``, what ``program`` evaluated to without an error, when ``program`` is constant; whether it
+        was kept."""
+        if not is_constant(program):
+            return False
+        if len(self._entries) >= IdentityFacts.LIMIT:
+            self._entries.clear()
+        self._entries[id(program)] = (program, value)
+        return True
+
+
+#: What ``ConstantValues.get`` returns for a program whose value is not known.
+UNKNOWN: Any = object()
 
 
 def evaluate_match_conditions(conditions: Sequence[tuple[MatchCondition, Program]], context: EvaluationContext,

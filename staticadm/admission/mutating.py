@@ -5,6 +5,12 @@ policy's mutations in order on the object as the previous ones left it, re-runs 
 once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` and
 ``reinvocationcontext.go``), filters errors through each policy's failurePolicy, and answers with an
 RFC 6902 patch from the request's object to the mutated one.
+
+Some answers are kept across requests, each a function of what keys it and nothing else: the values of constant
+mutations (no identifier read, ``expressions.is_constant``) and their plain JSON forms, whether a constant
+ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
+decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
+them), only outcomes without an error are kept, and a bounded number of each.
 """
 
 from __future__ import annotations
@@ -13,13 +19,21 @@ import base64
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from staticadm.admission.activation import RequestActivations, namespace_object_for
+from staticadm.admission.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
 from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
-from staticadm.admission.expressions import evaluate_match_conditions, run_program
+from staticadm.admission.expressions import (
+    UNKNOWN,
+    ConstantValues,
+    IdentityFacts,
+    evaluate_match_conditions,
+    reads_object,
+    request_paths,
+    run_program,
+)
 from staticadm.admission.match_plan import RequestMatch
 from staticadm.admission.matching import is_excluded
 from staticadm.admission.namespaces import NamespaceSource
@@ -31,9 +45,10 @@ from staticadm.cel import admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
 from staticadm.cel.reads import Reads
-from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation
+from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation, Program
+from staticadm.model import MatchCondition
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
-from staticadm.patch.decode import decoding_error
+from staticadm.patch.decode import decoding_error, strings_decode
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
 from staticadm.snapshot import Snapshot
@@ -174,13 +189,97 @@ def _patch_operations(value: Any) -> tuple[list[dict[str, Any]] | None, str]:
     return operations, ""
 
 
-def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind) -> tuple[Any, str]:
+class _AcceptedPatches:
+    """Constant ApplyConfigurations (by their value, which ``ConstantValues`` keeps) whose patch the schema of an
+    apiVersion and kind accepted: the same patch, stamped with the same apiVersion and kind, is valid there and holds
+    no atomic container whatever object it is applied to, so it is not checked again."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: (id of the value, apiVersion, kind) -> the value (held so that its id stays its own).
+        self._entries: dict[tuple[int, str, str], Any] = {}
+
+    def key(self, value: Any, current: Any) -> tuple[int, str, str] | None:
+        if current.__class__ is not dict:
+            return None
+        api_version, kind = current.get("apiVersion"), current.get("kind")
+        if api_version.__class__ is not str or kind.__class__ is not str:
+            return None
+        return id(value), api_version, kind
+
+    def accepted(self, key: tuple[int, str, str], value: Any) -> bool:
+        return self._entries.get(key) is value
+
+    def accept(self, key: tuple[int, str, str], value: Any) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[key] = value
+
+
+_ACCEPTED_PATCHES = _AcceptedPatches()
+
+
+class _PlainForms:
+    """The plain JSON form of constant mutations' values (a JSON Patch's operations, an ApplyConfiguration's patch),
+    made once per value (which ``ConstantValues`` keeps). The mutated object shares what a patch adds, so each use
+    gets a copy of its own, unless nothing of the form can be shared: JSON Patch operations whose values are all
+    scalars (the operations themselves are only read)."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: (id of the value, patch type) -> (the value, held so that its id stays its own; its plain form; whether
+        #: the form itself may be handed out).
+        self._entries: dict[tuple[int, str], tuple[Any, Any, bool]] = {}
+
+    def copy(self, value: Any, patch_type: str) -> Any:
+        """A copy of ``value``'s plain form as a ``patch_type`` mutation's, or None when it has none kept."""
+        entry = self._entries.get((id(value), patch_type))
+        if entry is None or entry[0] is not value:
+            return None
+        return entry[1] if entry[2] else _json_copy(entry[1])
+
+    def keep(self, value: Any, patch_type: str, form: Any) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        shareable = patch_type == "JSONPatch" and all(
+            operation.get("value").__class__ not in _CONTAINERS for operation in form)
+        self._entries[id(value), patch_type] = (value, _json_copy(form), shareable)
+
+
+_PLAIN_FORMS = _PlainForms()
+_CONTAINERS = (dict, list)
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy of a plain JSON value (``to_plain``'s: dicts, lists and scalars), each container new."""
+    cls = value.__class__
+    if cls is dict:
+        return {key: _json_copy(item) if item.__class__ in _CONTAINERS else item for key, item in value.items()}
+    if cls is list:
+        return [_json_copy(item) if item.__class__ in _CONTAINERS else item for item in value]
+    return value
+
+
+def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
+                    constant: bool) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
-    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``)."""
-    if mutation.mutation.patch_type == "JSONPatch":
-        operations, problem = _patch_operations(value)
+    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
+    is a constant mutation's, kept across requests."""
+    patch_type = mutation.mutation.patch_type
+    if patch_type == "JSONPatch":
+        operations = _PLAIN_FORMS.copy(value, patch_type) if constant else None
         if operations is None:
-            return None, problem
+            operations, problem = _patch_operations(value)
+            if operations is None:
+                return None, problem
+            if constant:
+                _PLAIN_FORMS.keep(value, patch_type, operations)
         try:
             patched = apply_patch(current, operations)
         except JSONPatchTestFailed:
@@ -188,23 +287,39 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
             return current, ""
         except JSONPatchError as error:
             return None, f"JSON Patch: {error}"
+        if strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+            return patched, ""
         refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
         if refused is not None:
             raise _InternalError(refused)
         return patched, ""
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
-    type_errors: list[str] = []
+    patch = _PLAIN_FORMS.copy(value, patch_type) if constant else None
+    if patch is None:
+        type_errors: list[str] = []
+        try:
+            patch = to_plain(value, None, type_errors)
+        except ConversionError as error:
+            return None, f"error applying patch: {error}"
+        if type_errors:
+            return None, "type mismatch: " + "\n".join(type_errors)
+        if constant:
+            _PLAIN_FORMS.keep(value, patch_type, patch)
+    key = _ACCEPTED_PATCHES.key(value, current) if constant else None
+    validated = key is not None and _ACCEPTED_PATCHES.accepted(key, value)
     try:
-        patch = to_plain(value, None, type_errors)
-    except ConversionError as error:
-        return None, f"error applying patch: {error}"
-    if type_errors:
-        return None, "type mismatch: " + "\n".join(type_errors)
-    try:
-        return apply_configuration(current, patch), ""
+        merged = apply_configuration(current, patch, validated=validated)
     except ApplyConfigurationError as error:
         return None, f"error applying patch: {error}"
+    if key is not None and not validated:
+        _ACCEPTED_PATCHES.accept(key, value)
+    return merged, ""
+
+
+#: Mutations that read nothing of any request (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``) are
+#: evaluated once per process.
+_CONSTANTS = ConstantValues()
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
@@ -219,14 +334,23 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
             # Do not call patchers if there is no object to patch (a CONNECT without a body).
             continue
         started = time.perf_counter()
-        # Each mutation sees the object as the previous one left it, with its own budget.
-        context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
-                                                               namespace_object, current), RUNTIME_CEL_COST_BUDGET)
-        value, failure = run_program(mutation.expression, mutation.source, context)
+        program = mutation.expression
+        value = _CONSTANTS.get(program) if activations.share else UNKNOWN
+        failure = None
+        constant = value is not UNKNOWN
+        if not constant:
+            # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read
+            # the object sees the same through the request's own, whose activation is at hand.
+            seen = current if not activations.share or reads_object(program) else REQUEST_OBJECT
+            context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
+                                                                   namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
+            value, failure = run_program(program, mutation.source, context)
+            if failure is None and activations.share:
+                constant = _CONSTANTS.remember(program, value)
         problem = ""
         if failure is None:
             try:
-                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind)
+                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind, constant)
             except _InternalError as error:
                 state.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY,
                                                     ErrorType.INVALID_ERROR, str(error),
@@ -252,6 +376,140 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
     return current, succeeded
 
 
+#: A policy's match conditions as what they decide depends on: their names and programs.
+_ConditionsKey = tuple[tuple[str, int], ...]
+_UNDECIDED: Any = object()
+#: A field of ``request`` that a path reads is not there.
+_ABSENT: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _ConditionsPlan:
+    """How a policy's match conditions that cannot read the object are decided once: what they decide is the same
+    for every version of the object, in both passes and for every policy with the same ones, each in a fresh budget
+    of its own."""
+
+    key: _ConditionsKey
+    #: The conditions' programs, which ``key`` names by id.
+    programs: tuple[Program, ...]
+    #: The paths of ``request`` the conditions read, when that is all they read (``request_paths``), else None.
+    request_paths: tuple[tuple[str, ...], ...] | None
+
+
+def _plan(conditions: tuple[tuple[MatchCondition, Program], ...]) -> _ConditionsPlan | None:
+    if any(reads_object(program) for _, program in conditions):
+        return None
+    paths: set[tuple[str, ...]] | None = set()
+    for _, program in conditions:
+        read = request_paths(program)
+        if read is None or paths is None:
+            paths = None
+        else:
+            paths.update(read)
+    return _ConditionsPlan(tuple((condition.name, id(program)) for condition, program in conditions),
+                           tuple(program for _, program in conditions),
+                           tuple(sorted(paths)) if paths is not None else None)
+
+
+#: The plan of a policy's match conditions, None when they can read the object; kept per conditions.
+_conditions_plan: IdentityFacts[tuple[tuple[MatchCondition, Program], ...], _ConditionsPlan | None] = \
+    IdentityFacts(_plan)
+
+
+#: The longest string of a request that keys what conditions decided: a request's fields are short (names, users),
+#: and what is kept across requests must stay small whatever a request holds (an object's name is only validated
+#: after admission).
+_LONGEST_KEPT_FIELD = 512
+
+
+def _request_values(data: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> tuple[Any, ...] | None:
+    """What ``request`` (``data``) holds at ``paths``: strings, booleans, nulls or ``_ABSENT`` at the last step;
+    None when anything else is (a list or map is read whole, so nothing less than all of it keys it), or a string
+    longer than ``_LONGEST_KEPT_FIELD``."""
+    values = []
+    for path in paths:
+        value: Any = data
+        for key in path:
+            if value.__class__ is not dict:
+                return None
+            value = value.get(key, _ABSENT)
+        if value.__class__ is str:
+            if len(value) > _LONGEST_KEPT_FIELD:
+                return None
+        elif value.__class__ is not bool and value is not None and value is not _ABSENT:
+            return None
+        values.append(value)
+    return tuple(values)
+
+
+class _DecidedByRequestFields:
+    """What match conditions that read nothing but fields of ``request`` (``request.namespace != 'kube-system'``)
+    decided without a failure, by the values of those fields: any request with the same values gets the same
+    answer at the same cost. Kept across requests, a bounded number of them."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: (conditions key, field values) -> (the programs the key names, the first false condition or None).
+        self._entries: dict[tuple[_ConditionsKey, tuple[Any, ...]], tuple[tuple[Program, ...], str | None]] = {}
+
+    def decided(self, plan: _ConditionsPlan, values: tuple[Any, ...]) -> Any:
+        entry = self._entries.get((plan.key, values))
+        if entry is None or any(kept is not program for kept, program in zip(entry[0], plan.programs, strict=True)):
+            return _UNDECIDED
+        return entry[1]
+
+    def remember(self, plan: _ConditionsPlan, values: tuple[Any, ...], false_condition: str | None) -> None:
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[plan.key, values] = (plan.programs, false_condition)
+
+
+_DECIDED_BY_REQUEST_FIELDS = _DecidedByRequestFields()
+
+
+def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolicy, current: Any,
+                      activations: RequestActivations, decided: dict[Any, str | None] | None,
+                      ) -> tuple[str | None, list[ExpressionFailure]]:
+    """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided`` (what the
+    request's conditions that cannot read the object decided, by ``_ConditionsPlan.key`` and by the id of a policy's
+    conditions, which the snapshot holds throughout), those are evaluated once per request (over the request's own
+    object), and once for all requests with the same values of the fields of ``request`` when they read nothing
+    else."""
+    conditions = compiled.match_conditions
+    if decided is None:
+        plan = None
+    else:
+        known = decided.get(id(conditions), _UNDECIDED)
+        if known is not _UNDECIDED:
+            return known, []
+        plan = _conditions_plan(conditions)
+    values = None
+    if plan is not None:
+        assert decided is not None
+        known = decided.get(plan.key, _UNDECIDED)
+        if known is _UNDECIDED and plan.request_paths is not None:
+            values = _request_values(activations.request_fields(request.original_resource, request.original_kind),
+                                     plan.request_paths)
+            if values is not None:
+                known = _DECIDED_BY_REQUEST_FIELDS.decided(plan, values)
+        if known is not _UNDECIDED:
+            decided[plan.key] = decided[id(conditions)] = known
+            return cast(str | None, known), []
+        current = REQUEST_OBJECT
+    false_condition, failures = evaluate_match_conditions(
+        conditions, activations.scope(activations.for_match_conditions(None, current),
+                                      RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), activations.remembered)
+    if plan is not None and not failures:
+        assert decided is not None
+        decided[plan.key] = decided[id(conditions)] = false_condition
+        if values is not None:
+            _DECIDED_BY_REQUEST_FIELDS.remember(plan, values, false_condition)
+    return false_condition, failures
+
+
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
               namespaces: NamespaceSource, deadline: float | None, reads: Reads | None, share: bool) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
@@ -263,20 +521,25 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                                                reads=reads, rounds_key="mutating-conditions")
     mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
+    decided: dict[Any, str | None] | None = {} if share else None
+    namespace_objects: dict[bool, tuple[Mapping[str, Any] | None, str | None]] = {}
     for reinvocation in (False, True):
         if reinvocation and (not context.reinvocation_requested
-                             or any(e.failure_policy != "Ignore" for e in state.errors)):
+                             or (state.errors and any(e.failure_policy != "Ignore" for e in state.errors))):
             # A failing first pass denies the request before any reinvocation.
             break
         dirty = False
         state.reinvocation = reinvocation
         for invocation in invocations:
             compiled = invocation.compiled
+            if (reinvocation and (not compiled.match_conditions
+                                  or (decided is not None and id(compiled.match_conditions) in decided))
+                    and not context.should_reinvoke(invocation.key)):
+                # Not reinvoked, and its conditions already decided without a failure: they would record nothing.
+                continue
             if compiled.match_conditions:
-                false_condition, failures = evaluate_match_conditions(
-                    compiled.match_conditions, condition_activations.scope(
-                        condition_activations.for_match_conditions(None, current),
-                        RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS), condition_activations.remembered)
+                false_condition, failures = _match_conditions(request, compiled, current, condition_activations,
+                                                              decided)
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(
@@ -289,8 +552,13 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                     continue
             if reinvocation and not context.should_reinvoke(invocation.key):
                 continue
-            namespace_object, namespace_error = namespace_object_for(request, namespaces,
-                                                                     compiled.uses_namespace_object)
+            found = namespace_objects.get(compiled.uses_namespace_object)
+            if found is None:
+                # The request's namespace is looked up once (``RequestMatch.lookup``): the answer only differs by
+                # whether the policy reads namespaceObject.
+                found = namespace_objects[compiled.uses_namespace_object] = namespace_object_for(
+                    request, namespaces, compiled.uses_namespace_object)
+            namespace_object, namespace_error = found
             if namespace_error is not None:
                 state.config_error(compiled, invocation.binding.metadata.name, namespace_error)
                 continue
@@ -329,8 +597,10 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``; all CEL work
     stops at ``deadline`` (``time.perf_counter``).
 
-    With ``share_evaluations`` a match condition is evaluated once per version of what it reads, and a
-    mutation that changes nothing the expressions can read makes no new activation; with ``prune_objects``
+    With ``share_evaluations`` a match condition is evaluated once per version of what it reads (once per
+    request when it reads nothing of the object, and not again for requests with the same values of the fields
+    of ``request`` it reads), a constant mutation once per process, and a mutation that changes nothing the
+    expressions can read makes no new activation; with ``prune_objects``
     the engine is given only what the expressions of the policies that could match can read of the objects.
     Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
     False). With ``explain`` the outcome carries each mutation's own patch (``steps``), for the reports of

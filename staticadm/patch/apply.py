@@ -115,14 +115,19 @@ class _List:
         self.keys = keys
 
 
+_Deduced = tuple[str | None, "_List | None", "_Map | None"]
+
+
 class _Atom:
-    __slots__ = ("list", "map", "name", "scalar")
+    __slots__ = ("deductions", "list", "map", "name", "scalar")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.scalar: str | None = None
         self.list: _List | None = None
         self.map: _Map | None = None
+        #: ``deduceAtom`` by the kind of value (``_kind``), made on first use: an atom is complete before it is used.
+        self.deductions: dict[str, _Deduced] | None = None
 
 
 def _deduced_atoms() -> tuple[_Atom, _Atom]:
@@ -168,13 +173,20 @@ class SchemaCatalog:
         self.raw: dict[str, Any] = doc.get("types", {})
         self.atoms: dict[str, _Atom] = {"__untyped_deduced_": _DEDUCED, "__untyped_atomic_": _UNTYPED_ATOMIC}
         self.overrides: dict[tuple[str, bool], _Atom] = {}
+        self.schemas: dict[tuple[str, str], TypeSchema] = {}
 
     def schema_for(self, api_version: str, kind: str) -> TypeSchema:
         """The merge schema of ``api_version``/``kind``, or the deduced schema when the catalog has none."""
+        known = self.schemas.get((api_version, kind))
+        if known is not None:
+            return known
         name = self.gvks.get(api_version, {}).get(kind)
         if name is None:
             return deduced_schema(api_version, kind)
-        return TypeSchema(api_version, kind, self.named(name), False)
+        schema = TypeSchema(api_version, kind, self.named(name), False)
+        # Built-in kinds only: a handful, each asked for by every request of it.
+        self.schemas[api_version, kind] = schema
+        return schema
 
     def named(self, name: str) -> _Atom:
         atom = self.atoms.get(name)
@@ -311,7 +323,15 @@ def _format_errors(errs: list[tuple[str, str]]) -> str:
 _ABSENT: Any = object()  # Go nil value.Value: the field is not there (JSON null is Python None)
 
 
+#: ``_kind`` of the exact types JSON decoding and CEL results give, without the abstract classes' checks.
+_KIND_OF_TYPE: dict[type, str] = {type(None): "null", bool: "scalar", int: "scalar", float: "scalar", str: "scalar",
+                                  dict: "map", list: "list", tuple: "list"}
+
+
 def _kind(v: Any) -> str:
+    kind = _KIND_OF_TYPE.get(v.__class__)
+    if kind is not None:
+        return kind
     if v is None:
         return "null"
     if isinstance(v, (bool, int, float, str)):
@@ -357,20 +377,31 @@ class _PE:
         return self.shown
 
 
-def _deduce(atom: _Atom, v: Any) -> tuple[str | None, _List | None, _Map | None]:
+def _deduce(atom: _Atom, v: Any) -> _Deduced:
     """``deduceAtom``: narrow the atom to the one member matching the value's kind, if the atom has it."""
-    k = _kind(v) if v is not _ABSENT else "absent"
-    if k == "scalar" and atom.scalar is not None:
-        return atom.scalar, None, None
-    if k == "list" and atom.list is not None:
-        return None, atom.list, None
-    if k == "map" and atom.map is not None:
-        return None, None, atom.map
-    return atom.scalar, atom.list, atom.map
+    deductions = atom.deductions
+    if deductions is None:
+        deductions = atom.deductions = _deductions(atom)
+    return deductions[_kind(v) if v is not _ABSENT else "absent"]
+
+
+def _deductions(atom: _Atom) -> dict[str, _Deduced]:
+    # One tuple per distinct answer: _merge tells "the same interpretation" apart by identity first.
+    whole: _Deduced = (atom.scalar, atom.list, atom.map)
+    deductions = dict.fromkeys(("null", "scalar", "map", "list", "invalid", "absent"), whole)
+    if atom.scalar is not None:
+        deductions["scalar"] = (atom.scalar, None, None)
+    if atom.list is not None:
+        deductions["list"] = (None, atom.list, None)
+    if atom.map is not None:
+        deductions["map"] = (None, None, atom.map)
+    return deductions
 
 
 def _validate_scalar(t: str, v: Any, prefix: str) -> str | None:
     if v is _ABSENT or v is None:
+        return None
+    if t == "string" and isinstance(v, str):
         return None
     is_num = isinstance(v, (int, float)) and not isinstance(v, bool)
     if t == "numeric":
@@ -435,7 +466,7 @@ def _validate(v: Any, atom: _Atom, path: str, errs: list[tuple[str, str]]) -> No
     if mp is not None:
         if v is None:
             return
-        if not isinstance(v, Mapping):
+        if v.__class__ is not dict and not isinstance(v, Mapping):
             errs.append((path, f"expected map, got {_value_v(v)}"))
             return
         for key, val in v.items():
@@ -446,6 +477,9 @@ def _validate(v: Any, atom: _Atom, path: str, errs: list[tuple[str, str]]) -> No
                     errs.append((f"{path}.{key}", "field not declared in schema"))
                     # visitMapItems stops iterating this map at the first undeclared field.
                     return
+            if val.__class__ is str and (ft.scalar == "string" or ft.scalar == "untyped"):
+                # A string where one is expected, the most common leaf: nothing to report.
+                continue
             _validate(val, ft, f"{path}.{key}", errs)
     elif scalar is not None:
         msg = _validate_scalar(scalar, v, "")
@@ -483,7 +517,10 @@ def _validate(v: Any, atom: _Atom, path: str, errs: list[tuple[str, str]]) -> No
 def _find_atomics(path: str, atom: _Atom, v: Any, out: list[str]) -> None:
     # Deliberately mirrors the Go code: no deduceAtom, map and list checks independent, and only declared struct
     # fields are descended into (never map values or the keys of a deduced map), with list items as [index].
-    if isinstance(v, Mapping) and atom.map is not None:
+    cls = v.__class__
+    if cls is str or v is None:
+        return
+    if atom.map is not None and (cls is dict or isinstance(v, Mapping)):
         if atom.map.atomic:
             out.append(path)
         fields = atom.map.fields
@@ -491,7 +528,7 @@ def _find_atomics(path: str, atom: _Atom, v: Any, out: list[str]) -> None:
             ft = fields.get(key)
             if ft is not None:
                 _find_atomics(f"{path}.{key}", ft, val, out)
-    if isinstance(v, (list, tuple)) and atom.list is not None:
+    if atom.list is not None and (cls is list or isinstance(v, (list, tuple))):
         if not atom.list.associative:
             out.append(path)
         for i, child in enumerate(v):
@@ -509,8 +546,13 @@ def _merge(lhs: Any, rhs: Any, atom: _Atom, path: str) -> tuple[Any, list[tuple[
     if lhs is _ABSENT:
         # Likewise for a patch-only subtree (the patch was validated, so rebuilding cannot fail).
         return rhs, []
+    if lhs.__class__ is dict and rhs.__class__ is dict and atom.map is not None:
+        # Both sides deduce to the atom's map: what _handle would do with it.
+        return _do_map(atom.map, lhs, rhs, path)
     alhs = _deduce(atom, lhs)
     arhs = _deduce(atom, rhs)
+    if alhs is arhs:
+        return _handle(arhs, lhs, rhs, atom, path)
     errs: list[tuple[str, str]] = []
     if not (alhs[0] == arhs[0] and alhs[1] is arhs[1] and alhs[2] is arhs[2]):
         # Go runs the LHS interpretation on a copy of the walker (keeping only its errors), then the RHS one.
@@ -540,14 +582,43 @@ def _handle(
 
 def _do_map(mp: _Map, lhs: Any, rhs: Any, path: str) -> tuple[Any, list[tuple[str, str]]]:
     # Go ignores deref errors here: a non-map side simply counts as absent.
-    lm = lhs if isinstance(lhs, Mapping) else None
-    rm = rhs if isinstance(rhs, Mapping) else None
+    lm = lhs if lhs.__class__ is dict or isinstance(lhs, Mapping) else None
+    rm = rhs if rhs.__class__ is dict or isinstance(rhs, Mapping) else None
     if mp.atomic or (not lm and not rm):
         # Leaf (atomic, or both empty/null: keeps the empty vs null distinction of the RHS).
         return (rhs if rhs is not _ABSENT else lhs), []
+    fields, elem = mp.fields, mp.elem
+    if lm and rm:
+        # The live map's keys in place, the patch's own after them: walked by the patch's keys, for a patch that
+        # names a few of many; errors come in the live map's order, so a merge that has any is made that way.
+        out: dict[str, Any] = dict(lm)
+        for key, rv in rm.items():
+            lv = lm.get(key, _ABSENT)
+            if lv is _ABSENT:
+                out[key] = rv
+                continue
+            ft = fields.get(key) or elem
+            if ft is None:
+                return _do_map_in_order(fields, elem, lm, rm, path)
+            if lv is rv and rv.__class__ is str and (ft.scalar == "string" or ft.scalar == "untyped"):
+                # The very string on both sides (apiVersion and kind, which the patch is stamped with): the merge
+                # keeps it, and it is valid there.
+                continue
+            o, e = _merge(lv, rv, ft, f"{path}.{key}")
+            if e:
+                return _do_map_in_order(fields, elem, lm, rm, path)
+            if o is _ABSENT:
+                del out[key]
+            else:
+                out[key] = o
+        return (out if out else _ABSENT), []
+    return _do_map_in_order(fields, elem, lm, rm, path)
+
+
+def _do_map_in_order(fields: dict[str, _Atom], elem: _Atom | None, lm: Mapping[str, Any] | None,
+                     rm: Mapping[str, Any] | None, path: str) -> tuple[Any, list[tuple[str, str]]]:
     errs: list[tuple[str, str]] = []
     out: dict[str, Any] = {}
-    fields, elem = mp.fields, mp.elem
     if lm:
         for key, lv in lm.items():
             rv = rm.get(key, _ABSENT) if rm else _ABSENT
@@ -705,27 +776,37 @@ def find_atomics(patch: Mapping[str, Any], schema: TypeSchema) -> list[str]:
 
 
 def apply_structured_merge_diff(
-    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None
+    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None, *,
+    validated: bool = False,
 ) -> dict[str, Any]:
     """``ApplyStructuredMergeDiff``: merge ``patch`` into ``original`` and return the merged object.
 
     ``schema`` defaults to :func:`schema_for` of the original's apiVersion/kind. Raises :class:`GVKMismatchError`,
-    :class:`PatchSchemaError`, :class:`AtomicMutationError` or :class:`MergeError`.
+    :class:`PatchSchemaError`, :class:`AtomicMutationError` or :class:`MergeError`. With ``validated`` the caller
+    knows the patch passes the schema's validation and holds no atomic container (the same patch did for the same
+    schema), so neither is checked again.
     """
     p_gvk, o_gvk = _gvk_string(patch), _gvk_string(original)
     if p_gvk != o_gvk:
         raise GVKMismatchError(f"patch ({p_gvk}) and original object ({o_gvk}) are not of the same gvk")
+    return _merge_same_gvk(original, patch, schema, validated)
+
+
+def _merge_same_gvk(original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None,
+                    validated: bool) -> dict[str, Any]:
+    """:func:`apply_structured_merge_diff` of a patch of the original's group/version/kind."""
     if schema is None:
         av, kind = original.get("apiVersion"), original.get("kind")
         schema = schema_for(av if isinstance(av, str) else "", kind if isinstance(kind, str) else "")
-    errs = validate_patch_schema(patch, schema)
-    if errs:
-        raise PatchSchemaError(f"failed to convert patch object to typed object: {_format_errors(errs)}")
-    atomics = find_atomics(patch, schema)
-    if atomics:
-        raise AtomicMutationError(
-            f"invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {', '.join(atomics)}"
-        )
+    if not validated:
+        errs = validate_patch_schema(patch, schema)
+        if errs:
+            raise PatchSchemaError(f"failed to convert patch object to typed object: {_format_errors(errs)}")
+        atomics = find_atomics(patch, schema)
+        if atomics:
+            raise AtomicMutationError(
+                f"invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {', '.join(atomics)}"
+            )
     out, errs = _merge(original, patch, schema.atom, "")
     if errs:
         raise MergeError(f"failed to merge patch: {_format_errors(errs)}")
@@ -735,16 +816,19 @@ def apply_structured_merge_diff(
 
 
 def apply_configuration(
-    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None
+    original: Mapping[str, Any], patch: Mapping[str, Any], schema: TypeSchema | None = None, *,
+    validated: bool = False,
 ) -> dict[str, Any]:
     """What ``applyConfigPatcher.Patch`` does with the evaluated ``Object{...}``: stamp the object's apiVersion/kind
-    on the patch, then :func:`apply_structured_merge_diff`."""
+    on the patch, then :func:`apply_structured_merge_diff` (``validated``: see there; the patch stamped alike)."""
     stamped = dict(patch)
     for field in ("apiVersion", "kind"):
         # Unstructured.SetGroupVersionKind writes both fields, empty strings included.
         v = original.get(field)
         stamped[field] = v if isinstance(v, str) else ""
-    return apply_structured_merge_diff(original, stamped, schema)
+    # Stamped so, the patch names the original's group/version/kind (a field that is no string reads as "" on
+    # both sides), which apply_structured_merge_diff would check.
+    return _merge_same_gvk(original, stamped, schema, validated)
 
 
 def iter_builtin_gvks() -> Iterable[tuple[str, str]]:

@@ -21,17 +21,21 @@ times, raw extensions) are not looked into.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from staticadm import gofmt
 from staticadm.cel.schema_types import kind_definition
+from staticadm.patch.jsonpatch import path_keys
 
 #: The Go types of the schema's scalars, which the decoding errors name.
 _GO_SCALARS = {"string": "string", "int": "int", "int32": "int32", "int64": "int64", "double": "float64",
                "bool": "bool", "bytes": "[]uint8"}
 _INT_RANGES = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1), "int": (-(2 ** 63), 2 ** 63 - 1)}
+#: The JSON type each of the other scalars decodes from.
+_JSON_TYPES = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}
 #: Definitions Kubernetes decodes with an UnmarshalJSON of its own.
 _OWN_DECODERS = frozenset({"io.k8s.apimachinery.pkg.api.resource.Quantity",
                            "io.k8s.apimachinery.pkg.util.intstr.IntOrString"})
@@ -53,16 +57,119 @@ def decoding_error(obj: Any, before: Any, group: str, version: str, kind: str) -
     return None
 
 
+#: (definitions, what each reference there resolves to): the definitions are the kinds' (``kind_definition``), one
+#: mapping for the process, whose references resolve the same for every object decoded.
+_RESOLVED: list[tuple[Mapping[str, Any], dict[str, tuple[Any, str | None]]]] = []
+
+
+def _resolved_references(definitions: Mapping[str, Any]) -> dict[str, tuple[Any, str | None]]:
+    for known, resolved in _RESOLVED:
+        if known is definitions:
+            return resolved
+    resolved = {}
+    # Held with the definitions, so that the identity check above names them; any other set of definitions (a
+    # test's) replaces them.
+    _RESOLVED[:] = [(definitions, resolved)]
+    return resolved
+
+
+#: The operations that write their value at their path (``replace`` of a missing key adds it, as ``add`` does).
+_WRITES = frozenset({"add", "replace"})
+
+
+def strings_decode(obj: Any, operations: Sequence[Mapping[str, Any]], group: str, version: str, kind: str) -> bool:
+    """Whether ``obj``, what ``operations`` (a JSON Patch, applied without an error) left of an object, decodes for
+    certain without being walked: every operation tests, or writes a string through maps of ``obj`` where the
+    kind's schema says string (``_string_paths_decode``), so only those strings changed, each where it decodes.
+    False says nothing: ``decoding_error`` decides then."""
+    paths = []
+    for operation in operations:
+        op = operation.get("op")
+        if op == "test":
+            continue
+        path = operation.get("path")
+        if op.__class__ is not str or op not in _WRITES or not isinstance(path, str) \
+                or operation.get("value").__class__ is not str:
+            return False
+        segments = path_keys(path)
+        if not segments:
+            return False
+        paths.append(segments)
+    if not _string_paths_decode(tuple(paths), group, version, kind):
+        return False
+    for segments in paths:
+        # A list on the way (an object the schema disagrees with) would not decode as a map: the walk decides.
+        node = obj
+        for segment in segments[:-1]:
+            if node.__class__ is not dict:
+                return False
+            node = node.get(segment)
+        if node.__class__ is not dict:
+            return False
+    return True
+
+
+def _string_paths_decode(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
+    """Whether each of ``paths`` leads, through fields of structs and keys of maps of the kind's schema, to a string
+    (any path, for a kind that is not built in: nothing is decoded then)."""
+    if sum(len(segment) for segments in paths for segment in segments) > _LONGEST_KEPT_PATHS:
+        return _paths_to_strings(paths, group, version, kind)
+    return _kept_paths_to_strings(paths, group, version, kind)
+
+
+#: How long the paths whose answer is kept (``_kept_paths_to_strings``) may be, in all: what a policy writes is
+#: short, and what is kept stays small whatever a request names.
+_LONGEST_KEPT_PATHS = 1024
+
+
+def _paths_to_strings(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
+    found = kind_definition(group, version, kind)
+    if found is None:
+        return True
+    name, definitions = found
+    decoder = _Decoder(definitions)
+    for segments in paths:
+        schema: Any = {"ref": name}
+        for segment in segments:
+            resolved, _ = decoder._resolve(schema)
+            if resolved.__class__ is str or "list" in resolved:
+                return False
+            if "map" in resolved:
+                schema = resolved["map"]
+                continue
+            properties = resolved.get("object", {})
+            if segment not in properties:
+                return False
+            schema = properties[segment]
+        resolved, _ = decoder._resolve(schema)
+        if resolved != "string" and resolved != "bytes":
+            return False
+    return True
+
+
+#: ``_paths_to_strings`` of the paths policies write, kept: a fact of the schemas, by the paths themselves.
+_kept_paths_to_strings = functools.lru_cache(maxsize=1024)(_paths_to_strings)
+
+
 class _Decoder:
     """One walk of the object as the Go decoder makes it (object keys in Go's marshalled order: sorted)."""
 
     def __init__(self, definitions: Mapping[str, Any]) -> None:
         self._definitions = definitions
+        self._resolved = _resolved_references(definitions)
         self.type_error: str | None = None
         self.unknown: list[str] = []
 
     def _resolve(self, schema: Any) -> tuple[Any, str | None]:
         """(the schema a reference stands for, the definition name of a struct)."""
+        if schema.__class__ is str or "ref" not in schema:
+            return schema, None
+        resolved = self._resolved.get(schema["ref"])
+        if resolved is None:
+            resolved = self._resolved[schema["ref"]] = self._follow(schema)
+        return resolved
+
+    def _follow(self, schema: Any) -> tuple[Any, str | None]:
         name = None
         seen = set()
         while isinstance(schema, dict) and "ref" in schema and schema["ref"] not in seen:
@@ -105,7 +212,7 @@ class _Decoder:
             if value is old or (type(value) is type(old) and value == old):
                 return
         resolved, name = self._resolve(schema)
-        if isinstance(resolved, str):
+        if resolved.__class__ is str:
             self._scalar(value, resolved, schema, struct, fields)
             return
         if "list" in resolved:
@@ -116,29 +223,43 @@ class _Decoder:
             for index, item in enumerate(value):
                 self.value(item, items, resolved["list"], fields, [*strict_path, f"[{index}]"], struct)
             return
-        if not isinstance(value, dict):
+        if value.__class__ is not dict and not isinstance(value, dict):
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
             return
+        # The one map before it (the common case: a patched map and the map it was) is read without a tuple.
+        only = before[0] if len(before) == 1 and before[0].__class__ is dict else None
+        if only is not None:
+            keys = sorted([key for key, item in value.items() if only.get(key, _kept) is not item])
+        else:
+            keys = _changed_keys(before, value)
+        if not keys:
+            return
         if "map" in resolved:
-            for key in sorted(value):
+            element = resolved["map"]
+            for key in keys:
                 item = value[key]
-                if _kept(before, key, item):
+                if item.__class__ is str and (element == "string" or element == "bytes"):
+                    # A string where the schema says string (annotations, labels): it decodes.
                     continue
-                self.value(item, _below(before, key), resolved["map"], fields, _joined(strict_path, key), struct)
+                below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
+                self.value(item, below, element, fields, _joined(strict_path, key), struct)
             return
         properties = resolved.get("object", {})
         own_struct = name.rpartition(".")[2] if name is not None else struct
-        for key in sorted(value):
-            if _kept(before, key, value[key]):
-                continue
+        for key in keys:
             if key not in properties:
                 if not any(isinstance(old, dict) and key in old for old in before):
                     self.unknown.append("".join(_joined(strict_path, key)))
                 continue
-            self.value(value[key], _below(before, key), properties[key], [*fields, key], _joined(strict_path, key),
-                       own_struct)
+            item, field = value[key], properties[key]
+            if item.__class__ is str and (field == "string" or field == "bytes"):
+                continue
+            below = ((only[key],) if key in only else ()) if only is not None else _below(before, key)
+            self.value(item, below, field, [*fields, key], _joined(strict_path, key), own_struct)
 
     def _scalar(self, value: Any, scalar: str, schema: Any, struct: str, fields: list[str]) -> None:
+        if value.__class__ is str and (scalar == "string" or scalar == "bytes"):
+            return
         if scalar in _INT_RANGES:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 self._mismatch(gofmt.json_type(value), schema, struct, fields)
@@ -148,11 +269,19 @@ class _Decoder:
             if not integral or not low <= int(value) <= high:
                 self._mismatch(f"number {gofmt.marshal_json(value)}", schema, struct, fields)
             return
-        expected = {"string": "string", "bytes": "string", "double": "number", "bool": "bool"}.get(scalar)
+        expected = _JSON_TYPES.get(scalar)
         if expected is None:
             return  # dyn, times and durations: decoded by types of their own
         if gofmt.json_type(value) != expected:
             self._mismatch(gofmt.json_type(value), schema, struct, fields)
+
+
+def _changed_keys(before: tuple[Any, ...], value: dict[str, Any]) -> list[str]:
+    """The keys of ``value`` whose items are not ``_kept``, sorted: most of a patched map is the map before it, so
+    only what changed is sorted and walked."""
+    if not before:
+        return sorted(value)
+    return [key for key in sorted(value) if not _kept(before, key, value[key])]
 
 
 def _kept(before: tuple[Any, ...], key: str, item: Any) -> bool:

@@ -54,6 +54,9 @@ def create_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
     return ops
 
 
+_MISSING: Any = object()
+
+
 def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         _diff_dict(a, b, path, ops)
@@ -70,9 +73,13 @@ def _diff_dict(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[s
         if k not in b:
             ops.append({"op": "remove", "path": f"{path}/{escape_pointer_token(k)}"})
     for k, bv in b.items():
+        av = a.get(k, _MISSING)
+        if av is bv:
+            # Shared with the original (a patched object shares what it did not change): nothing to say.
+            continue
         p = f"{path}/{escape_pointer_token(k)}"
-        if k in a:
-            _diff_child(a[k], bv, p, ops)
+        if av is not _MISSING:
+            _diff_child(av, bv, p, ops)
         else:
             ops.append({"op": "add", "path": p, "value": bv})
 

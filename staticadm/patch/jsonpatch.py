@@ -37,7 +37,7 @@ from typing import Any
 
 from staticadm.json_types import json_type_name
 
-__all__ = ["JSONPatchError", "JSONPatchTestFailed", "apply_patch", "json_equal"]
+__all__ = ["JSONPatchError", "JSONPatchTestFailed", "apply_patch", "json_equal", "path_keys"]
 
 _MISSING = "missing value"
 _INVALID_INDEX = "invalid index referenced"
@@ -47,7 +47,6 @@ _TEST_FAILED = "test failed"
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 63) - 1
 _ATOI = re.compile(r"[+-]?[0-9]+\Z")
-_POINTER_ESCAPE = re.compile(r"~[01]")
 
 
 class JSONPatchError(ValueError):
@@ -75,7 +74,13 @@ def _decode_key(k: str) -> str:
     # strings.NewReplacer("~1", "/", "~0", "~") does a single left-to-right pass, so "~01" decodes to "~1".
     if "~" not in k:
         return k
-    return _POINTER_ESCAPE.sub(lambda m: "/" if m.group(0) == "~1" else "~", k)
+    # Equal to the single pass: "~1" first makes no "~", and "~0" then makes no "~1" that is read again.
+    return k.replace("~1", "/").replace("~0", "~")
+
+
+def path_keys(path: str) -> tuple[str, ...]:
+    """The keys ``apply_patch`` reads ``path`` as: its segments unescaped, the first one dropped unread."""
+    return tuple(_decode_key(part) for part in path.split("/")[1:])
 
 
 def _is_number(v: Any) -> bool:
@@ -129,17 +134,20 @@ class _Doc:
             self.root = self._own(self.root)
         doc: Any = self.root
         for part in split[1:-1]:
+            key = _decode_key(part)
             try:
-                nxt = _get(doc, _decode_key(part))
+                nxt = doc.get(key) if doc.__class__ is dict else _get(doc, key)
             except (JSONPatchError, _AtoiError):
                 return None
-            if not isinstance(nxt, (dict, list)):
+            if nxt.__class__ is not dict and not isinstance(nxt, (dict, list)):
                 # missing (None from a partialDoc), JSON null, or a scalar that cannot be unmarshalled into a container
                 return None
-            if for_write:
+            if for_write and id(nxt) not in self.owned:
                 owned = self._own(nxt)
-                if owned is not nxt:
-                    _set_existing(doc, _decode_key(part), owned)
+                if doc.__class__ is dict:
+                    doc[key] = owned
+                else:
+                    _set_existing(doc, key, owned)
                 nxt = owned
             doc = nxt
         return doc, _decode_key(split[-1])
@@ -244,8 +252,11 @@ def _op_add(doc: _Doc, op: Mapping[str, Any]) -> None:
     if found is None:
         raise JSONPatchError(f'add operation does not apply: doc is missing path: "{path}": {_MISSING}')
     con, key = found
-    try:
+    if isinstance(con, dict):
         # An absent "value" is a nil node, which marshals as null.
+        con[key] = op.get("value")
+        return
+    try:
         _add(con, key, op.get("value"))
     except JSONPatchError as e:
         raise JSONPatchError(f"error in add for path: '{path}': {e}") from None
@@ -378,7 +389,7 @@ def apply_patch(document: Any, patch: Sequence[Mapping[str, Any]]) -> Any:
         raise JSONPatchError("document must be a JSON object or array")
     doc = _Doc(document)
     for op in patch:
-        if not isinstance(op, Mapping):
+        if op.__class__ is not dict and not isinstance(op, Mapping):
             raise JSONPatchError("json: cannot unmarshal non-object into Go value of type jsonpatch.Operation")
         _apply_one(doc, op)
     return doc.root

@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -369,3 +371,170 @@ def test_validations_run_together_decide_as_one_by_one_at_cost_limits(count: int
     one_by_one = evaluate_validating(snap, namespaces, request, share_evaluations=False)
     assert _comparable(together) == _comparable(one_by_one)
     assert together.allowed is (count == 2)
+
+
+#: Match conditions that read nothing of the object: decided once per request for every policy that has them, in
+#: both passes, each policy charged its own budget (three heavy ones run out of it; a false one wins over errors).
+OBJECT_FREE_CONDITIONS = (
+    {"name": "namespace", "expression": "request.namespace != 'kube-system'"},
+    {"name": "never", "expression": "request.operation == 'DELETE'"},
+    {"name": "not-ever", "expression": "request.operation == 'DELETE'"},
+    {"name": "alice", "expression": "request.userInfo.username == 'alice' && !request.dryRun"},
+    {"name": "main", "expression": "request.?subResource.orValue('') == ''"},
+    {"name": "broken", "expression": "request.userInfo.extra['missing'][0] == 'x'"},
+    *({"name": f"heavy{index}", "expression": "!request.userInfo.extra['text'][0].contains("
+       "request.userInfo.extra['needle'][0])"} for index in range(3)),
+)
+#: Mutations that read nothing of the object (see ``MUTATIONS`` for ones that do), changing it or not; most read
+#: nothing of the request either (constants: evaluated once per process), some of those fail.
+OBJECT_FREE_MUTATIONS = (
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{metadata: Object.metadata{labels: {'team': request.namespace}}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{metadata: Object.metadata{labels: {'tier': 'web'}, annotations: {'a': 'c'}}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{spec: Object.spec{replicas: 'three'}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{spec: Object.spec{selector: Object.spec.selector{matchLabels: {'app': 'web'}}}}"}},
+    {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+        "Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: "
+        "[Object.spec.template.spec.containers{name: 'sidecar', image: 'envoy'}]}}}}"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: ['a', 'b'][2]}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'team': 'a'}}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/labels/x', value: duration('1s')}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[1, 2, 3].map(n, n * 2).exists(n, n > 5) ? [JSONPatch{op: 'add', path: '/metadata/labels/six', "
+        "value: 'yes'}] : []"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'add', path: '/metadata/annotations/user', value: request.userInfo.username}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression":
+        "[JSONPatch{op: 'test', path: '/spec/replicas', value: 2}]"}},
+    {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/nope', value: 'x'}]"}},
+    MUTATIONS[0],
+)
+
+
+@st.composite
+def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    rules = {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                "resources": ["deployments"]}]}
+    # Policies draw their conditions from a few lists, so that several have the very same ones.
+    heavy = [condition for condition in OBJECT_FREE_CONDITIONS if condition["name"].startswith("heavy")]
+    some = st.lists(st.sampled_from(OBJECT_FREE_CONDITIONS), max_size=4, unique_by=lambda c: c["name"])
+    shared = draw(st.lists(st.one_of(
+        some, some,
+        st.permutations([*heavy, draw(st.sampled_from(OBJECT_FREE_CONDITIONS[:6]))])), min_size=1, max_size=2))
+    for index in range(draw(st.integers(1, 4))):
+        name = f"m{index}.static.k8s.io"
+        spec: dict[str, Any] = {
+            "matchConstraints": rules,
+            "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+            "reinvocationPolicy": draw(st.sampled_from(("Never", "IfNeeded"))),
+            "mutations": draw(st.lists(st.sampled_from(OBJECT_FREE_MUTATIONS), min_size=1, max_size=2)),
+        }
+        conditions = draw(st.sampled_from(shared))
+        if conditions:
+            spec["matchConditions"] = conditions
+        objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                        "metadata": {"name": name}, "spec": spec})
+        objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                        "metadata": {"name": f"m{index}-b.static.k8s.io"}, "spec": {"policyName": name}})
+    return objects
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=object_free_sets(), requests=st.lists(st.tuples(st.sampled_from(("default", "kube-system")),
+                                                               st.sampled_from(("alice", "bob", "b" * 600)),
+                                                               st.booleans(),
+                                                               st.sampled_from((1, 2)), st.booleans()),
+                                                     min_size=1, max_size=4))
+def test_object_free_conditions_and_mutations_decide_as_the_straightforward_reading(
+        objects: list[dict[str, Any]], requests: list[tuple[str, str, bool, int, bool]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    namespaces = RequestOnlyNamespaces()
+
+    def comparable(outcome: MutationOutcome) -> Any:
+        # The engine orders a new map's keys anew in each evaluation (cel-cpp's hash maps): a constant evaluated
+        # once keeps one order, so the patch is compared as JSON operations in any order, not as bytes.
+        answer = outcome.response["response"]
+        patch = json.loads(base64.b64decode(answer["patch"])) if "patch" in answer else None
+        return ({**answer, "patch": patch and sorted(json.dumps(operation, sort_keys=True) for operation in patch)},
+                _operations(outcome), outcome.mutated_object,
+                [(r.policy, r.binding, r.action, r.error_type, r.message) for r in outcome.decisions],
+                outcome.invoked, outcome.reinvoked, [(n.policy, n.binding, n.reason) for n in outcome.not_matched])
+
+    # Requests one after the other, as the daemon answers them: what conditions decided for the fields of one
+    # request, and the values of constant mutations, are kept for the next.
+    # Constant patches are applied to objects that differ (what the patch merges into, what a sidecar joins).
+    for namespace, username, dry_run, replicas, bare in requests:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["spec"]["replicas"] = replicas
+        obj["metadata"]["annotations"] = {"a": "b"}
+        if bare:
+            del obj["metadata"]["labels"]
+            obj["spec"]["template"] = {"spec": {"containers": [{"name": "sidecar", "image": "old"}]}}
+        # About 900,000 each to compare (60,000 x 1,500 / 100): three heavy conditions pass a policy's 2.5M budget.
+        user = {"username": username, "groups": ["system:authenticated"],
+                "extra": {"text": ["a" * 60_000], "needle": ["b" * 1_500]}}
+        request = parsed(review(obj=obj, namespace=namespace, userInfo=user, dryRun=dry_run))
+        fast = evaluate_mutating(snap, namespaces, request)
+        plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
+        event("denied" if not fast.allowed else "mutated" if fast.patch else "unchanged")
+        event(f"reinvoked {len(fast.reinvoked)}")
+        event(f"not matched {len(fast.not_matched)}")
+        event("out of budget" if any("cost budget" in r.message for r in fast.decisions) else "within budget")
+        assert comparable(fast) == comparable(plain)
+        # Whatever is kept across requests is not part of an answer: a caller may change what it got.
+        _scribble(fast.mutated_object)
+        _scribble([dict(operation) for operation in fast.patch])
+
+
+@pytest.mark.parametrize("mutation", OBJECT_FREE_MUTATIONS, ids=lambda mutation: str(mutation)[-60:])
+def test_what_constant_mutations_keep_across_requests_is_never_part_of_an_answer(mutation: dict[str, Any]) -> None:
+    # One policy, always invoked: each answer is changed by its caller before the next request.
+    name = "m.static.k8s.io"
+    objects = [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {"matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                    "resources": ["deployments"]}]},
+                    "failurePolicy": "Ignore", "reinvocationPolicy": "Never", "mutations": [mutation]}},
+               {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": "b.static.k8s.io"}, "spec": {"policyName": name}}]
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    namespaces = RequestOnlyNamespaces()
+    for bare in (False, True, False, False, True):
+        obj = copy.deepcopy(DEPLOYMENT)
+        if bare:
+            del obj["metadata"]["labels"]
+            obj["spec"]["template"] = {"spec": {"containers": [{"name": "sidecar", "image": "old"}]}}
+        request = parsed(review(obj=obj))
+        fast = evaluate_mutating(snap, namespaces, request)
+        plain = evaluate_mutating(snap, namespaces, request, share_evaluations=False, prune_objects=False)
+        # Operations in any order: the engine orders a new map's keys anew in each evaluation (see above).
+        assert (fast.mutated_object, _operations(fast), [r.message for r in fast.decisions]) == (
+            plain.mutated_object, _operations(plain), [r.message for r in plain.decisions])
+        _scribble(fast.mutated_object)
+        _scribble([dict(operation) for operation in fast.patch])
+
+
+def _operations(outcome: MutationOutcome) -> list[str]:
+    return sorted(json.dumps(operation, sort_keys=True) for operation in outcome.patch)
+
+
+def _scribble(value: Any) -> None:
+    """Changes every map and list in ``value``, deepest first."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _scribble(item)
+        value["scribbled"] = True
+    elif isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("scribbled")

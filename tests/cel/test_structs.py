@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 from typing import Any
 
 import pytest
@@ -112,6 +114,43 @@ def test_values_without_a_json_form_are_refused() -> None:
                      'spec: Object.spec{x: duration("1s")}}', ExpressionKind.APPLY_CONFIGURATION)
     with pytest.raises(ConversionError):
         to_plain(value)
+
+
+class _Labels(dict[Any, Any]):
+    """A map of a class of its own: converted as any map (the engine's results are plain dicts, other callers'
+    may not be)."""
+
+
+@pytest.mark.parametrize(("value", "refused"), [
+    ({"a": [1, 2.5, True, None, "s"]}, None),
+    (_Labels({"a": _Labels({"b": "c"})}), None),
+    ({"a": {"@k8s": 1, "b": "c"}}, None),
+    ({"a": [{"b": b"x"}]}, "bytes values cannot be written into an object"),
+    ({"a": {1: "x"}}, "map key 1 is of type int64, not string"),
+    (_Labels({2.5: "x"}), "map key 2.5 is of type float64, not string"),
+    ({"a": {"@k8s": "Quantity", "value": "1"}}, "a Quantity value cannot be written into an object"),
+    ([{"@k8s": "JSONPatch", "fields": {}}], "a JSONPatch value cannot be written into an object"),
+    ({"a": datetime.timedelta(seconds=1)}, "a timedelta value cannot be written into an object"),
+])
+def test_plain_values_are_copied_and_values_without_a_json_form_refused(value: Any, refused: str | None) -> None:
+    if refused is not None:
+        with pytest.raises(ConversionError, match=f"^{re.escape(refused)}$"):
+            to_plain(value)
+        return
+    plain = to_plain(value)
+    assert plain == value
+    assert all(type(inner) in (dict, list) for inner in (plain, *plain.values())), "maps come back as dicts"
+    assert plain is not value and plain["a"] is not value["a"], "containers are new: the value may be kept"
+
+
+def test_objects_nested_in_plain_values_check_their_names_against_the_path() -> None:
+    value = {"@k8s": "Object", "name": "Object", "fields": {
+        "spec": {"@k8s": "Object", "name": "Object.spec", "fields": {"list": [
+            {"@k8s": "Object", "name": "Object.spec.wrong", "fields": {"a": {"plain": 1}}}]}}}}
+    errors: list[str] = []
+    assert to_plain(value, None, errors) == {"spec": {"list": [{"a": {"plain": 1}}]}}
+    assert errors == ['unexpected type name "Object.spec.wrong", expected "Object.spec.list", which matches '
+                      "field name path from root Object type"]
 
 
 def test_jsonpatch_string_fields_are_checked_when_built() -> None:

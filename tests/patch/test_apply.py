@@ -379,3 +379,14 @@ def test_structural_sharing() -> None:
 def test_error_base_class() -> None:
     with pytest.raises(ApplyConfigurationError):
         merge(pod(), {"spec": {"nodeSelector": {}}})
+
+
+@pytest.mark.parametrize("gvk", [("v1", "Pod"), (5, None), ("", ""), ("a/b/c", "Thing")])
+def test_a_patch_stamped_with_the_objects_gvk_merges_as_apply_structured_merge_diff_merges_it(gvk: Any) -> None:
+    # apply_configuration skips the group/version/kind check its stamping always passes.
+    api_version, kind = gvk
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "p", "labels": {"app": "web"}}}
+    patch = {"metadata": {"labels": {"tier": "web"}}}
+    stamped = {**patch, "apiVersion": api_version if isinstance(api_version, str) else "",
+               "kind": kind if isinstance(kind, str) else ""}
+    assert merge(obj, patch) == apply_structured_merge_diff(obj, stamped)

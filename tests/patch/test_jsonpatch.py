@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch, json_equal
+from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch, json_equal, path_keys
 
 DOC: dict[str, Any] = {"a": {"b": [1, 2, 3], "c": None, "s": "x"}, "k/e~y": 1, "n": 1}
 
@@ -219,3 +219,24 @@ def test_json_equal() -> None:
     assert not json_equal(0, False)
     assert not json_equal(None, {})
     assert not json_equal([1], {"0": 1})
+
+
+@pytest.mark.parametrize(("path", "keys"), [
+    ("/a~01/b~1c/~0~1", ("a~1", "b/c", "~/")),
+    ("/~~11/~10", ("~/1", "/0")),
+    ("x/y", ("y",)),
+    ("", ()),
+])
+def test_path_keys_are_unescaped_in_one_pass_after_the_first_segment(path: str, keys: tuple[str, ...]) -> None:
+    # strings.NewReplacer("~1", "/", "~0", "~"): left to right, nothing replaced is read again.
+    assert path_keys(path) == keys
+    if not keys:
+        return
+    document: dict[str, Any] = {}
+    node = document
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    patched = apply_patch(document, [{"op": "add", "path": path, "value": 1}])
+    for key in keys:
+        patched = patched[key]
+    assert patched == 1, "apply_patch writes where path_keys says"

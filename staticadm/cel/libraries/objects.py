@@ -14,7 +14,7 @@ import orjson
 
 from staticadm.cel import structs
 from staticadm.cel.libraries.spec import CelFunctionError, Function, OpaqueType, Overload
-from staticadm.cel.values import make_opaque, opaque_type_name
+from staticadm.cel.values import TYPE_TAG, make_opaque, opaque_type_name
 
 #: Lets the environment know it must rewrite struct creation syntax for these types.
 STRUCT_SYNTAX = True
@@ -98,25 +98,51 @@ def to_plain(value: Any, path: str | None = None, errors: list[str] | None = Non
     """
     if errors is None:
         errors = []
+    # The engine's results are of these very classes: each is told by its class alone, anything else (a subclass,
+    # bytes, a duration) goes the general way.
+    cls = value.__class__
+    if cls is str or cls is bool or cls is int or cls is float or value is None:
+        return value
+    if cls is dict:
+        tag = value.get(TYPE_TAG)
+        if isinstance(tag, str):
+            if tag == structs.OBJECT_TYPE:
+                return _object_fields(value, path, errors)
+            raise ConversionError(f"a {tag} value cannot be written into an object")
+        return _plain_map(value, path, errors)
+    if cls is list:
+        return [to_plain(item, path, errors) for item in value]
+    return _to_plain(value, path, errors)
+
+
+def _object_fields(value: dict[str, Any], path: str | None, errors: list[str]) -> dict[str, Any]:
+    name = value["name"]
+    expected = name if path is None else path
+    if name != expected:
+        errors.append(f'unexpected type name "{name}", expected "{expected}", which matches field name path '
+                      "from root Object type")
+    return {key: to_plain(field, f"{expected}.{key}", errors) for key, field in value["fields"].items()}
+
+
+def _plain_map(value: dict[Any, Any], path: str | None, errors: list[str]) -> dict[str, Any]:
+    plain: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ConversionError(f"map key {key!r} is of type {_GO_TYPE_NAMES.get(type(key), 'unknown')}, "
+                                  "not string")
+        plain[key] = to_plain(item, path, errors)
+    return plain
+
+
+def _to_plain(value: Any, path: str | None, errors: list[str]) -> Any:
     if is_object(value):
-        name = value["name"]
-        expected = name if path is None else path
-        if name != expected:
-            errors.append(f'unexpected type name "{name}", expected "{expected}", which matches field name path '
-                          "from root Object type")
-        return {key: to_plain(field, f"{expected}.{key}", errors) for key, field in value["fields"].items()}
+        return _object_fields(value, path, errors)
     if isinstance(value, list):
         return [to_plain(item, path, errors) for item in value]
     if isinstance(value, dict):
         if opaque_type_name(value) is not None:
             raise ConversionError(f"a {opaque_type_name(value)} value cannot be written into an object")
-        plain: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ConversionError(f"map key {key!r} is of type {_GO_TYPE_NAMES.get(type(key), 'unknown')}, "
-                                      "not string")
-            plain[key] = to_plain(item, path, errors)
-        return plain
+        return _plain_map(value, path, errors)
     if isinstance(value, bytes):
         raise ConversionError("bytes values cannot be written into an object")
     if not isinstance(value, bool | int | float | str | type(None)):
