@@ -10,7 +10,8 @@ from staticadm.admission.outcomes import ExpressionFailure, expression_failure
 from staticadm.admission.vocabulary import ErrorType
 from staticadm.cel import CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import EvaluationContext, RememberedOutcomes
-from staticadm.cel.reads import free_identifiers, read_paths
+from staticadm.cel.reads import read_paths
+from staticadm.cel.stepping import free_variables
 from staticadm.compiled import Program
 from staticadm.model import MatchCondition
 
@@ -83,7 +84,7 @@ def _is_constant(program: Program) -> bool:
         return False
     compiled = cast(CompiledExpression, program)
     return (compiled.prepared is not None and not compiled.linked_variables and not compiled.variables_used
-            and not free_identifiers(compiled.prepared.expr))
+            and not free_variables(compiled.prepared.expr))
 
 
 #: Whether a program reads nothing of its activation (no request, object, authorizer...): its value and cost are
@@ -96,7 +97,7 @@ def _request_paths(program: Program) -> tuple[tuple[str, ...], ...] | None:
         return None
     compiled = cast(CompiledExpression, program)
     if (compiled.prepared is None or compiled.linked_variables or compiled.variables_used
-            or not free_identifiers(compiled.prepared.expr) <= {"request"}):
+            or not free_variables(compiled.prepared.expr) <= {"request"}):
         return None
     paths = read_paths(compiled.prepared.expr, frozenset({"request"}))["request"]
     if any(not path or any(key.__class__ is not str for key in path) for path in paths):

@@ -350,24 +350,3 @@ def _prune(value: Any, trie: Trie) -> Any:
     # Not a map, nor a list whose elements are read: a deeper path fails on it exactly as on the whole value.
     return value
 
-
-def free_identifiers(expr: Any) -> set[str]:
-    """The identifiers ``expr`` reads from its activation: every one not bound by a comprehension around it (an
-    expression without any reads nothing of the request, so its value and cost are the same for every request)."""
-    found: set[str] = set()
-    stack: list[tuple[Any, frozenset[str]]] = [(expr, frozenset())]
-    while stack:
-        node, bound = stack.pop()
-        kind = node.WhichOneof("expr_kind")
-        if kind == "ident_expr":
-            if node.ident_expr.name not in bound:
-                found.add(node.ident_expr.name)
-            continue
-        if kind == "comprehension_expr":
-            loop = node.comprehension_expr
-            inner = bound | {loop.iter_var, loop.accu_var} | ({loop.iter_var2} if loop.iter_var2 else set())
-            stack.extend([(loop.iter_range, bound), (loop.accu_init, bound), (loop.loop_condition, inner),
-                          (loop.loop_step, inner), (loop.result, inner)])
-            continue
-        stack.extend((child, bound) for child in ast.children(node))
-    return found

@@ -228,6 +228,23 @@ def metric_value(text: str, name: str, labels: dict[str, str]) -> float:
     return total
 
 
+def read_to_close(client: socket.socket, payload: bytes) -> tuple[bytes, bool]:
+    """What the daemon answers ``payload`` with on ``client``, and whether it then closed the connection (a reset
+    counts) before the socket's timeout."""
+    client.sendall(payload)
+    received = b""
+    while True:
+        try:
+            chunk = client.recv(65536)
+        except ConnectionResetError:
+            return received, True
+        except TimeoutError:
+            return received, False
+        if not chunk:
+            return received, True
+        received += chunk
+
+
 def raw_http(socket_path: Path, payload: Sequence[bytes], *, pause: float = 0.0, shutdown_write: bool = False,
              timeout: float = 15.0) -> bytes:
     """Send ``payload`` pieces over the unix socket (pausing between them) and read the whole answer."""

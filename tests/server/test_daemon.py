@@ -30,6 +30,7 @@ from tests.server.harness import (
     free_port,
     policy_yaml,
     raw_http,
+    read_to_close,
     review,
     status_of,
     wait_for,
@@ -270,16 +271,7 @@ def _answer_then_end(socket_path: Path, payload: bytes) -> tuple[bytes, bool]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(5.0)
         sock.connect(str(socket_path))
-        sock.sendall(payload)
-        received = b""
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except TimeoutError:
-                return received, False
-            if not chunk:
-                return received, True
-            received += chunk
+        return read_to_close(sock, payload)
 
 
 def test_a_connection_whose_body_was_not_read_whole_is_closed_after_the_answer(make_daemon: DaemonFactory,

@@ -8,7 +8,7 @@ import http.client
 import socket
 import ssl
 
-from tests.server.harness import Daemon, DaemonFactory
+from tests.server.harness import Daemon, DaemonFactory, read_to_close
 
 #: Long enough that a connection closed by the header timeout could not pass for one closed at once.
 HEADER_TIMEOUT = "60"
@@ -20,16 +20,10 @@ def _send_and_read_to_close(daemon: Daemon, payload: bytes) -> bytes:
     """What the daemon answers ``payload`` with, up to its close; TimeoutError if it keeps the connection."""
     assert daemon.port is not None
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=WAIT) as client:
-        client.sendall(payload)
-        received = b""
-        while True:
-            try:
-                chunk = client.recv(65536)
-            except ConnectionResetError:
-                return received
-            if not chunk:
-                return received
-            received += chunk
+        received, closed = read_to_close(client, payload)
+    if not closed:
+        raise TimeoutError(f"the daemon kept the connection open for {WAIT:g} s after answering {received[:200]!r}")
+    return received
 
 
 def test_plain_http_gets_gos_400_and_the_connection_is_closed(make_daemon: DaemonFactory) -> None:
