@@ -59,6 +59,9 @@ class Snapshot:
         default_factory=dict, repr=False, compare=False)
     #: ``candidate_set`` by its arguments, filled on first use (a cluster sends a few hundred distinct ones).
     _candidates: dict[tuple[Any, ...], CandidateSet] = field(default_factory=dict, repr=False, compare=False)
+    #: What evaluation keeps across the requests evaluated against this snapshot, by evaluator
+    #: (``mutating.KeptForSnapshot``): it goes with the snapshot when a reload replaces it.
+    kept: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> Snapshot:

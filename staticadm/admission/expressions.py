@@ -62,7 +62,9 @@ class IdentityFacts(Generic[_Thing, _Fact]):
         return fact
 
 
-def _reads_object(program: Program) -> bool:
+def reads_object(program: Program) -> bool:
+    """Whether evaluating ``program`` can read anything of ``object``, through the variables it links too: one that
+    cannot has the same value, error and cost for every version of the object (a mutation's result)."""
     if program.__class__ is CompileError:
         return False
     compiled = cast(CompiledExpression, program)
@@ -71,15 +73,12 @@ def _reads_object(program: Program) -> bool:
         return True
     if compiled.object_reads()["object"]:
         return True
-    return any(_reads_object(variable) for _, variable in compiled.linked_variables)
+    return any(reads_object(variable) for _, variable in compiled.linked_variables)
 
 
-#: Whether evaluating a program can read anything of ``object``, through the variables it links too: one that
-#: cannot has the same value, error and cost for every version of the object (a mutation's result).
-reads_object = IdentityFacts(_reads_object)
-
-
-def _is_constant(program: Program) -> bool:
+def is_constant(program: Program) -> bool:
+    """Whether ``program`` reads nothing of its activation (no request, object, authorizer...): its value and cost
+    are the same in every request."""
     if program.__class__ is CompileError:
         return False
     compiled = cast(CompiledExpression, program)
@@ -87,12 +86,10 @@ def _is_constant(program: Program) -> bool:
             and not free_variables(compiled.prepared.expr))
 
 
-#: Whether a program reads nothing of its activation (no request, object, authorizer...): its value and cost are
-#: the same in every request.
-is_constant = IdentityFacts(_is_constant)
-
-
-def _request_paths(program: Program) -> tuple[tuple[str, ...], ...] | None:
+def request_paths(program: Program) -> tuple[tuple[str, ...], ...] | None:
+    """The paths of ``request`` ``program`` reads (``reads.read_paths``), when that is all it reads of its activation
+    and each is a chain of field names; None when it reads more, or a value whole. Such a program's value and cost
+    follow from what ``request`` holds at those paths."""
     if program.__class__ is CompileError:
         return None
     compiled = cast(CompiledExpression, program)
@@ -105,12 +102,6 @@ def _request_paths(program: Program) -> tuple[tuple[str, ...], ...] | None:
     return tuple(sorted(cast(set[tuple[str, ...]], paths)))
 
 
-#: The paths of ``request`` a program reads (``reads.read_paths``), when that is all it reads of its activation and
-#: each is a chain of field names; None when it reads more, or a value whole. Such a program's value and cost
-#: follow from what ``request`` holds at those paths.
-request_paths = IdentityFacts(_request_paths)
-
-
 class ConstantValues:
     """The values of constant programs (``is_constant``) that evaluated without an error, kept across requests.
 
@@ -118,10 +109,11 @@ class ConstantValues:
     scope), so it is not evaluated again. The values are shared: callers only read them.
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_constant", "_entries")
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[Program, Any]] = {}
+        self._constant = IdentityFacts(is_constant)
 
     def get(self, program: Program) -> Any:
         """The value of ``program``, or ``UNKNOWN``."""
@@ -131,7 +123,7 @@ class ConstantValues:
     def remember(self, program: Program, value: Any) -> bool:
         """Keeps ``value``, what ``program`` evaluated to without an error, when ``program`` is constant; whether it
         was kept."""
-        if not is_constant(program):
+        if not self._constant(program):
             return False
         if len(self._entries) >= IdentityFacts.LIMIT:
             self._entries.clear()

@@ -10,7 +10,8 @@ Some answers are kept across requests, each a function of what keys it and nothi
 mutations (no identifier read, ``expressions.is_constant``) and their plain JSON forms, whether a constant
 ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
 decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
-them), only outcomes without an error are kept, and a bounded number of each.
+them) by the snapshot they belong to (``KeptForSnapshot``), only outcomes without an error are kept, and a bounded
+number of each.
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ class MutationOutcome:
 
 @dataclass(slots=True)
 class _Dispatch:
+    #: What this snapshot's requests keep across them.
+    kept: KeptForSnapshot
     #: Each mutation's step, or None when nobody asked (the daemon: computing patches costs).
     steps: list[MutationStep] | None = None
     reinvocation: bool = False
@@ -219,9 +222,6 @@ class _AcceptedPatches:
         self._entries[key] = value
 
 
-_ACCEPTED_PATCHES = _AcceptedPatches()
-
-
 class _PlainForms:
     """The plain JSON form of constant mutations' values (a JSON Patch's operations, an ApplyConfiguration's patch),
     made once per value (which ``ConstantValues`` keeps). The mutated object shares what a patch adds, so each use
@@ -252,7 +252,6 @@ class _PlainForms:
         self._entries[id(value), patch_type] = (value, _json_copy(form), shareable)
 
 
-_PLAIN_FORMS = _PlainForms()
 _CONTAINERS = (dict, list)
 
 
@@ -267,19 +266,19 @@ def _json_copy(value: Any) -> Any:
 
 
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
-                    constant: bool) -> tuple[Any, str]:
+                    constant: bool, kept: KeptForSnapshot) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
     that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
     is a constant mutation's, kept across requests."""
     patch_type = mutation.mutation.patch_type
     if patch_type == "JSONPatch":
-        operations = _PLAIN_FORMS.copy(value, patch_type) if constant else None
+        operations = kept.plain_forms.copy(value, patch_type) if constant else None
         if operations is None:
             operations, problem = _patch_operations(value)
             if operations is None:
                 return None, problem
             if constant:
-                _PLAIN_FORMS.keep(value, patch_type, operations)
+                kept.plain_forms.keep(value, patch_type, operations)
         try:
             patched = apply_patch(current, operations)
         except JSONPatchTestFailed:
@@ -295,7 +294,7 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return patched, ""
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
-    patch = _PLAIN_FORMS.copy(value, patch_type) if constant else None
+    patch = kept.plain_forms.copy(value, patch_type) if constant else None
     if patch is None:
         type_errors: list[str] = []
         try:
@@ -305,21 +304,16 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         if type_errors:
             return None, "type mismatch: " + "\n".join(type_errors)
         if constant:
-            _PLAIN_FORMS.keep(value, patch_type, patch)
-    key = _ACCEPTED_PATCHES.key(value, current) if constant else None
-    validated = key is not None and _ACCEPTED_PATCHES.accepted(key, value)
+            kept.plain_forms.keep(value, patch_type, patch)
+    key = kept.accepted_patches.key(value, current) if constant else None
+    validated = key is not None and kept.accepted_patches.accepted(key, value)
     try:
         merged = apply_configuration(current, patch, validated=validated)
     except ApplyConfigurationError as error:
         return None, f"error applying patch: {error}"
     if key is not None and not validated:
-        _ACCEPTED_PATCHES.accept(key, value)
+        kept.accepted_patches.accept(key, value)
     return merged, ""
-
-
-#: Mutations that read nothing of any request (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``) are
-#: evaluated once per process.
-_CONSTANTS = ConstantValues()
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
@@ -335,22 +329,23 @@ def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
             continue
         started = time.perf_counter()
         program = mutation.expression
-        value = _CONSTANTS.get(program) if activations.share else UNKNOWN
+        kept = state.kept
+        value = kept.constants.get(program) if activations.share else UNKNOWN
         failure = None
         constant = value is not UNKNOWN
         if not constant:
             # Each mutation sees the object as the previous one left it, with its own budget; one that cannot read
             # the object sees the same through the request's own, whose activation is at hand.
-            seen = current if not activations.share or reads_object(program) else REQUEST_OBJECT
+            seen = current if not activations.share or kept.reads_object(program) else REQUEST_OBJECT
             context = activations.scope(activations.for_evaluation(invocation.resource, invocation.kind,
                                                                    namespace_object, seen), RUNTIME_CEL_COST_BUDGET)
             value, failure = run_program(program, mutation.source, context)
             if failure is None and activations.share:
-                constant = _CONSTANTS.remember(program, value)
+                constant = kept.constants.remember(program, value)
         problem = ""
         if failure is None:
             try:
-                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind, constant)
+                mutated, problem = _apply_mutation(mutation, value, current, invocation.kind, constant, kept)
             except _InternalError as error:
                 state.records.append(DecisionRecord(compiled.name, binding, EnforcementAction.DENY,
                                                     ErrorType.INVALID_ERROR, str(error),
@@ -396,7 +391,9 @@ class _ConditionsPlan:
     request_paths: tuple[tuple[str, ...], ...] | None
 
 
-def _plan(conditions: tuple[tuple[MatchCondition, Program], ...]) -> _ConditionsPlan | None:
+def _plan(conditions: tuple[tuple[MatchCondition, Program], ...],
+          reads_object: Callable[[Program], bool],
+          request_paths: Callable[[Program], tuple[tuple[str, ...], ...] | None]) -> _ConditionsPlan | None:
     if any(reads_object(program) for _, program in conditions):
         return None
     paths: set[tuple[str, ...]] | None = set()
@@ -409,11 +406,6 @@ def _plan(conditions: tuple[tuple[MatchCondition, Program], ...]) -> _Conditions
     return _ConditionsPlan(tuple((condition.name, id(program)) for condition, program in conditions),
                            tuple(program for _, program in conditions),
                            tuple(sorted(paths)) if paths is not None else None)
-
-
-#: The plan of a policy's match conditions, None when they can read the object; kept per conditions.
-_conditions_plan: IdentityFacts[tuple[tuple[MatchCondition, Program], ...], _ConditionsPlan | None] = \
-    IdentityFacts(_plan)
 
 
 #: The longest string of a request that keys what conditions decided: a request's fields are short (names, users),
@@ -467,11 +459,39 @@ class _DecidedByRequestFields:
         self._entries[plan.key, values] = (plan.programs, false_condition)
 
 
-_DECIDED_BY_REQUEST_FIELDS = _DecidedByRequestFields()
+class KeptForSnapshot:
+    """What /mutate keeps across the requests evaluated against one snapshot (``Snapshot.kept``): facts about its
+    programs, the values of its constant mutations (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``)
+    and their plain forms, the patches a kind's schema accepted, and what object-free match conditions decided by
+    the values of ``request`` fields. The snapshot holds it, so a reload that replaces policies lets it all go with
+    the old snapshot instead of keeping their programs alive."""
+
+    __slots__ = ("accepted_patches", "constants", "decided_by_fields", "plain_forms", "plans", "reads_object",
+                 "request_paths")
+
+    def __init__(self) -> None:
+        self.reads_object = IdentityFacts(reads_object)
+        self.request_paths = IdentityFacts(request_paths)
+        self.plans: IdentityFacts[tuple[tuple[MatchCondition, Program], ...], _ConditionsPlan | None] = \
+            IdentityFacts(lambda conditions: _plan(conditions, self.reads_object, self.request_paths))
+        self.constants = ConstantValues()
+        self.plain_forms = _PlainForms()
+        self.accepted_patches = _AcceptedPatches()
+        self.decided_by_fields = _DecidedByRequestFields()
+
+    @staticmethod
+    def of(snapshot: Snapshot) -> KeptForSnapshot:
+        kept = snapshot.kept.get(_KEPT_KEY)
+        if kept is None:
+            kept = snapshot.kept[_KEPT_KEY] = KeptForSnapshot()
+        return cast(KeptForSnapshot, kept)
+
+
+_KEPT_KEY = "mutating"
 
 
 def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolicy, current: Any,
-                      activations: RequestActivations, decided: dict[Any, str | None] | None,
+                      activations: RequestActivations, decided: dict[Any, str | None] | None, kept: KeptForSnapshot,
                       ) -> tuple[str | None, list[ExpressionFailure]]:
     """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided`` (what the
     request's conditions that cannot read the object decided, by ``_ConditionsPlan.key`` and by the id of a policy's
@@ -485,7 +505,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
         known = decided.get(id(conditions), _UNDECIDED)
         if known is not _UNDECIDED:
             return known, []
-        plan = _conditions_plan(conditions)
+        plan = kept.plans(conditions)
     values = None
     if plan is not None:
         assert decided is not None
@@ -494,7 +514,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
             values = _request_values(activations.request_fields(request.original_resource, request.original_kind),
                                      plan.request_paths)
             if values is not None:
-                known = _DECIDED_BY_REQUEST_FIELDS.decided(plan, values)
+                known = kept.decided_by_fields.decided(plan, values)
         if known is not _UNDECIDED:
             decided[plan.key] = decided[id(conditions)] = known
             return cast(str | None, known), []
@@ -506,7 +526,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
         assert decided is not None
         decided[plan.key] = decided[id(conditions)] = false_condition
         if values is not None:
-            _DECIDED_BY_REQUEST_FIELDS.remember(plan, values, false_condition)
+            kept.decided_by_fields.remember(plan, values, false_condition)
     return false_condition, failures
 
 
@@ -539,7 +559,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                 continue
             if compiled.match_conditions:
                 false_condition, failures = _match_conditions(request, compiled, current, condition_activations,
-                                                              decided)
+                                                              decided, state.kept)
                 if false_condition is not None:
                     if not reinvocation:
                         state.not_matched.append(NotMatched(
@@ -605,7 +625,7 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
     False). With ``explain`` the outcome carries each mutation's own patch (``steps``), for the reports of
     the offline commands."""
-    state = _Dispatch(steps=[] if explain else None)
+    state = _Dispatch(KeptForSnapshot.of(snapshot), steps=[] if explain else None)
     excluded = is_excluded(request)
     final = request.object
     internal: dict[str, Any] | None = None

@@ -524,6 +524,36 @@ def test_what_constant_mutations_keep_across_requests_is_never_part_of_an_answer
         _scribble([dict(operation) for operation in fast.patch])
 
 
+def _constant_mutation(label: str, condition: str) -> list[dict[str, Any]]:
+    name = "m.static.k8s.io"
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+             "metadata": {"name": name},
+             "spec": {"matchConstraints": {"resourceRules": [{
+                 "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                 "resources": ["deployments"]}]},
+                 "matchConditions": [{"name": "where", "expression": condition}],
+                 "failurePolicy": "Fail", "reinvocationPolicy": "Never", "mutations": [{
+                     "patchType": "ApplyConfiguration", "applyConfiguration": {
+                         "expression": f"Object{{metadata: Object.metadata{{labels: {{'set-by': '{label}'}}}}}}"}}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+             "metadata": {"name": "b.static.k8s.io"}, "spec": {"policyName": name}}]
+
+
+def test_what_is_kept_across_requests_belongs_to_its_snapshot() -> None:
+    """A reload replaces the policy (same names, another constant value and condition): requests against either
+    snapshot, in any order, get that snapshot's answer; each snapshot keeps its own, and lets it go with itself."""
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        old = snapshot(Path(first), *_constant_mutation("old", "request.namespace != 'skip-old'"))
+        new = snapshot(Path(second), *_constant_mutation("new", "request.namespace != 'default'"))
+    namespaces = RequestOnlyNamespaces()
+    for which in (old, new, old, old, new, new, old):
+        outcome = evaluate_mutating(which, namespaces, parsed(review(obj=copy.deepcopy(DEPLOYMENT))))
+        labels = outcome.mutated_object["metadata"]["labels"]
+        # The new policy's condition is false in namespace default: nothing set.
+        assert labels.get("set-by") == ("old" if which is old else None), (which is old, labels)
+    assert old.kept["mutating"] is not new.kept["mutating"]
+
+
 def _operations(outcome: MutationOutcome) -> list[str]:
     return sorted(json.dumps(operation, sort_keys=True) for operation in outcome.patch)
 
