@@ -577,6 +577,9 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 call_node.args[0].CopyFrom(_bool_keys_spelt(call_node.args[0], ids))
             if call_node.function == "optional.ofNonZeroValue" and len(call_node.args) == 1:
                 _timestamp_zero_is_go_zero(node, ids)
+            elif (call_node.function == "-_" and len(call_node.args) == 1
+                  and types.get(call_node.args[0].id, "dyn") == "dyn"):
+                _negated_duration_behind_dyn(node, ids)
             elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
             if node.id in sized:
@@ -733,6 +736,25 @@ def _empty_map(node_id: int) -> Any:
 
 #: cel-go's zero timestamp is Go's zero time; cel-cpp's is the Unix epoch.
 _GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _negated_duration_behind_dyn(node: Any, ids: Ids) -> None:
+    """``-x`` of a ``dyn`` that holds a duration: cel-go negates it (its Duration is a ``traits.Negater``), cel-cpp's
+    ``-_`` knows ints and doubles only. ``bind(n, x, type(n) == google.protobuf.Duration ? duration('0s') - n : -n)``:
+    a duration is subtracted from zero natively, anything else negated (or refused) as before."""
+    name = f"@neg{node.id}"
+    operand = ast.Expr()
+    operand.CopyFrom(node.call_expr.args[0])
+    zero = ast.Expr(id=ids())
+    zero.const_expr.string_value = "0s"
+    is_duration = call(ids(), "_==_", call(ids(), "type", ident(ids(), name)),
+                       ident(ids(), "google.protobuf.Duration"))
+    negated = call(ids(), "_?_:_", is_duration,
+                   call(ids(), "_-_", call(ids(), "duration", zero), ident(ids(), name)),
+                   call(ids(), "-_", ident(ids(), name)))
+    wrapped = bind(ids, name, operand, negated)
+    wrapped.id = node.id
+    node.CopyFrom(wrapped)
 
 
 def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:

@@ -118,6 +118,12 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("overloads", "object.spec.name.endsWith(object.spec.count)", Error("no such overload")),
     ("overloads", "object.spec.count.matches('a')", Error("no such overload")),
     ("overloads", "quantity(object.spec.count).isInteger()", Error("no such overload: quantity(int)")),
+    # cel-go negates a duration behind dyn (a traits.Negater); cel-cpp's -_ knows ints and doubles only.
+    ("negation", "-dyn(duration(object.spec.name == 'a' ? '90m' : '1s')) == duration('-90m')", Value(True)),
+    ("negation", "-(-dyn(duration('3s'))) == duration('3s') && -dyn(object.spec.count) == -3", Value(True)),
+    ("negation", "-dyn(object.spec.numbers[1]) == -2.5", Value(True)),
+    ("negation", "-dyn(object.spec.name) == 0", Error("no such overload")),
+    ("negation", "-dyn(uint(object.spec.count)) == 0", Error("no such overload: -_")),
 ]
 
 
