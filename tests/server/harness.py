@@ -122,7 +122,8 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+    def wait_ready(self, timeout: float = READY_TIMEOUT, *, every_worker: bool = True) -> None:
+        """Until /readyz answers 200 and, with ``every_worker`` and several workers, each worker serves."""
         deadline = time.monotonic() + timeout
         via = "unix" if self.socket_path else "https"
         while time.monotonic() < deadline:
@@ -140,12 +141,22 @@ class Daemon:
                     time.sleep(0.05)
                     continue
             try:
-                if self.get("/readyz", via=via).status == 200:
+                if self.get("/readyz", via=via).status == 200 and (not every_worker or self._every_worker_serving(via)):
                     return
             except (TimeoutError, OSError, aiohttp.ClientError):
                 pass
             time.sleep(0.05)
         raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
+
+    def _every_worker_serving(self, via: str) -> bool:
+        """With several workers, one /readyz is answered by one of them and says nothing of the others, each of
+        which serves once it has applied the supervisor's snapshot: staticadm_worker_config_info shows each."""
+        workers = self.args[self.args.index("--workers") + 1] if "--workers" in self.args[:-1] else "1"
+        if not workers.isdigit() or int(workers) <= 1:
+            return True
+        serving = [line for line in self.get("/metrics", via=via).body.decode().splitlines()
+                   if line.startswith("staticadm_worker_config_info{") and line.endswith(" 1.0")]
+        return len(serving) >= int(workers)
 
     def stop(self) -> int:
         return stop_process(self.process)
