@@ -53,6 +53,7 @@ from staticadm.patch.decode import decoding_error, strings_decode
 from staticadm.patch.diff import create_patch
 from staticadm.patch.jsonpatch import JSONPatchError, JSONPatchTestFailed, apply_patch
 from staticadm.snapshot import Snapshot
+from staticadm.yamljson import copy_json
 
 _Invocation = Invocation[CompiledMutatingPolicy]
 
@@ -242,27 +243,17 @@ class _PlainForms:
         entry = self._entries.get((id(value), patch_type))
         if entry is None or entry[0] is not value:
             return None
-        return entry[1] if entry[2] else _json_copy(entry[1])
+        return entry[1] if entry[2] else copy_json(entry[1])
 
     def keep(self, value: Any, patch_type: str, form: Any) -> None:
         if len(self._entries) >= self.LIMIT:
             self._entries.clear()
         shareable = patch_type == "JSONPatch" and all(
             operation.get("value").__class__ not in _CONTAINERS for operation in form)
-        self._entries[id(value), patch_type] = (value, _json_copy(form), shareable)
+        self._entries[id(value), patch_type] = (value, copy_json(form), shareable)
 
 
 _CONTAINERS = (dict, list)
-
-
-def _json_copy(value: Any) -> Any:
-    """A copy of a plain JSON value (``to_plain``'s: dicts, lists and scalars), each container new."""
-    cls = value.__class__
-    if cls is dict:
-        return {key: _json_copy(item) if item.__class__ in _CONTAINERS else item for key, item in value.items()}
-    if cls is list:
-        return [_json_copy(item) if item.__class__ in _CONTAINERS else item for item in value]
-    return value
 
 
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
