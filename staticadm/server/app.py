@@ -25,7 +25,7 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
-from staticadm.server.connections import GuardedRequestHandler, tracked
+from staticadm.server.connections import request_began, request_ended, tracked
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -208,15 +208,14 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
 
 
 def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _Handler:
-    """The route of an admission endpoint, in one coroutine: what ``tracked`` and ``_errors`` do for the other
-    routes is done here too, since each wrapper's frame is paid by every request kube-apiserver sends."""
+    """The route of an admission endpoint, in one coroutine: the connection tracking ``tracked`` wraps the other
+    routes in (``request_began``/``request_ended``) and ``_errors``' last resort are done here, since each wrapper's
+    frame is paid by every request kube-apiserver sends."""
     metrics = state.metrics
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        protocol = request.protocol
-        guarded = protocol if isinstance(protocol, GuardedRequestHandler) else None
-        if guarded is not None:
-            guarded.request_started()
+        connection = request_began(request)
+        response = None
         started = time.perf_counter()
         state.in_flight += 1
         review = None
@@ -237,8 +236,7 @@ def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _H
                 # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
                 # type and where it was raised are logged; the message might quote the object.
                 decision = RequestDecision.ERROR
-                response = json_response(status_body(500, "InternalError", "internal error; see the staticadm log"),
-                                         500)
+                response = _internal_error()
                 state.logger.error("internal error evaluating admission request", endpoint=endpoint,
                                    err=type(error).__name__, at=_raised_at(error))
             finally:
@@ -249,16 +247,13 @@ def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _H
                 _log_review(state, endpoint, review, decision, seconds)
                 if state.shadow is not None:
                     state.shadow.schedule(endpoint, evaluate, review[2], review[0], review[1], state.authorizer)
-            if guarded is not None and guarded.guard.draining:
-                response.force_close()
             return response
         except Exception:
             # A bug in what follows the evaluation (its metrics or log line): the request still gets an answer.
-            state.logger.exception("internal error handling request", path=request.path)
-            return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+            response = _logged_internal_error(request)
+            return response
         finally:
-            if guarded is not None:
-                guarded.request_finished()
+            request_ended(connection, response)
 
     return handle
 
@@ -457,19 +452,15 @@ def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: R
             state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
                                latency_ms=round(seconds * 1000, 3))
         return
-    metrics = state.metrics
+    for check in checks:
+        if endpoint == "mutate":
+            state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
+        else:
+            state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
+                                              check.seconds)
     # A mutation is logged like a denial: an operator needs to know which policies changed which object.
-    notable = []
-    if endpoint == "mutate":
-        for check in checks:
-            metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
-            if check.action is not EnforcementAction.ALLOW or check.error_type is not ErrorType.NO_ERROR:
-                notable.append(check)
-    else:
-        for check in checks:
-            metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action, check.seconds)
-            if check.action is not EnforcementAction.ALLOW or check.error_type is not ErrorType.NO_ERROR:
-                notable.append(check)
+    notable = [c for c in checks
+               if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
     if not notable and decision is not RequestDecision.DENY:
         if state.logger.is_enabled_for(stdlib_logging.DEBUG):
             state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
@@ -586,10 +577,20 @@ def _errors(handler: _Handler) -> _Handler:
             return json_response(status_body(error.status, error.reason.replace(" ", ""), error.reason),
                                  error.status)
         except Exception:
-            request.app[STATE].logger.exception("internal error handling request", path=request.path)
-            return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+            return _logged_internal_error(request)
 
     return handle
+
+
+def _internal_error() -> web.Response:
+    """A 500 for a bug of staticadm's: kube-apiserver applies the webhook's failurePolicy to it."""
+    return json_response(status_body(500, "InternalError", "internal error; see the staticadm log"), 500)
+
+
+def _logged_internal_error(request: web.Request) -> web.Response:
+    """``_internal_error`` for what a handler raised, logged with its traceback."""
+    request.app[STATE].logger.exception("internal error handling request", path=request.path)
+    return _internal_error()
 
 
 async def _not_found(_request: web.Request) -> web.StreamResponse:

@@ -268,26 +268,38 @@ class GuardedAppRunner(web.AppRunner):
         return guarded
 
 
+def request_began(request: web.Request) -> GuardedRequestHandler | None:
+    """The guarded connection ``request`` came on, marked busy until ``request_ended``; None for another kind of
+    connection (aiohttp's own handler, when it moved an argument: ``GuardedServer``)."""
+    protocol = request.protocol
+    if isinstance(protocol, GuardedRequestHandler):
+        protocol.request_started()
+        return protocol
+    return None
+
+
+def request_ended(connection: GuardedRequestHandler | None, response: web.StreamResponse | None) -> None:
+    """``request_began``'s connection is idle again; a ``response`` written while the guard drains closes it."""
+    if connection is None:
+        return
+    if response is not None and connection.guard.draining:
+        response.force_close()
+    connection.request_finished()
+
+
 def tracked(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
             ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """``handler``, marking the connection busy while one of its requests is handled. A wrapper of each route
     rather than an aiohttp middleware: an application with middlewares runs each request through aiohttp's
     chain of them plus one of its own (``_fix_request_current_app``), ~3 µs a request the null server does not pay."""
     async def handle(request: web.Request) -> web.StreamResponse:
-        protocol = request.protocol
-        started = getattr(protocol, "request_started", None)
-        if started is not None:
-            started()
+        connection = request_began(request)
+        response = None
         try:
             response = await handler(request)
-            guard = getattr(protocol, "guard", None)
-            if guard is not None and guard.draining:
-                response.force_close()
             return response
         finally:
-            finished = getattr(protocol, "request_finished", None)
-            if finished is not None:
-                finished()
+            request_ended(connection, response)
 
     return handle
 
