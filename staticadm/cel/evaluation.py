@@ -532,8 +532,9 @@ class EvaluationContext:
         """
         plan = self._stepping[-1][1].loops[loop_id]
         base = {**self._data, **dict(zip(plan.captures, captured, strict=True))}
-        if (plan.native is not None and self.native_nests and len(values) <= stepping.SLICE
-                and len(values) < self._native_too_long.get(loop_id, stepping.SLICE + 1)):
+        # A range longer than a slice, or as long as one that passed the limit on this loop, goes delegated.
+        if plan.native is not None and self.native_nests and len(values) < self._native_too_long.get(
+                loop_id, stepping.SLICE + 1):
             run = self._run
             charged = (run.body, dict(run.variables), set(run.exceeded), self._charge_calls)
             variables_read = set(self._stepped_variables or ())

@@ -349,4 +349,3 @@ def _prune(value: Any, trie: Trie) -> Any:
         return [_prune(item, element) for item in value]
     # Not a map, nor a list whose elements are read: a deeper path fails on it exactly as on the whole value.
     return value
-
