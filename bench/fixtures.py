@@ -72,6 +72,21 @@ def pod_create_request(uid: str = "b7c5a1de-2f36-4c1d-9d7a-5c1f0a9e8b11") -> dic
     }
 
 
+def distinct_pod_create_requests(count: int) -> list[dict[str, Any]]:
+    """``count`` Pod CREATEs that differ in uid, name and every container's image: what the benchmark's policies
+    read of each is its own, so no answer an earlier request got can be reused (the worst case for what the daemon
+    keeps across requests)."""
+    requests = []
+    for number in range(count):
+        review = pod_create_request(uid=f"b7c5a1de-2f36-4c1d-9d7a-{number:012x}")
+        obj = review["request"]["object"]
+        obj["metadata"]["name"] = review["request"]["name"] = f"web-7f9c6d8b5-{number:05x}"
+        for container in obj["spec"]["containers"]:
+            container["image"] = container["image"].replace(":v1.", f":v{number}.")
+        requests.append(review)
+    return requests
+
+
 def deployment_update_request(uid: str = "c1d2e3f4-0000-4000-8000-000000000001") -> dict[str, Any]:
     template = pod()
     template["metadata"].pop("ownerReferences")

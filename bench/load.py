@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,16 +56,19 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def run_wrk(url: str, body: bytes, *, duration: float, connections: int, threads: int = 1,
+def run_wrk(url: str, body: bytes | Sequence[bytes], *, duration: float, connections: int, threads: int = 1,
             timeout: float = 10.0) -> LoadResult:
+    """``body``: one body for every request, or bodies sent in turn (JSON without newlines, one per line)."""
+    many = not isinstance(body, bytes)
     with tempfile.NamedTemporaryFile(prefix="bench-body-", suffix=".json") as body_file:
-        body_file.write(body)
+        body_file.write(b"\n".join(body) if many else body)
         body_file.flush()
         # wrk rounds durations to whole seconds; a 0 s run would measure nothing.
         seconds = max(1, round(duration))
         command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", f"--timeout={timeout:g}s",
                    "-s", str(LUA_SCRIPT), url]
-        completed = subprocess.run(command, env={**os.environ, "BENCH_BODY_FILE": body_file.name},
+        completed = subprocess.run(command, env={**os.environ, "BENCH_BODY_FILE": body_file.name,
+                                                "BENCH_BODY_LINES": "1" if many else "0"},
                                    capture_output=True, text=True, timeout=seconds + timeout + 30, check=False)
     for line in completed.stdout.splitlines():
         if line.startswith("BENCH_RESULT "):
@@ -74,7 +78,7 @@ def run_wrk(url: str, body: bytes, *, duration: float, connections: int, threads
     raise RuntimeError(f"wrk produced no result (exit {completed.returncode}):\n{completed.stdout}\n{completed.stderr}")
 
 
-async def _fallback(url: str, body: bytes, duration: float, connections: int) -> LoadResult:
+async def _fallback(url: str, body: bytes | Sequence[bytes], duration: float, connections: int) -> LoadResult:
     import aiohttp
 
     context = ssl.create_default_context()
@@ -85,14 +89,19 @@ async def _fallback(url: str, body: bytes, duration: float, connections: int) ->
     errors = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(ssl=context, limit=connections)
+    bodies = [body] if isinstance(body, bytes) else list(body)
+    sent_count = 0
     started = time.perf_counter()
     deadline = started + duration
 
     async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal sent_count
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
+            data = bodies[sent_count % len(bodies)]
+            sent_count += 1
             try:
-                async with session.post(url, data=body, headers=headers) as response:
+                async with session.post(url, data=data, headers=headers) as response:
                     await response.read()
                     if response.status >= 400:
                         errors["status"] += 1
@@ -114,11 +123,11 @@ async def _fallback(url: str, body: bytes, duration: float, connections: int) ->
                       percentile(ordered, 0.9) * 1000, percentile(ordered, 0.99) * 1000, ordered[-1] * 1000, errors)
 
 
-def run_fallback(url: str, body: bytes, *, duration: float, connections: int) -> LoadResult:
+def run_fallback(url: str, body: bytes | Sequence[bytes], *, duration: float, connections: int) -> LoadResult:
     return asyncio.run(_fallback(url, body, duration, connections))
 
 
-def run_load(url: str, body: bytes, *, duration: float, connections: int, threads: int = 1,
+def run_load(url: str, body: bytes | Sequence[bytes], *, duration: float, connections: int, threads: int = 1,
              force_fallback: bool = False) -> LoadResult:
     if wrk_available() and not force_fallback:
         return run_wrk(url, body, duration=duration, connections=connections, threads=threads)

@@ -180,6 +180,11 @@ class RequestActivations:
         self._last = (resource, kind, namespace_object, current, activation)
         return activation
 
+    def given(self, resource: GroupVersionResource, kind: GroupVersionKind) -> tuple[Any, Any, dict[str, Any]]:
+        """What the engine is given of the request's own ``object``, ``oldObject`` and ``request`` for a policy
+        matched as ``resource``/``kind`` (pruned: ``for_evaluation`` gives the engine these very values)."""
+        return self._version(self._request.object)[1], self._old_object, self.request_fields(resource, kind)
+
     def request_fields(self, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
         """``request`` as the activations for a policy matched as ``resource``/``kind`` hold it (``request_data``),
         made once per request; callers only read it."""

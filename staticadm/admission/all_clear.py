@@ -17,9 +17,12 @@ does not hold the program says nothing and the exact evaluation runs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import orjson
 
 from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
@@ -27,6 +30,11 @@ from staticadm.cel.evaluation import EvaluationContext
 from staticadm.cel.fusion import APPLIES, FusedLayout, FusedPolicy
 from staticadm.compiled import CompiledValidatingPolicy, PolicySets
 
+if TYPE_CHECKING:
+    from staticadm.snapshot import Snapshot
+
+#: Serial numbers of set programs (``SetProgram.serial``).
+_SERIALS = itertools.count()
 #: Sets kept per leading policy; a full memo is dropped (it refills from the same policies).
 MAX_SETS_PER_POLICY = 16
 #: After this many requests in a row that a set's program did not find all clear (a policy that warns or
@@ -66,6 +74,9 @@ class SetProgram:
     answered: int = 0
     misses: int = 0
     passed_over: int = 0
+    #: Names this program among every one the process builds (``AnswersByInput`` keys by it, not by the program, so
+    #: that what it keeps holds nothing the garbage collector has to visit).
+    serial: int = field(default_factory=lambda: next(_SERIALS))
 
 
 def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
@@ -131,6 +142,97 @@ def all_clear(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
         entry.answered += 1
         entry.misses = 0
     return found
+
+
+#: The longest engine input (``object``, ``oldObject`` and ``request`` as pruned, in JSON) whose answer is kept, and
+#: the most its answer may publish: what a set of policies reads of a request is usually a few hundred bytes, and
+#: what is kept across requests must stay small whatever a request holds.
+LONGEST_KEPT_INPUT = 4096
+
+
+class AnswersByInput:
+    """All-clear answers kept across the requests evaluated against one snapshot (``Snapshot.kept``), by set program
+    and by what the engine was given: a program's answer and cost are a function of its input and nothing else
+    (a set that reads namespaceObject or asks the authorizer is never kept), so a request whose pruned object, old
+    object and request fields are the same JSON as an earlier one's (the pods of one ReplicaSet, a controller's
+    repeated updates) gets the answer the engine gave that one. Only all-clear answers are kept (never one cut short
+    by a deadline or an engine failure), a bounded number of them; the oldest go first.
+
+    Keys and answers are flat tuples of strings and numbers, which the garbage collector stops tracking: answers
+    kept as objects survive into its oldest generation and make it walk the whole heap every few thousand requests
+    (~40 µs a request at 100 policies when every request is new)."""
+
+    __slots__ = ("_answers",)
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        #: (set program's serial, its input in JSON) -> how many policies, when each applies and publishes nothing
+        #: (most requests); otherwise per policy: the false condition's name or None, how many annotations it
+        #: publishes, then their keys and values.
+        self._answers: dict[tuple[int, bytes], int | tuple[Any, ...]] = {}
+
+    @staticmethod
+    def of(snapshot: Snapshot) -> AnswersByInput:
+        kept = snapshot.kept.get(_KEPT_KEY)
+        if kept is None:
+            kept = snapshot.kept[_KEPT_KEY] = AnswersByInput()
+        return cast(AnswersByInput, kept)
+
+    def answer(self, entry: SetProgram, key: bytes) -> list[PolicyClear] | None:
+        flat = self._answers.get((entry.serial, key))
+        if flat is None:
+            return None
+        if flat.__class__ is int:
+            return [_APPLIES_SILENTLY] * cast(int, flat)
+        flat = cast(tuple[Any, ...], flat)
+        found = []
+        index, end = 0, len(flat)
+        while index < end:
+            skipped_by, count = flat[index], flat[index + 1]
+            index += 2
+            if skipped_by is not None:
+                found.append(PolicyClear(skipped_by))
+            elif not count:
+                found.append(_APPLIES_SILENTLY)
+            else:
+                published = flat[index:index + 2 * count]
+                found.append(PolicyClear(None, tuple(zip(published[::2], published[1::2], strict=True))))
+                index += 2 * count
+        return found
+
+    def keep(self, entry: SetProgram, key: bytes, found: list[PolicyClear]) -> None:
+        kept: int | tuple[Any, ...] = len(found)
+        if any(clear is not _APPLIES_SILENTLY for clear in found):
+            flat: list[Any] = []
+            size = 0
+            for clear in found:
+                published = clear.published
+                flat += (clear.skipped_by, len(published))
+                for pair in published:
+                    flat += pair
+                    size += len(pair[1])
+            if size > LONGEST_KEPT_INPUT:
+                return
+            kept = tuple(flat)
+        answers = self._answers
+        if len(answers) >= self.LIMIT:
+            # Emptied rather than trimmed: a dict finds its first entry only past every one deleted before it.
+            answers.clear()
+        answers[entry.serial, key] = kept
+
+
+_KEPT_KEY = "all-clear"
+
+
+def input_key(given: tuple[Any, ...]) -> bytes | None:
+    """``given`` (the engine's input) as the key of a kept answer: JSON tells apart everything CEL does (1, 1.0 and
+    true; -0.0; key order, which iteration sees); None when it is too long to keep or not JSON orjson writes."""
+    try:
+        key = orjson.dumps(given)
+    except orjson.JSONEncodeError:
+        return None
+    return key if len(key) <= LONGEST_KEPT_INPUT else None
 
 
 def _read(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy], answer: Any) -> list[PolicyClear] | None:

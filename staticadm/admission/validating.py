@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from staticadm.admission.activation import RequestActivations, namespace_object_for
-from staticadm.admission.all_clear import PolicyClear, SetProgram, all_clear, set_program
+from staticadm.admission.all_clear import AnswersByInput, PolicyClear, SetProgram, all_clear, input_key, set_program
 from staticadm.admission.dispatch import (
     INVOKED,
     POLICY_DONE,
@@ -194,10 +194,11 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 site=DecisionSite.AUDIT_ANNOTATION))
 
 
-def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionRequest,
-                    view: RequestMatch) -> tuple[_SetOf, list[PolicyClear]] | None:
+def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionRequest, view: RequestMatch,
+                    kept: AnswersByInput) -> tuple[_SetOf, list[PolicyClear]] | None:
     """The invoked policies that can join a set's program and what each does, when one engine call finds the
-    request all clear for all of them (``all_clear.py``); None when the bindings are to be evaluated one by one."""
+    request all clear for all of them (``all_clear.py``), or found an earlier request with the same input so
+    (``kept``); None when the bindings are to be evaluated one by one."""
     if matched.config_errors or not matched.invoked:
         return None
     program = matched.program
@@ -210,9 +211,16 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     if namespace_error is not None:
         return None
     activations = state.activations
+    key = None if program.uses_namespace_object else input_key(activations.given(resource, kind))
+    if key is not None and (found := kept.answer(program.entry, key)) is not None:
+        return program, found
     context = activations.scope(activations.for_evaluation(resource, kind, namespace_object), None)
     found = all_clear(program.entry, program.joined, context)
-    return None if found is None else (program, found)
+    if found is None:
+        return None
+    if key is not None:
+        kept.keep(program.entry, key, found)
+    return program, found
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +326,8 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
                       validated={} if share_evaluations else None)
     view = RequestMatch(request, namespaces)
     matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
-    cleared = _clear_policies(state, matched, request, view) if one_call and share_evaluations else None
+    cleared = (_clear_policies(state, matched, request, view, AnswersByInput.of(snapshot))
+               if one_call and share_evaluations else None)
     if cleared is not None and cleared[0].whole and not explain:
         # Nothing to decide and nobody to tell which bindings applied: only the annotations are left to publish.
         state.published = _published(*cleared)

@@ -23,7 +23,14 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from staticadm.admission.all_clear import MISS_STREAK, RETRY_EVERY, set_program
+from staticadm.admission.all_clear import (
+    LONGEST_KEPT_INPUT,
+    MISS_STREAK,
+    RETRY_EVERY,
+    AnswersByInput,
+    input_key,
+    set_program,
+)
 from staticadm.admission.namespaces import parse_namespaces
 from staticadm.admission.validating import ValidationOutcome, evaluate_validating
 from staticadm.manifests.loader import load_manifest_directory
@@ -290,3 +297,125 @@ def test_remembered_matching_decides_as_matching_each_request(objects: list[dict
         assert _comparable(remembered) == _comparable(straightforward)
         assert _decided(evaluate_validating(snap, MATCHING_NAMESPACES, request, explain=False)) == \
             _decided(straightforward)
+
+
+# -- answers kept across requests (AnswersByInput) --------------------------------------------------------------------
+
+kept_shapes = st.fixed_dictionaries({
+    "replicas": st.sampled_from((1, 60, 200)),
+    "labels": st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {"app": "web", "skip": "1"}, {})),
+    "items": st.sampled_from((3, 99)),
+    "namespace": st.sampled_from(("default", "unknown")),
+    # Read by no expression: requests that differ only here get the same input.
+    "unread": st.sampled_from(("a", "b")),
+    "operation": st.sampled_from(("CREATE", "UPDATE")),
+})
+
+
+def _kept_request(shape: dict[str, Any]) -> Any:
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["metadata"].update(namespace=shape["namespace"], labels=shape["labels"])
+    obj["spec"].update(replicas=shape["replicas"], items=list(range(shape["items"])), text="a" * 50,
+                       needle="b" * 15, unread=shape["unread"])
+    old = copy.deepcopy(obj) if shape["operation"] == "UPDATE" else None
+    return parsed(review(obj=obj, old=old, operation=shape["operation"], namespace=shape["namespace"]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=policy_sets(), shapes=st.lists(kept_shapes, min_size=2, max_size=10))
+def test_kept_answers_decide_as_evaluating_each_request(objects: list[dict[str, Any]],
+                                                        shapes: list[dict[str, Any]]) -> None:
+    # One snapshot answers the requests in turn (the same shapes recur), so later ones are answered from what the
+    # earlier ones left kept; the straightforward evaluation evaluates every expression of every request.
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    for shape in shapes:
+        request = _kept_request(shape)
+        straightforward = evaluate_validating(snap, NAMESPACES, request, share_evaluations=False)
+        assert _comparable(evaluate_validating(snap, NAMESPACES, request)) == _comparable(straightforward)
+        assert _decided(evaluate_validating(snap, NAMESPACES, request, explain=False)) == _decided(straightforward)
+    event("answers kept" if snap.kept.get("all-clear") else "nothing kept")
+
+
+KEPT_POLICIES = (
+    policy("a.static.k8s.io", variables=VARIABLES, validations=[PASSING[0], PASSING[4]],
+           auditAnnotations=[ANNOTATIONS[0]]),
+    binding("a.static.k8s.io", "a.static.k8s.io", ("Deny",)),
+    policy("b.static.k8s.io", matchConditions=[CONDITIONS[1]], validations=[PASSING[0]]),
+    binding("b.static.k8s.io", "b.static.k8s.io", ("Warn",)),
+)
+
+
+def _shape(**changes: Any) -> dict[str, Any]:
+    return {"replicas": 3, "labels": {"app": "web"}, "items": 3, "namespace": "default", "unread": "a",
+            "operation": "CREATE", **changes}
+
+
+def test_a_request_with_the_same_input_is_answered_without_the_engine(tmp_path: Path) -> None:
+    snap = snapshot(tmp_path, *KEPT_POLICIES)
+    first = evaluate_validating(snap, NAMESPACES, _kept_request(_shape()))
+    entry = _set_program(snap)
+    assert entry.answered == 1 and first.allowed
+    assert dict(first.annotations) == {"a.static.k8s.io/replicas": "3"}
+    # Only a field no expression reads differs (and the uid, which CEL never sees): the engine is not called.
+    again = evaluate_validating(snap, NAMESPACES, _kept_request(_shape(unread="b")))
+    assert entry.answered == 1 and _comparable(again) == _comparable(first)
+    # A field the policies read differs: evaluated, and its own answer published.
+    other = evaluate_validating(snap, NAMESPACES, _kept_request(_shape(replicas=4)))
+    assert entry.answered == 2 and dict(other.annotations) == {"a.static.k8s.io/replicas": "4"}
+    # Skipped by a match condition: kept as such.
+    for _ in range(2):
+        skipped = evaluate_validating(snap, NAMESPACES, _kept_request(_shape(labels={"app": "web", "skip": "1"})))
+        assert [(n.policy, n.reason) for n in skipped.not_matched] == [
+            ("b.static.k8s.io", 'matchCondition "unlabelled" evaluated to false')]
+    assert entry.answered == 3
+    # Not all clear (denied): never kept, so evaluated each time.
+    for _ in range(2):
+        assert not evaluate_validating(snap, NAMESPACES, _kept_request(_shape(replicas=2000))).allowed
+    assert entry.answered == 3 and entry.misses == 2
+
+
+def test_kept_answers_are_bounded_and_belong_to_their_snapshot(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    snap = snapshot(tmp_path / "one", *KEPT_POLICIES)
+    def numbered(number: int) -> Any:
+        # The labels are read (b's match condition reads the whole map): each number is an input of its own.
+        return _kept_request(_shape(labels={"app": "web", "n": str(number)}))
+
+    for number in range(AnswersByInput.LIMIT):
+        assert evaluate_validating(snap, NAMESPACES, numbered(number)).allowed
+    kept = AnswersByInput.of(snap)
+    assert len(kept._answers) == AnswersByInput.LIMIT
+    entry = _set_program(snap)
+    answered = entry.answered
+    evaluate_validating(snap, NAMESPACES, numbered(0))
+    assert entry.answered == answered
+    # One more: the full memo is emptied for it, so the first is evaluated again, the newest is kept.
+    evaluate_validating(snap, NAMESPACES, numbered(AnswersByInput.LIMIT))
+    assert len(kept._answers) == 1 and entry.answered == answered + 1
+    evaluate_validating(snap, NAMESPACES, numbered(AnswersByInput.LIMIT))
+    assert entry.answered == answered + 1
+    evaluate_validating(snap, NAMESPACES, numbered(0))
+    assert entry.answered == answered + 2
+    other = snapshot(tmp_path / "two", *KEPT_POLICIES)
+    assert AnswersByInput.of(other) is not kept and not AnswersByInput.of(other)._answers
+
+
+def test_a_large_input_is_evaluated_every_time(tmp_path: Path) -> None:
+    snap = snapshot(tmp_path, policy(validations=[{"expression": "object.spec.text.size() > 0"}]), binding())
+    request = _kept_request(_shape())
+    request.object["spec"]["text"] = "a" * LONGEST_KEPT_INPUT
+    for count in (1, 2):
+        assert evaluate_validating(snap, NAMESPACES, request).allowed
+        assert _set_program(snap).answered == count
+    assert not AnswersByInput.of(snap)._answers
+
+
+def test_the_input_key_tells_apart_what_cel_tells_apart() -> None:
+    keys = [input_key((value,)) for value in (1, 1.0, True, "1", None, 0.0, -0.0, [1], {"1": 1})]
+    assert None not in keys and len(set(keys)) == len(keys)
+    # Map key order is visible to iteration.
+    assert input_key(({"a": 1, "b": 2},)) != input_key(({"b": 2, "a": 1},))
+    # Not JSON orjson writes (an integer past 64 bits): no key, so evaluated.
+    assert input_key((2**70,)) is None
