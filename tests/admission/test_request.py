@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
-from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
+from staticadm.admission.request import (
+    AdmissionRequest,
+    GroupVersionKind,
+    GroupVersionResource,
+    RequestError,
+    UserInfo,
+    parse_admission_review,
+)
 from tests.admission.helpers import review
 
 
@@ -57,3 +65,24 @@ def test_missing_request_sub_resource_falls_back_to_sub_resource() -> None:
     raw["request"]["subResource"] = "scale"
     result = parse_admission_review(raw)
     assert isinstance(result, AdmissionRequest) and result.original_sub_resource == "scale"
+
+
+def test_every_field_lands_in_its_own_attribute() -> None:
+    # Every string differs, so a field read into another attribute (parsing builds the request positionally) shows.
+    raw = review(sub="scale", name="the-name", namespace="the-namespace", dryRun=True,
+                 options={"kind": "CreateOptions"}, old={"old": True}, obj={"new": True})
+    raw["request"].update(requestKind={"group": "rg", "version": "rv", "kind": "RK"},
+                          requestResource={"group": "rg", "version": "rv", "resource": "rr"},
+                          requestSubResource="status",
+                          userInfo={"username": "u", "uid": "i", "groups": ["g"], "extra": {"k": ["v"]}})
+    result = parse_admission_review(raw)
+    assert result == AdmissionRequest(
+        review_api_version="admission.k8s.io/v1", uid=raw["request"]["uid"],
+        kind=GroupVersionKind("apps", "v1", "Deployment"), resource=GroupVersionResource("apps", "v1", "deployments"),
+        operation="CREATE", sub_resource="scale", request_kind=GroupVersionKind("rg", "rv", "RK"),
+        request_resource=GroupVersionResource("rg", "rv", "rr"), request_sub_resource="status", name="the-name",
+        namespace="the-namespace", user_info=UserInfo("u", "i", ("g",), MappingProxyType({"k": ("v",)})),
+        object={"new": True}, old_object={"old": True}, dry_run=True, options={"kind": "CreateOptions"})
+    without_extra = parse_admission_review(review())
+    assert isinstance(without_extra, AdmissionRequest)
+    assert without_extra.user_info == UserInfo("alice", "", ("system:authenticated",))
