@@ -17,6 +17,7 @@ does not hold the program says nothing and the exact evaluation runs.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,13 @@ class PolicyClear:
 
 
 _APPLIES_SILENTLY = PolicyClear(None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _skipped_by(condition: str) -> PolicyClear:
+    """A policy skipped by the match condition named ``condition``: one object per name (names come from the
+    policies, not from requests), so a request's answer makes none."""
+    return PolicyClear(condition)
 
 
 @dataclass(slots=True, eq=False)
@@ -192,7 +200,7 @@ class AnswersByInput:
             skipped_by, count = flat[index], flat[index + 1]
             index += 2
             if skipped_by is not None:
-                found.append(PolicyClear(skipped_by))
+                found.append(_skipped_by(skipped_by))
             elif not count:
                 found.append(_APPLIES_SILENTLY)
             else:
@@ -243,7 +251,7 @@ def _read(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy], answe
     found = []
     for compiled, (slot, start, keys) in zip(policies, entry.readings, strict=True):
         if slot >= 0 and answer[slot] != APPLIES:
-            found.append(PolicyClear(compiled.match_conditions[answer[slot] - 1][0].name))
+            found.append(_skipped_by(compiled.match_conditions[answer[slot] - 1][0].name))
             continue
         if not keys:
             found.append(_APPLIES_SILENTLY)

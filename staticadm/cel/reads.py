@@ -308,9 +308,14 @@ def _pruner(trie: Trie) -> Callable[[Any], Any]:
         if EACH in node:
             element = node[EACH]
             if element is not None:
-                inner = function(element)
+                # A loop written out rather than a call per element (a Pod's env lists are pruned item by item).
+                item, pruned = f"e{depth}", f"l{depth}"
                 out.append(f"{pad}if isinstance({var}, list):")
-                out.append(f"{pad}    {var} = [{inner}(x) for x in {var}]")
+                out.append(f"{pad}    {pruned} = []")
+                out.append(f"{pad}    for {item} in {var}:")
+                emit(element, item, out, depth + 2)
+                out.append(f"{pad}        {pruned}.append({item})")
+                out.append(f"{pad}    {var} = {pruned}")
             return
         result = f"r{depth}"
         out.append(f"{pad}if isinstance({var}, dict):")

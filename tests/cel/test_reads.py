@@ -137,3 +137,15 @@ def test_the_written_pruner_prunes_as_the_trie_walk(paths: list[ReadPath], value
     tries = reads._tries  # the walk is the reference the written code must agree with
     assert reads.prune("object", value) == _prune(value, tries["object"])
     assert reads.prune("oldObject", value) == _prune(value, tries["oldObject"])
+
+
+def test_a_deep_path_through_lists_prunes_as_the_trie_walk() -> None:
+    # Deeper than the written pruner nests inline: past that depth it calls functions of its own.
+    path: tuple[Any, ...] = tuple(item for level in range(30) for item in (f"k{level}", EACH))
+    value: Any = "leaf"
+    for level in reversed(range(30)):
+        value = {f"k{level}": [value, {"other": 1}], "unread": level}
+    reads = Reads.of([{"object": {(*path, "end")}}])
+    pruned = reads.prune("object", value)
+    assert pruned == _prune(value, reads._tries["object"])
+    assert "unread" not in pruned and pruned["k0"][1] == {}
