@@ -42,6 +42,10 @@ MAX_SETS_PER_POLICY = 16
 #: audits every request), it is only tried on one request in ``RETRY_EVERY``: each try costs an evaluation.
 MISS_STREAK = 8
 RETRY_EVERY = 32
+#: After this many requests in a row whose input had no kept answer (inputs that never recur), a set's requests are
+#: looked up (and kept) only one in ``INPUT_RETRY_EVERY``: the key costs each request a few microseconds.
+INPUT_MISS_STREAK = 64
+INPUT_RETRY_EVERY = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,9 @@ class SetProgram:
     answered: int = 0
     misses: int = 0
     passed_over: int = 0
+    #: Requests in a row whose input had no kept answer (``AnswersByInput``), and requests not looked up since.
+    inputs_missed: int = 0
+    inputs_passed_over: int = 0
     #: Names this program among every one the process builds (``AnswersByInput`` keys by it, not by the program, so
     #: that what it keeps holds nothing the garbage collector has to visit).
     serial: int = field(default_factory=lambda: next(_SERIALS))
@@ -187,10 +194,21 @@ class AnswersByInput:
             kept = snapshot.kept[_KEPT_KEY] = AnswersByInput()
         return cast(AnswersByInput, kept)
 
-    def answer(self, entry: SetProgram, key: bytes) -> list[PolicyClear] | None:
-        flat = self._answers.get((entry.serial, key))
+    @staticmethod
+    def worth_looking_up(entry: SetProgram) -> bool:
+        """Whether to key this request's input: always, unless the set's inputs have not recurred for a while."""
+        if entry.inputs_missed < INPUT_MISS_STREAK:
+            return True
+        entry.inputs_passed_over += 1
+        return entry.inputs_passed_over % INPUT_RETRY_EVERY == 0
+
+    def answer(self, entry: SetProgram, key: bytes | None) -> list[PolicyClear] | None:
+        """The answer kept for ``key`` (None: an input too long to key, which counts as not found)."""
+        flat = self._answers.get((entry.serial, key)) if key is not None else None
         if flat is None:
+            entry.inputs_missed += 1
             return None
+        entry.inputs_missed = 0
         if flat.__class__ is int:
             return [_APPLIES_SILENTLY] * cast(int, flat)
         flat = cast(tuple[Any, ...], flat)

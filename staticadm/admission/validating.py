@@ -211,9 +211,11 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     if namespace_error is not None:
         return None
     activations = state.activations
-    key = None if program.uses_namespace_object else input_key(activations.given(resource, kind))
-    if key is not None and (found := kept.answer(program.entry, key)) is not None:
-        return program, found
+    key = None
+    if not program.uses_namespace_object and kept.worth_looking_up(program.entry):
+        key = input_key(activations.given(resource, kind))
+        if (found := kept.answer(program.entry, key)) is not None:
+            return program, found
     context = activations.scope(activations.for_evaluation(resource, kind, namespace_object), None)
     found = all_clear(program.entry, program.joined, context)
     if found is None:

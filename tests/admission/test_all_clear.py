@@ -23,7 +23,10 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from staticadm.admission import all_clear
 from staticadm.admission.all_clear import (
+    INPUT_MISS_STREAK,
+    INPUT_RETRY_EVERY,
     LONGEST_KEPT_INPUT,
     MISS_STREAK,
     RETRY_EVERY,
@@ -375,7 +378,10 @@ def test_a_request_with_the_same_input_is_answered_without_the_engine(tmp_path: 
     assert entry.answered == 3 and entry.misses == 2
 
 
-def test_kept_answers_are_bounded_and_belong_to_their_snapshot(tmp_path: Path) -> None:
+def test_kept_answers_are_bounded_and_belong_to_their_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    # Every input here is new: looked up and kept each time all the same.
+    monkeypatch.setattr(all_clear, "INPUT_MISS_STREAK", 10 * AnswersByInput.LIMIT)
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     snap = snapshot(tmp_path / "one", *KEPT_POLICIES)
@@ -400,6 +406,28 @@ def test_kept_answers_are_bounded_and_belong_to_their_snapshot(tmp_path: Path) -
     assert entry.answered == answered + 2
     other = snapshot(tmp_path / "two", *KEPT_POLICIES)
     assert AnswersByInput.of(other) is not kept and not AnswersByInput.of(other)._answers
+
+
+def test_inputs_that_never_recur_are_looked_up_only_now_and_then(tmp_path: Path) -> None:
+    snap = snapshot(tmp_path, *KEPT_POLICIES)
+
+    def numbered(number: int) -> Any:
+        return _kept_request(_shape(labels={"app": "web", "n": str(number)}))
+
+    for number in range(INPUT_MISS_STREAK + 4 * INPUT_RETRY_EVERY):
+        assert evaluate_validating(snap, NAMESPACES, numbered(number)).allowed
+    entry = _set_program(snap)
+    assert entry.inputs_passed_over == 4 * INPUT_RETRY_EVERY
+    # Keyed: the first INPUT_MISS_STREAK, then one in INPUT_RETRY_EVERY.
+    assert len(AnswersByInput.of(snap)._answers) == INPUT_MISS_STREAK + 4
+    # An input that recurs is found again at the next look-up, and every request is looked up again after it.
+    repeated = numbered(INPUT_MISS_STREAK + 4 * INPUT_RETRY_EVERY - 1)
+    for _ in range(INPUT_RETRY_EVERY):
+        assert evaluate_validating(snap, NAMESPACES, repeated).allowed
+    assert entry.inputs_missed == 0
+    answered = entry.answered
+    assert evaluate_validating(snap, NAMESPACES, repeated).allowed
+    assert entry.answered == answered
 
 
 def test_a_large_input_is_evaluated_every_time(tmp_path: Path) -> None:
