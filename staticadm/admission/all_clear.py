@@ -165,6 +165,20 @@ def all_clear(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
 LONGEST_KEPT_INPUT = 4096
 
 
+class KeptAnswerLookups:
+    """How often this process looked for a kept answer and found one, or not (``/metrics``)."""
+
+    __slots__ = ("found", "not_found")
+
+    def __init__(self) -> None:
+        self.found = 0
+        self.not_found = 0
+
+
+#: This process's look-ups, over every snapshot it served.
+LOOKUPS = KeptAnswerLookups()
+
+
 class AnswersByInput:
     """All-clear answers kept across the requests evaluated against one snapshot (``Snapshot.kept``), by set program
     and by what the engine was given: a program's answer and cost are a function of its input and nothing else
@@ -207,8 +221,10 @@ class AnswersByInput:
         flat = self._answers.get((entry.serial, key)) if key is not None else None
         if flat is None:
             entry.inputs_missed += 1
+            LOOKUPS.not_found += 1
             return None
         entry.inputs_missed = 0
+        LOOKUPS.found += 1
         if flat.__class__ is int:
             return [_APPLIES_SILENTLY] * cast(int, flat)
         flat = cast(tuple[Any, ...], flat)

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
+from staticadm.admission.all_clear import LOOKUPS
 from staticadm.admission.comparison import DifferenceKind
 from staticadm.admission.vocabulary import RequestDecision
 
@@ -215,6 +216,24 @@ class CountedLatencies:
         yield histogram
 
 
+class _KeptAnswers:
+    """Look-ups of the all-clear answers evaluation keeps across requests (``admission/all_clear.py``), counted by
+    the evaluation as plain numbers and exported from them."""
+
+    NAME = f"{PREFIX}_validating_kept_answers"
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.NAME, "Requests whose policies' answer was looked up among the answers "
+                                     "kept for earlier requests with the same input, by result (found: "
+                                     "answered without evaluating; not_found: evaluated).", labels=("result",))
+        family.add_metric(("found",), LOOKUPS.found)
+        family.add_metric(("not_found",), LOOKUPS.not_found)
+        yield family
+
+
 class Metrics:
     """Every series the daemon exports; one instance per process (or per test)."""
 
@@ -248,6 +267,7 @@ class Metrics:
             "Mutation admission latency for individual mutation expressions in seconds, labeled by policy and "
             "binding; mirrors apiserver_mutating_admission_policy_check_duration_seconds.",
             mutation_labels), LATENCY_BUCKETS)
+        self.registry.register(_KeptAnswers())
         self._log_drops = self._gauge(
             f"{PREFIX}_log_lines_dropped",
             "Log lines dropped since start because the log reader (journald, the container runtime) did not "

@@ -432,6 +432,9 @@ def test_metrics_after_known_traffic(make_daemon: DaemonFactory) -> None:
                          {**checks, "enforcement_action": "allow"}) == 0
     assert daemon.metric(RELOADS, {"status": "success"}) == 1
     assert daemon.metric(RELOADS, {"status": "failure"}) == 0
+    # The second allowed request has the first one's input: answered from its kept answer. Denials are never kept.
+    assert daemon.metric("staticadm_validating_kept_answers_total", {"result": "found"}) == 1
+    assert daemon.metric("staticadm_validating_kept_answers_total", {"result": "not_found"}) == 4
     text = daemon.get("/metrics").body.decode()
     assert 'staticadm_manifest_admission_config_controller_last_config_info{hash="sha256:' in text
     assert 'le="0.0001"' in text  # sub-millisecond buckets
