@@ -10,10 +10,10 @@ policies as with 10.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from staticadm.admission.matching import selector_keys
 from staticadm.admission.namespaces import NAME_LABEL
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
 Binding = TypeVar("Binding", ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicyBinding)
+Kept = TypeVar("Kept")
 
 IndexKey = tuple[str, str, str]
 MatchIndex = Mapping[IndexKey, tuple[int, ...]]
@@ -62,6 +63,14 @@ class Snapshot:
     #: What evaluation keeps across the requests evaluated against this snapshot, by evaluator
     #: (``mutating.KeptForSnapshot``): it goes with the snapshot when a reload replaces it.
     kept: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def kept_for(self, evaluator: str, make: Callable[[], Kept]) -> Kept:
+        """What ``evaluator`` keeps across the requests evaluated against this snapshot (``kept``), made on first
+        use."""
+        kept = self.kept.get(evaluator)
+        if kept is None:
+            kept = self.kept[evaluator] = make()
+        return cast(Kept, kept)
 
     @classmethod
     def empty(cls) -> Snapshot:

@@ -203,10 +203,7 @@ class AnswersByInput:
 
     @staticmethod
     def of(snapshot: Snapshot) -> AnswersByInput:
-        kept = snapshot.kept.get(_KEPT_KEY)
-        if kept is None:
-            kept = snapshot.kept[_KEPT_KEY] = AnswersByInput()
-        return cast(AnswersByInput, kept)
+        return snapshot.kept_for(_KEPT_KEY, AnswersByInput)
 
     @staticmethod
     def worth_looking_up(entry: SetProgram) -> bool:

@@ -472,10 +472,7 @@ class KeptForSnapshot:
 
     @staticmethod
     def of(snapshot: Snapshot) -> KeptForSnapshot:
-        kept = snapshot.kept.get(_KEPT_KEY)
-        if kept is None:
-            kept = snapshot.kept[_KEPT_KEY] = KeptForSnapshot()
-        return cast(KeptForSnapshot, kept)
+        return snapshot.kept_for(_KEPT_KEY, KeptForSnapshot)
 
 
 _KEPT_KEY = "mutating"
