@@ -5,7 +5,8 @@ For the policies a request invokes (after matching), one program (``cel/fusion.p
 condition, validation and audit annotation and answers whether that is so; only when it is not are the
 bindings evaluated one expression at a time (``validating.py``), which decides exactly. Programs are built
 per set of policies on first use and kept with the set's first policy (``CompiledValidatingPolicy.sets``), so
-a reload that keeps those policies keeps them too.
+a reload that keeps those policies keeps them too. What a program answered for an input is kept for the requests
+that give it the same input (``AnswersByInput``).
 
 "All clear" must stand for what the exact evaluation would reach, costs included: each scope (a binding's
 match conditions, its validations and then its messageExpressions, its audit annotations) costs at most what
@@ -185,7 +186,7 @@ class AnswersByInput:
     (a set that reads namespaceObject or asks the authorizer is never kept), so a request whose pruned object, old
     object and request fields are the same JSON as an earlier one's (the pods of one ReplicaSet, a controller's
     repeated updates) gets the answer the engine gave that one. Only all-clear answers are kept (never one cut short
-    by a deadline or an engine failure), a bounded number of them; the oldest go first.
+    by a deadline or an engine failure), at most ``LIMIT`` (then emptied), of inputs up to ``LONGEST_KEPT_INPUT``.
 
     Keys and answers are flat tuples of strings and numbers, which the garbage collector stops tracking: answers
     kept as objects survive into its oldest generation and make it walk the whole heap every few thousand requests
