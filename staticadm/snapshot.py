@@ -61,7 +61,8 @@ class Snapshot:
     #: ``candidate_set`` by its arguments, filled on first use (a cluster sends a few hundred distinct ones).
     _candidates: dict[tuple[Any, ...], CandidateSet] = field(default_factory=dict, repr=False, compare=False)
     #: What evaluation keeps across the requests evaluated against this snapshot, by evaluator
-    #: (``mutating.KeptForSnapshot``): it goes with the snapshot when a reload replaces it.
+    #: (``mutating.KeptForSnapshot``, ``all_clear.AnswersByInput``): it goes with the snapshot when a reload replaces
+    #: it.
     kept: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def kept_for(self, evaluator: str, make: Callable[[], Kept]) -> Kept:

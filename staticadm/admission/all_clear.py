@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from staticadm.bounded import keep_bounded
 from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.evaluation import EvaluationContext
@@ -102,9 +103,7 @@ def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
     entry = memo.get(key)
     if entry is None:
         entry = _build(policies)
-        if len(memo) >= MAX_SETS_PER_POLICY:
-            memo.clear()
-        memo[key] = entry
+        keep_bounded(memo, key, entry, MAX_SETS_PER_POLICY)
     return entry
 
 
@@ -255,11 +254,7 @@ class AnswersByInput:
             if size > LONGEST_KEPT_INPUT:
                 return
             kept = tuple(flat)
-        answers = self._answers
-        if len(answers) >= self.LIMIT:
-            # Emptied rather than trimmed: a dict finds its first entry only past every one deleted before it.
-            answers.clear()
-        answers[entry.serial, key] = kept
+        keep_bounded(self._answers, (entry.serial, key), kept, self.LIMIT)
 
 
 _KEPT_KEY = "all-clear"

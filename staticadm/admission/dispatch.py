@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from staticadm.admission.match_plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
 from staticadm.admission.matching import matches
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.bounded import keep_bounded
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import MatchResources, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import CandidateSet, Snapshot
@@ -148,9 +149,7 @@ def match_validating(policies: Sequence[CompiledValidatingPolicy], candidates: C
     found: Matched | None = memo.get(key)
     if found is None:
         found = _match_validating(policies, candidates.positions, view)
-        if len(memo) >= MAX_MATCHED:
-            memo.clear()
-        memo[key] = found
+        keep_bounded(memo, key, found, MAX_MATCHED)
     return found
 
 

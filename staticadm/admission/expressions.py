@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from staticadm.admission.outcomes import ExpressionFailure, expression_failure
 from staticadm.admission.vocabulary import ErrorType
+from staticadm.bounded import keep_bounded
 from staticadm.cel import CompiledExpression, CompileError, EvalError
 from staticadm.cel.evaluation import EvaluationContext, RememberedOutcomes
 from staticadm.cel.reads import read_paths
@@ -35,8 +36,6 @@ def run_program(program: Program, source: str, context: EvaluationContext,
 
 _Thing = TypeVar("_Thing")
 _Fact = TypeVar("_Fact")
-
-
 class IdentityFacts(Generic[_Thing, _Fact]):
     """Facts about objects that outlive requests (compiled programs, a policy's match conditions: a snapshot holds
     them), found once per object: each is kept with its object, so that its id names it for as long as the fact is
@@ -56,9 +55,7 @@ class IdentityFacts(Generic[_Thing, _Fact]):
         if entry is not None and entry[0] is thing:
             return entry[1]
         fact = self._find(thing)
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
-        self._entries[id(thing)] = (thing, fact)
+        keep_bounded(self._entries, id(thing), (thing, fact), self.LIMIT)
         return fact
 
 
@@ -125,9 +122,7 @@ class ConstantValues:
         was kept."""
         if not self._constant(program):
             return False
-        if len(self._entries) >= IdentityFacts.LIMIT:
-            self._entries.clear()
-        self._entries[id(program)] = (program, value)
+        keep_bounded(self._entries, id(program), (program, value), IdentityFacts.LIMIT)
         return True
 
 

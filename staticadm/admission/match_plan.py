@@ -38,6 +38,7 @@ from staticadm.admission.matching import (
 )
 from staticadm.admission.namespaces import NamespaceInfo, NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
+from staticadm.bounded import keep_bounded
 from staticadm.model import LabelSelector, MatchResources
 
 NOT_MATCHED = 0
@@ -176,9 +177,7 @@ class MatchPlan:
         rules = self._by_shape.get(shape)
         if rules is None:
             rules = self._rules(view.request)
-            if len(self._by_shape) >= MAX_REMEMBERED_SHAPES:
-                self._by_shape.clear()
-            self._by_shape[shape] = rules
+            keep_bounded(self._by_shape, shape, rules, MAX_REMEMBERED_SHAPES)
         if rules == NOT_MATCHED:
             return NOT_MATCHED
         if self._object_selector is not None and not labels_select_object(self._object_selector,

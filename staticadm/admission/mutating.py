@@ -42,6 +42,7 @@ from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotM
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
 from staticadm.admission.response import review_response
 from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, ErrorType
+from staticadm.bounded import keep_bounded
 from staticadm.cel import admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
@@ -218,9 +219,7 @@ class _AcceptedPatches:
         return self._entries.get(key) is value
 
     def accept(self, key: tuple[int, str, str], value: Any) -> None:
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
-        self._entries[key] = value
+        keep_bounded(self._entries, key, value, self.LIMIT)
 
 
 class _PlainForms:
@@ -246,11 +245,9 @@ class _PlainForms:
         return entry[1] if entry[2] else copy_json(entry[1])
 
     def keep(self, value: Any, patch_type: str, form: Any) -> None:
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
         shareable = patch_type == "JSONPatch" and all(
             operation.get("value").__class__ not in _CONTAINERS for operation in form)
-        self._entries[id(value), patch_type] = (value, copy_json(form), shareable)
+        keep_bounded(self._entries, (id(value), patch_type), (value, copy_json(form), shareable), self.LIMIT)
 
 
 _CONTAINERS = (dict, list)
@@ -445,9 +442,7 @@ class _DecidedByRequestFields:
         return entry[1]
 
     def remember(self, plan: _ConditionsPlan, values: tuple[Any, ...], false_condition: str | None) -> None:
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
-        self._entries[plan.key, values] = (plan.programs, false_condition)
+        keep_bounded(self._entries, (plan.key, values), (plan.programs, false_condition), self.LIMIT)
 
 
 class KeptForSnapshot:
