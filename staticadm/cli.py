@@ -220,7 +220,7 @@ def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.policytest.report import run_tests
 
-    return run_tests(args.paths, args.output, args.junit, stdout, stderr)
+    return run_tests(args.paths, args.output, args.junit, stdout, stderr, run=args.run, fail_only=args.fail_only)
 
 
 # -- review -----------------------------------------------------------------------------------------
@@ -608,13 +608,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "names, and compares the answer with the case's expectation (docs/policy-tests.md,\n"
                     "\"Policy tests\").\n\n"
                     "Exit codes: 0 every case passed; 1 some case failed; 2 a test file or its manifests\n"
-                    "are unusable, or no test was found.\n\n"
+                    "are unusable, no test was found, or --run selects no case.\n\n"
                     "example: staticadm test manifests/examples/tests\n"
-                    "         staticadm test --junit report.xml policies/")
+                    "         staticadm test --junit report.xml policies/\n"
+                    "         staticadm test --run 'example policies/privileged' --fail-only -o markdown tests/")
     test_parser.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories holding them")
-    test_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                             help="a readable summary with diffs, or the whole result as JSON or YAML (default: text)")
-    test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE")
+    test_parser.add_argument("-o", "--output", choices=("text", "json", "yaml", "markdown"), default="text",
+                             help="a readable summary with diffs, the whole result as JSON or YAML, or Markdown for "
+                                  "a pull-request comment (default: text)")
+    test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE (every case run)")
+    test_parser.add_argument("--run", metavar="REGEX",
+                             help="run only the cases whose name TEST/CASE matches, as go test -run: the pattern "
+                                  "split on '/' (outside brackets), each part searched in the same level of the name")
+    test_parser.add_argument("--fail-only", action="store_true",
+                             help="print only failed cases and unusable files (the summary still counts all)")
     test_parser.set_defaults(handler=command_test)
 
     audit_parser = commands.add_parser(

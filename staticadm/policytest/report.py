@@ -1,4 +1,5 @@
-"""``staticadm test``: discover, run, report (text, JSON, YAML, JUnit XML) and the exit code."""
+"""``staticadm test``: discover, select (``--run``), run, report (text, JSON, YAML, Markdown, JUnit XML; all cases
+or ``--fail-only``) and the exit code."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.colour import Palette
 from staticadm.policytest.runner import FileResult, case_to_json, run_files
+from staticadm.policytest.selection import CaseSelector, SelectionError
 from staticadm.policytest.spec import TestFileError, discover
 from staticadm.progress import Progress
 from staticadm.yamltext import dump_yaml
@@ -31,18 +33,20 @@ def _summary(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> 
             "unusableFiles": len(unusable), "errors": len(errors)}
 
 
-def _document(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> dict[str, Any]:
+def _document(results: Sequence[FileResult], errors: Sequence[TestFileError],
+              summary: dict[str, int]) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "TestReport",
-        "summary": _summary(results, errors),
+        "summary": summary,
         "errors": [str(error) for error in errors],
         "files": [{"file": result.file, "test": result.test, "problems": list(result.problems),
                    "cases": [case_to_json(case) for case in result.cases]} for result in results],
     }
 
 
-def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: TextIO) -> None:
+def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], summary: dict[str, int],
+          out: TextIO) -> None:
     paint = Palette.for_stream(out)
     for error in errors:
         out.write(f"{paint.bad('error')}: {error}\n")
@@ -56,7 +60,6 @@ def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: T
                 out.write(f"        {failure}\n")
             for diff in case.diffs:
                 out.write("".join(f"        {line}\n" for line in diff.splitlines()))
-    summary = _summary(results, errors)
     unusable = ""
     if summary["unusableFiles"]:
         unusable = f"; {summary['unusableFiles']} unusable"
@@ -64,6 +67,58 @@ def _text(results: Sequence[FileResult], errors: Sequence[TestFileError], out: T
             unusable += f" ({summary['errors']} error{'s' if summary['errors'] != 1 else ''} in test files)"
     out.write(f"{summary['passed']} passed, {summary['failed']} failed, in {summary['cases']} case(s) of "
               f"{summary['files']} test file(s){unusable}\n")
+
+
+def failures_only(results: Sequence[FileResult]) -> list[FileResult]:
+    """What ``--fail-only`` shows: each file's failed cases, and the files that could not run; the summary
+    still counts every case that ran."""
+    shown = []
+    for result in results:
+        failed = tuple(case for case in result.cases if not case.passed)
+        if failed or result.problems:
+            shown.append(FileResult(result.file, result.test, result.problems, failed))
+    return shown
+
+
+def _cell(text: str) -> str:
+    """Text made safe for one GitHub-flavoured Markdown table cell: pipes escaped, lines joined with <br>."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+def markdown(results: Sequence[FileResult], errors: Sequence[TestFileError], summary: dict[str, int],
+             fail_only: bool) -> str:
+    """A pull-request comment: a heading with the verdict and counts, test-file errors, then one table row per
+    case (result, test file, test, case, what differed), the diffs in a collapsed block under the table."""
+    verdict = ("failed" if summary["failed"] else "unusable" if summary["unusableFiles"]
+               else "passed" if summary["cases"] else "no case ran")
+    icon = {"passed": "✅", "failed": "❌", "unusable": "⚠️", "no case ran": "⚠️"}[verdict]
+    lines = [f"### {icon} staticadm test: {verdict}", "",
+             f"{summary['passed']} passed, {summary['failed']} failed, in {summary['cases']} case(s) of "
+             f"{summary['files']} test file(s)"
+             + (f"; {summary['unusableFiles']} unusable" if summary["unusableFiles"] else "")
+             + (" (failures only)" if fail_only else ""), ""]
+    for error in errors:
+        lines.append(f"- ⚠️ **error**: {_cell(str(error))}")
+    for result in results:
+        for problem in result.problems:
+            lines.append(f"- ⚠️ **unusable** `{_cell(result.file)}` ({_cell(result.test)}): {_cell(problem)}")
+    if errors or any(result.problems for result in results):
+        lines.append("")
+    rows = [(result, case) for result in results for case in result.cases]
+    if rows:
+        lines += ["| Result | File | Test | Case | Details |", "| --- | --- | --- | --- | --- |"]
+        for result, case in rows:
+            lines.append(f"| {'✅ pass' if case.passed else '❌ FAIL'} | `{_cell(result.file)}` | {_cell(result.test)} "
+                         f"| {_cell(case.case)} | {_cell(chr(10).join(case.failures))} |")
+        diffs = [(case, diff) for _, case in rows for diff in case.diffs]
+        if diffs:
+            lines += ["", "<details><summary>Differences</summary>", ""]
+            for case, diff in diffs:
+                lines += [f"**{_cell(case.case)}**", "", "```diff", diff, "```", ""]
+            lines.append("</details>")
+    elif not fail_only:
+        lines.append("No case ran.")
+    return "\n".join(lines) + "\n"
 
 
 def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> bytes:
@@ -97,23 +152,40 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
     return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: TextIO, stderr: TextIO) -> int:
-    """Exit 0 when every case passed, 1 when one failed, 2 when a test file or its manifests are unusable
-    (or no test file was found)."""
+def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: TextIO, stderr: TextIO,
+              run: str | None = None, fail_only: bool = False) -> int:
+    """Exit 0 when every selected case passed, 1 when one failed, 2 when a test file or its manifests are
+    unusable, no test file was found, or ``run`` selects no case. The JUnit file always holds every case
+    that ran; ``fail_only`` narrows what is printed."""
+    selector = None
+    if run is not None:
+        try:
+            selector = CaseSelector.parse(run)
+        except SelectionError as error:
+            stderr.write(f"staticadm test: {error}\n")
+            return EXIT_UNUSABLE
     tests, errors = discover(list(paths))
     with Progress(stderr, "running policy tests") as progress:
-        results = run_files(tests, progress.advance)
+        results = run_files(tests, progress.advance, selector)
+    summary = _summary(results, errors)
+    shown = failures_only(results) if fail_only else results
     if output == "json":
-        stdout.write(json.dumps(_document(results, errors), indent=2, ensure_ascii=False) + "\n")
+        stdout.write(json.dumps(_document(shown, errors, summary), indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
-        stdout.write(dump_yaml(_document(results, errors)))
+        stdout.write(dump_yaml(_document(shown, errors, summary)))
+    elif output == "markdown":
+        stdout.write(markdown(shown, errors, summary, fail_only))
     else:
-        _text(results, errors, stdout)
+        _text(shown, errors, summary, stdout)
     if junit is not None:
         Path(junit).parent.mkdir(parents=True, exist_ok=True)
         write_atomically(Path(junit), junit_xml(results, errors))
     if not tests and not errors:
         stderr.write(f"staticadm test: no PolicyTest documents found in {', '.join(paths)}\n")
+        return EXIT_UNUSABLE
+    if selector is not None and not results and not errors:
+        stderr.write(f"staticadm test: --run {run!r} selects no case (a case's name is TEST/CASE: the test's "
+                     "metadata.name, then the case's name)\n")
         return EXIT_UNUSABLE
     if errors or any(result.problems for result in results):
         return EXIT_UNUSABLE

@@ -25,6 +25,7 @@ from staticadm.admission.review import combined_response, review_request
 from staticadm.admission.validating import ValidationOutcome
 from staticadm.admission.vocabulary import EnforcementAction
 from staticadm.manifests.loader import load_manifest_paths
+from staticadm.policytest.selection import CaseSelector
 from staticadm.policytest.spec import Expectation, TestCase, TestFile
 from staticadm.snapshot import Snapshot, build_snapshot
 
@@ -195,16 +196,9 @@ def _review_documents(case: TestCase) -> list[tuple[str, dict[str, Any] | str]]:
     return documents
 
 
-def run_case(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase,
-             on_request: Callable[[], None] | None = None) -> list[CaseResult]:
-    """One result per request of the case, named ``case [place]`` when the case has several."""
-    results = []
-    for label, document in _review_documents(case):
-        if on_request is not None:
-            on_request()
-        name = f"{case.name} [{label}]" if label else case.name
-        results.append(_run_request(snapshot, namespaces, test, case, name, document))
-    return results
+def request_name(case: TestCase, label: str) -> str:
+    """The name of one request of a case: ``case [place]`` when the case has several."""
+    return f"{case.name} [{label}]" if label else case.name
 
 
 def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile, case: TestCase, name: str,
@@ -230,7 +224,15 @@ def _run_request(snapshot: Snapshot, namespaces: NamespaceSource, test: TestFile
                       summary, report, seconds)
 
 
-def run_file(test: TestFile, on_request: Callable[[], None] | None = None) -> FileResult:
+def run_file(test: TestFile, on_request: Callable[[], None] | None = None,
+             selector: CaseSelector | None = None) -> FileResult | None:
+    """The file's results; None when ``selector`` selects none of its requests (its manifests are then
+    not even loaded)."""
+    planned = [(case, request_name(case, label), document) for case in test.cases
+               for label, document in _review_documents(case)
+               if selector is None or selector.selects(test.name, request_name(case, label))]
+    if selector is not None and not planned:
+        return None
     loaded = load_manifest_paths(list(test.manifests))
     if loaded.errors:
         return FileResult(test.path, test.name, tuple(f"manifests: {error}" for error in loaded.errors), ())
@@ -241,13 +243,17 @@ def run_file(test: TestFile, on_request: Callable[[], None] | None = None) -> Fi
         except NamespaceFileError as error:
             return FileResult(test.path, test.name, (f"spec.namespaces: {error}",), ())
     snapshot = build_snapshot(loaded)
-    return FileResult(test.path, test.name, (),
-                      tuple(result for case in test.cases
-                            for result in run_case(snapshot, namespaces, test, case, on_request)))
+    results = []
+    for case, name, document in planned:
+        if on_request is not None:
+            on_request()
+        results.append(_run_request(snapshot, namespaces, test, case, name, document))
+    return FileResult(test.path, test.name, (), tuple(results))
 
 
-def run_files(tests: Sequence[TestFile], on_request: Callable[[], None] | None = None) -> list[FileResult]:
-    return [run_file(test, on_request) for test in tests]
+def run_files(tests: Sequence[TestFile], on_request: Callable[[], None] | None = None,
+              selector: CaseSelector | None = None) -> list[FileResult]:
+    return [result for test in tests if (result := run_file(test, on_request, selector)) is not None]
 
 
 def case_to_json(result: CaseResult) -> dict[str, Any]:
