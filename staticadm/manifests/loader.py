@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,7 +32,7 @@ from staticadm.manifests.decode import Decoder
 from staticadm.manifests.defaults import apply_defaults
 from staticadm.manifests.documents import Document, DocumentError, split_documents
 from staticadm.manifests.errors import ManifestError
-from staticadm.manifests.files import DirectoryContents, ManifestFile, read_directory, read_files
+from staticadm.manifests.files import DirectoryContents, ManifestFile, content_hash, read_directory, read_files
 from staticadm.manifests.validation import Validator
 from staticadm.model import (
     API_VERSION,
@@ -151,6 +152,13 @@ def load_manifest_paths(paths: list[str], *, max_file_bytes: int = DEFAULT_MAX_F
         else:
             files.append(path)
     return _Load(", ".join(paths), max_file_bytes, LoadCache()).run(read_files(files, max_file_bytes=max_file_bytes))
+
+
+def load_manifest_files(origin: str, files: Sequence[ManifestFile]) -> LoadResult:
+    """Load manifests already in memory (each named by the path its errors should name) as one directory's
+    files in the order given: what ``staticadm test`` makes of a Kyverno test's policy files."""
+    contents = DirectoryContents(tuple(files), content_hash([file.data for file in files]), None, ())
+    return _Load(origin, DEFAULT_MAX_FILE_BYTES, LoadCache()).run(contents)
 
 
 class _Load:

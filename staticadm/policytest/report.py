@@ -4,7 +4,7 @@ or ``--fail-only``) and the exit code."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
@@ -12,9 +12,11 @@ from xml.etree import ElementTree
 from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.colour import Palette
-from staticadm.policytest.runner import FileResult, case_to_json, run_files
+from staticadm.policytest.kyverno import API_VERSION as KYVERNO_API_VERSION
+from staticadm.policytest.kyverno import KyvernoTest, is_kyverno_test, parse_kyverno_test, run_kyverno_test
+from staticadm.policytest.runner import FileResult, case_to_json, run_file
 from staticadm.policytest.selection import CaseSelector, SelectionError
-from staticadm.policytest.spec import TestFileError, discover
+from staticadm.policytest.spec import TestFile, TestFileError, discover
 from staticadm.progress import Progress
 from staticadm.yamltext import dump_yaml
 
@@ -152,6 +154,13 @@ def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) ->
     return ElementTree.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
+def _run(test: object, on_request: Callable[[], None], selector: CaseSelector | None) -> FileResult | None:
+    if isinstance(test, KyvernoTest):
+        return run_kyverno_test(test, on_request, selector)
+    assert isinstance(test, TestFile)
+    return run_file(test, on_request, selector)
+
+
 def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: TextIO, stderr: TextIO,
               run: str | None = None, fail_only: bool = False) -> int:
     """Exit 0 when every selected case passed, 1 when one failed, 2 when a test file or its manifests are
@@ -164,9 +173,9 @@ def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: Text
         except SelectionError as error:
             stderr.write(f"staticadm test: {error}\n")
             return EXIT_UNUSABLE
-    tests, errors = discover(list(paths))
+    tests, errors = discover(list(paths), [(is_kyverno_test, parse_kyverno_test, KYVERNO_API_VERSION)])
     with Progress(stderr, "running policy tests") as progress:
-        results = run_files(tests, progress.advance, selector)
+        results = [result for test in tests if (result := _run(test, progress.advance, selector)) is not None]
     summary = _summary(results, errors)
     shown = failures_only(results) if fail_only else results
     if output == "json":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,11 +249,6 @@ def run_file(test: TestFile, on_request: Callable[[], None] | None = None,
             on_request()
         results.append(_run_request(snapshot, namespaces, test, case, name, document))
     return FileResult(test.path, test.name, (), tuple(results))
-
-
-def run_files(tests: Sequence[TestFile], on_request: Callable[[], None] | None = None,
-              selector: CaseSelector | None = None) -> list[FileResult]:
-    return [result for test in tests if (result := run_file(test, on_request, selector)) is not None]
 
 
 def case_to_json(result: CaseResult) -> dict[str, Any]:

@@ -9,7 +9,7 @@ each naming the file, the document and the field.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,9 +362,14 @@ def parse_test_document(document: Any, path: str, index: int) -> TestFile | list
                     tuple(case for case in cases if case is not None))
 
 
-def discover(paths: list[str]) -> tuple[list[TestFile], list[TestFileError]]:
-    """Every PolicyTest document in the given files, and under the given directories (recursively, files
-    ending .yaml, .yml or .json, in name order); other documents are not tests and are skipped."""
+#: Another kind of test document ``discover`` also collects: (is it one, parse it).
+OtherTestKind = tuple[Callable[[Any], bool], Callable[[Any, str, int], "object | list[TestFileError]"], str]
+
+
+def discover(paths: list[str], also: Sequence[OtherTestKind] = ()) -> tuple[list[object], list[TestFileError]]:
+    """Every PolicyTest document (a TestFile), and every document of the ``also`` kinds (as their parser
+    makes it), in the given files and under the given directories (recursively, files ending .yaml, .yml or
+    .json, in name order); other documents are not tests and are skipped."""
     files: list[Path] = []
     errors: list[TestFileError] = []
     for given in paths:
@@ -375,7 +380,8 @@ def discover(paths: list[str]) -> tuple[list[TestFile], list[TestFileError]]:
             files.append(path)
         else:
             errors.append(TestFileError(given, 0, "", "no such file or directory"))
-    tests: list[TestFile] = []
+    kinds: list[OtherTestKind] = [(is_test_document, parse_test_document, API_VERSION), *also]
+    tests: list[object] = []
     for file in files:
         try:
             documents = parse_yaml_stream(file.read_text(encoding="utf-8"))
@@ -383,22 +389,24 @@ def discover(paths: list[str]) -> tuple[list[TestFile], list[TestFileError]]:
             errors.append(TestFileError(str(file), 0, "", f"cannot read: {error}"))
             continue
         except ParseError as error:
-            if _mentions_test_kind(file):
+            if _mentions_test_kind(file, [api_version for _, _, api_version in kinds]):
                 errors.append(TestFileError(str(file), 0, "", f"not YAML: {error.problem}"))
             continue
         for index, document in enumerate(documents):
-            if not is_test_document(document):
-                continue
-            parsed = parse_test_document(document, str(file), index)
-            if isinstance(parsed, list):
-                errors.extend(parsed)
-            else:
-                tests.append(parsed)
+            for is_kind, parse, _ in kinds:
+                if is_kind(document):
+                    parsed = parse(document, str(file), index)
+                    if isinstance(parsed, list):
+                        errors.extend(parsed)
+                    else:
+                        tests.append(parsed)
+                    break
     return tests, errors
 
 
-def _mentions_test_kind(file: Path) -> bool:
+def _mentions_test_kind(file: Path, api_versions: list[str]) -> bool:
     try:
-        return API_VERSION in file.read_text(encoding="utf-8", errors="replace")
+        text = file.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+    return any(api_version in text for api_version in api_versions)
