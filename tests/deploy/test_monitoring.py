@@ -1,5 +1,6 @@
-"""The Prometheus rules under monitoring/: promtool checks them and runs their unit tests, every metric they
-read is one the daemon exports, and a real Prometheus server scraping a running daemon evaluates them."""
+"""The Prometheus rules and the Grafana dashboard under monitoring/: promtool checks the rules and runs their unit
+tests, every metric the rules and the dashboard read is one the daemon exports, and a real Prometheus server
+scraping a running daemon evaluates the rules and every dashboard panel's query."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from tests.server.harness import DaemonFactory, free_port, review, stop_process,
 
 MONITORING = REPO_ROOT / "monitoring"
 RULES = MONITORING / "staticadm-rules.yaml"
+DASHBOARD = MONITORING / "staticadm-dashboard.json"
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus)")
@@ -69,24 +74,20 @@ def _api(port: int, path: str, **query: str) -> Any:
     return document["data"]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
-def test_a_prometheus_server_scrapes_the_daemon_and_evaluates_the_rules(make_daemon: DaemonFactory,
-                                                                         tmp_path: Path) -> None:
+@contextmanager
+def prometheus_scraping(tmp_path: Path, port_of_daemon: int, ca_file: Path, rule_files: list[Path]) -> Iterator[int]:
+    """A real Prometheus server (scraping every second) scraping the daemon over HTTPS, once it has scraped it
+    successfully: its HTTP API port. Stopped after."""
     assert PROMETHEUS is not None
-    given = tmp_path / "given"
-    create_certificates(given, validity=datetime.timedelta(days=10))  # an operator's certificate left to lapse
-    daemon = make_daemon(args=["--tls-cert", str(given / "serving.crt"), "--tls-key", str(given / "serving.key")],
-                         ca_file=given / "ca.crt")
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""\
 global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: ["{RULES}"]
+rule_files: {json.dumps([str(path) for path in rule_files])}
 scrape_configs:
   - job_name: staticadm
     scheme: https
-    tls_config: {{ca_file: "{given / 'ca.crt'}"}}
-    static_configs: [{{targets: ["127.0.0.1:{daemon.port}"]}}]
+    tls_config: {{ca_file: "{ca_file}"}}
+    static_configs: [{{targets: ["127.0.0.1:{port_of_daemon}"]}}]
 """)
     port = free_port()
     with (tmp_path / "prometheus.log").open("wb") as log:
@@ -101,6 +102,20 @@ scrape_configs:
             return bool(result) and result[0]["value"][1] == "1"
 
         assert wait_for(scraped, timeout=30), (tmp_path / "prometheus.log").read_text()[-3000:]
+        yield port
+    finally:
+        stop_process(server)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
+def test_a_prometheus_server_scrapes_the_daemon_and_evaluates_the_rules(make_daemon: DaemonFactory,
+                                                                         tmp_path: Path) -> None:
+    given = tmp_path / "given"
+    create_certificates(given, validity=datetime.timedelta(days=10))  # an operator's certificate left to lapse
+    daemon = make_daemon(args=["--tls-cert", str(given / "serving.crt"), "--tls-key", str(given / "serving.key")],
+                         ca_file=given / "ca.crt")
+    with prometheus_scraping(tmp_path, daemon.port, given / "ca.crt", [RULES]) as port:
         for _ in range(5):
             assert daemon.validate(review({"deny": "true"}), via="https").status == 200
 
@@ -127,5 +142,121 @@ scrape_configs:
         assert unhealthy == [], unhealthy
         hashes = _api(port, "/api/v1/query", query="staticadm:config_hashes:count")["result"]
         assert [sample["value"][1] for sample in hashes] == ["1"]
-    finally:
-        stop_process(server)
+
+
+# -- the Grafana dashboard --------------------------------------------------------------------------------------
+
+#: What Grafana puts in place of the dashboard's variables and macros when every node is shown; the rate window is
+#: a few scrapes (every second here), as $__rate_interval is four scrape intervals.
+GRAFANA_VALUES = {"$__rate_interval": "20s", "$job": "staticadm", "$instance": ".+"}
+
+
+def _dashboard() -> dict[str, Any]:
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return dashboard
+
+
+def _panels() -> list[dict[str, Any]]:
+    return [panel for panel in _dashboard()["panels"] if panel["type"] != "row"]
+
+
+def _queries() -> list[tuple[str, str]]:
+    """(where, PromQL as Grafana sends it) of every panel target and every query variable."""
+    found = [(f"panel {panel['title']!r} target {target['refId']}", target["expr"])
+             for panel in _panels() for target in panel["targets"]]
+    for variable in _dashboard()["templating"]["list"]:
+        if variable["type"] == "query":
+            found.append((f"variable {variable['name']}", variable["query"]["query"]))
+    return found
+
+
+def _as_sent(expr: str) -> str:
+    """The query with the variables replaced; a variable's ``label_values(METRIC, LABEL)`` (Grafana asks for the
+    label's values of METRIC's series) as the PromQL that finds the same values."""
+    for name, value in GRAFANA_VALUES.items():
+        expr = expr.replace(name, value)
+    expr = re.sub(r"^label_values\((.+), (\w+)\)$", r"count by (\2) (\1)", expr)
+    assert "$" not in expr, expr
+    return expr
+
+
+def test_the_dashboard_is_a_grafana_dashboard_of_the_operators_questions() -> None:
+    dashboard = _dashboard()
+    assert dashboard["uid"] == "staticadm" and dashboard["schemaVersion"] >= 36
+    panels = _panels()
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    titles = {panel["title"] for panel in panels}
+    assert {"Request rate by endpoint and decision", "Request latency by endpoint", "Denials by policy",
+            "Configuration hash by node", "Reload state by node", "Distinct configurations served",
+            "Certificate expiry (days left)", "Worker restarts and recycles"} <= titles
+    cells: set[tuple[int, int]] = set()
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        area = {(grid["x"] + column, grid["y"] + line) for column in range(grid["w"]) for line in range(grid["h"])}
+        assert not area & cells, f"{panel['title']} overlaps another panel"
+        cells |= area
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"] and panel["description"], panel["title"]
+        for target in panel["targets"]:
+            assert 'job=~"$job"' in target["expr"] and 'instance=~"$instance"' in target["expr"], target["expr"]
+
+
+def test_every_metric_the_dashboard_reads_is_one_the_daemon_exports_and_documents(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon(args=["--workers", "2"])
+    exported = _families(daemon.get("/metrics").body.decode())
+    read = {name for _, expr in _queries() for name in re.findall(r"\bstaticadm_[a-z_]+\b", expr)}
+    unknown = {name for name in read
+               if name not in exported and re.sub(r"_(bucket|sum|count|total)$", "", name) not in exported}
+    assert read and not unknown, sorted(unknown)
+    documented = (REPO_ROOT / "docs" / "operations.md").read_text()
+    families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in read}
+    # The page abbreviates a long family it has named once: `..._last_config_info`.
+    abbreviated = set(re.findall(r"`\.\.\.(_[a-z_]+)", documented))
+    undocumented = sorted(family for family in families
+                          if family not in documented and not any(family.endswith(tail) for tail in abbreviated))
+    assert undocumented == [], undocumented
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
+def test_every_dashboard_query_returns_series_from_a_daemon_carrying_traffic(make_daemon: DaemonFactory,
+                                                                             tmp_path: Path) -> None:
+    given = tmp_path / "given"
+    create_certificates(given, validity=datetime.timedelta(days=30))
+    daemon = make_daemon(args=["--workers", "2", "--tls-cert", str(given / "serving.crt"),
+                               "--tls-key", str(given / "serving.key")], ca_file=given / "ca.crt")
+    queries = _queries()
+    with prometheus_scraping(tmp_path, daemon.port, given / "ca.crt", []) as port:
+        def empty() -> list[str]:
+            # Traffic between scrapes: allowed and denied requests on both endpoints.
+            for number in range(3):
+                assert daemon.validate(review({"deny": "true"}, uid=f"d{number}"), via="https").status == 200
+                assert daemon.validate(review(uid=f"a{number}"), via="https").status == 200
+                assert daemon.validate(review(uid=f"m{number}"), via="https", path="/mutate").status == 200
+            return [f"{where}: {expr}" for where, expr in queries
+                    if not _api(port, "/api/v1/query", query=_as_sent(expr))["result"]]
+
+        deadline = time.monotonic() + 60
+        missing = empty()
+        while missing and time.monotonic() < deadline:
+            time.sleep(1)
+            missing = empty()
+        assert missing == [], missing
+        # The values are the daemon's: one configuration, in step, its reload state good, 30 days on the
+        # serving certificate, no worker restarted.
+        def value(expr: str) -> list[tuple[dict[str, str], float]]:
+            return [(sample["metric"], float(sample["value"][1]))
+                    for sample in _api(port, "/api/v1/query", query=_as_sent(expr))["result"]]
+
+        by_title = {panel["title"]: panel for panel in _panels()}
+        assert [number for _, number in value(by_title["Distinct configurations served"]["targets"][0]["expr"])] == [1]
+        assert [number for _, number in value(by_title["Reload state by node"]["targets"][0]["expr"])] == [0]
+        expiry = {labels["certificate"]: days for labels, days in
+                  value(by_title["Certificate expiry (days left)"]["targets"][0]["expr"])}
+        assert 29 < expiry["serving"] <= 30
+        denials = value(by_title["Denials by policy"]["targets"][0]["expr"])
+        assert [labels["policy"] for labels, _ in denials] == ["deny-label.static.k8s.io"]
+        assert all(number == 0 for _, number in value(by_title["Worker restarts and recycles"]["targets"][0]["expr"]))
