@@ -71,7 +71,6 @@ _RESULT_UNSUPPORTED = {
     "generatedResource": "a ValidatingAdmissionPolicy generates nothing",
     "generatedResources": "a ValidatingAdmissionPolicy generates nothing",
     "cloneSourceResource": "a ValidatingAdmissionPolicy generates nothing",
-    "resourceSpecs": "staticadm selects resources by `resources` (name or namespace/name) only",
     "isMutatingAdmissionPolicy": "staticadm runs Kyverno tests of ValidatingAdmissionPolicies only",
     "isValidatingPolicy": "staticadm runs Kyverno tests of ValidatingAdmissionPolicies only",
     "isDeletingPolicy": "staticadm runs Kyverno tests of ValidatingAdmissionPolicies only",
@@ -79,7 +78,7 @@ _RESULT_UNSUPPORTED = {
     "isGeneratingPolicy": "staticadm runs Kyverno tests of ValidatingAdmissionPolicies only",
     "isMutatingPolicy": "staticadm runs Kyverno tests of ValidatingAdmissionPolicies only",
 }
-_RESULT_FIELDS = ("policy", "kind", "resources", "result", "isValidatingAdmissionPolicy", "operation",
+_RESULT_FIELDS = ("policy", "kind", "resources", "resourceSpecs", "result", "isValidatingAdmissionPolicy", "operation",
                   "failOnMissingResources", *_RESULT_UNSUPPORTED)
 _TOP_FIELDS = ("apiVersion", "kind", "metadata", "name", "policies", "resources", "variables", "values", "userinfo",
                "results", "exceptions", "paramResources", *_UNSUPPORTED_FIELDS)
@@ -123,6 +122,8 @@ class Expected:
     resources: tuple[str, ...]
     result: str
     operation: str
+    #: ``resourceSpecs``: (apiVersion, kind, namespace, name) of each, "" where the spec leaves it out.
+    resource_specs: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +309,30 @@ def _results(spec: dict[str, Any], errors: _Errors) -> tuple[Expected, ...]:
         found.append(Expected(index, errors.string(entry.get("policy", ""), f"{path}.policy"),
                               str(entry.get("kind") or ""), tuple(_strings(entry.get("resources"), errors,
                                                                            f"{path}.resources")),
-                              str(result), str(operation)))
+                              str(result), str(operation), _resource_specs(entry.get("resourceSpecs"), errors,
+                                                                           f"{path}.resourceSpecs")))
     return tuple(found)
+
+
+def _resource_specs(value: Any, errors: _Errors, path: str) -> tuple[tuple[str, str, str, str], ...]:
+    """``resourceSpecs``: each {group, version, kind, namespace, name} as (apiVersion, kind, namespace, name)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        errors.add(path, "must be a list of {group, version, kind, namespace, name}")
+        return ()
+    specs = []
+    for position, entry in enumerate(value):
+        spec = errors.mapping(entry, f"{path}[{position}]", ("group", "version", "kind", "namespace", "subresource",
+                                                             "name"), ("version", "name"))
+        if spec.get("subresource"):
+            errors.add(f"{path}[{position}].subresource", "cannot be honoured: a test's resources are objects, "
+                                                          "sent as requests for the object itself")
+        fields = {key: errors.string(spec.get(key, ""), f"{path}[{position}].{key}")
+                  for key in ("group", "version", "kind", "namespace", "name")}
+        api_version = f"{fields['group']}/{fields['version']}" if fields["group"] else fields["version"]
+        specs.append((api_version, fields["kind"], fields["namespace"], fields["name"]))
+    return tuple(specs)
 
 
 def parse_kyverno_test(document: Any, path: str, index: int) -> KyvernoTest | list[TestFileError]:
@@ -398,14 +421,24 @@ def case_name(expected: Expected, resource: Resource) -> str:
 
 def _named(expected: Expected, resources: tuple[Resource, ...]) -> list[tuple[str, Resource | None]]:
     """(the name as the entry gives it, the resource) for each resource the entry names, as Kyverno's
-    printTestResult finds them (``name``, or ``namespace/name``); every resource when it names none."""
-    if not expected.resources:
+    printTestResult finds them (``name``, or ``namespace/name``; each of ``resourceSpecs`` by apiVersion,
+    namespace and name, and kind when given); every resource when it names none. (Kyverno reads
+    ``resourceSpecs`` only beside ``resources``, and checks every resource when an entry has only specs:
+    here the specs always select.)"""
+    if not expected.resources and not expected.resource_specs:
         return [(resource.name, resource) for resource in resources]
     found: list[tuple[str, Resource | None]] = []
     for wanted in expected.resources:
         namespace, _, name = wanted.rpartition("/")
         matches = [resource for resource in resources
                    if resource.name == name and (not namespace or resource.namespace == namespace)]
+        found.extend((wanted, resource) for resource in matches) if matches else found.append((wanted, None))
+    for api_version, kind, namespace, name in expected.resource_specs:
+        wanted = f"{api_version} {kind} {namespace}/{name}".replace("  ", " ") if namespace else \
+            f"{api_version} {kind} {name}".replace("  ", " ")
+        matches = [resource for resource in resources
+                   if resource.listed.value.get("apiVersion") == api_version and resource.namespace == namespace
+                   and resource.name == name and (not kind or resource.kind == kind)]
         found.extend((wanted, resource) for resource in matches) if matches else found.append((wanted, None))
     return found
 

@@ -85,6 +85,8 @@ def test_operations_warn_bindings_errors_and_inline_values() -> None:
     assert cases["size-limit/ConfigMap/team-a/empty"]["response"]["response"]["allowed"] is True
     assert cases["namespace-prefix/Namespace/team-a"]["request"]["userInfo"]["username"] == \
         "system:kyverno:background-scan"
+    by_spec = cases["size-limit/ConfigMap/team-a/pinned [results[9]]"]
+    assert by_spec["passed"] and by_spec["request"]["name"] == "pinned"
 
 
 def test_a_wrong_expectation_fails_and_says_why(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ def test_what_cannot_be_honoured_is_an_error_naming_the_field() -> None:
     where = str(HERE / "refused" / "kyverno-test.yaml")
     expected_fields = ["exceptions", "paramResources", "jsonPayloads", "results[0].rule", "policies[1]",
                        "clusterRoles", "values.globalValues", "variables", "resourceFilters", "results[0].result",
-                       "results[0].policy", "results[0].operation"]
+                       "results[0].policy", "results[0].operation", "results[0].resourceSpecs[0].subresource"]
     assert len(errors) == len(expected_fields), errors
     for index, (error, field) in enumerate(zip(errors, expected_fields, strict=True)):
         document = f" (document {index})" if index else ""
