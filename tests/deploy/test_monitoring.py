@@ -205,7 +205,7 @@ def test_the_dashboard_is_a_grafana_dashboard_of_the_operators_questions() -> No
 
 
 def test_every_metric_the_dashboard_reads_is_one_the_daemon_exports_and_documents(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon(args=["--workers", "2"])
+    daemon = make_daemon()
     exported = _families(daemon.get("/metrics").body.decode())
     read = {name for _, expr in _queries() for name in re.findall(r"\bstaticadm_[a-z_]+\b", expr)}
     unknown = {name for name in read
