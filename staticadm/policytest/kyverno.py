@@ -43,6 +43,9 @@ from staticadm.snapshot import Snapshot, build_snapshot
 from staticadm.yamljson import ParseError, parse_yaml_stream
 
 API_VERSION = "cli.kyverno.io/v1alpha1"
+#: Kyverno's CLI decodes any ``kind: Test`` document of a kyverno-test.yaml into its v1alpha1 Test; its own
+#: tests also carry the older ``kyverno.io/v1``.
+API_VERSIONS = (API_VERSION, "kyverno.io/v1")
 KIND = "Test"
 #: The user Kyverno's CLI evaluates a ValidatingAdmissionPolicy as when the test names none
 #: (pkg/admissionpolicy.ResolveUser fills username, uid and groups with it).
@@ -140,7 +143,7 @@ class KyvernoTest:
 
 
 def is_kyverno_test(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("apiVersion") == API_VERSION and document.get("kind") == KIND
+    return isinstance(document, dict) and document.get("apiVersion") in API_VERSIONS and document.get("kind") == KIND
 
 
 def _strings(value: Any, errors: _Errors, path: str) -> list[str]:
@@ -350,8 +353,11 @@ def parse_kyverno_test(document: Any, path: str, index: int) -> KyvernoTest | li
     if spec.get("paramResources"):
         errors.add("paramResources", "cannot be honoured: kube-apiserver's static manifests (KEP-5793) have no "
                                      "params, so staticadm loads no policy with paramKind or binding with paramRef")
+    if "name" in spec:
+        errors.add("name", "deprecated: Kyverno's CLI refuses a test with a top-level name (\"uses a deprecated "
+                           "schema\"): give metadata.name")
     metadata = spec.get("metadata") or {}
-    name = (metadata.get("name") if isinstance(metadata, dict) else None) or spec.get("name") or Path(path).name
+    name = (metadata.get("name") if isinstance(metadata, dict) else None) or Path(path).name
     policies = _policies(spec, base, errors)
     resources = _resources(spec, base, errors)
     labels = _values(spec, base, errors)

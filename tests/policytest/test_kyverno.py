@@ -119,7 +119,7 @@ def test_what_cannot_be_honoured_is_an_error_naming_the_field() -> None:
     where = str(HERE / "refused" / "kyverno-test.yaml")
     expected_fields = ["exceptions", "paramResources", "jsonPayloads", "results[0].rule", "policies[1]",
                        "clusterRoles", "values.globalValues", "variables", "resourceFilters", "results[0].result",
-                       "results[0].policy", "results[0].operation", "results[0].resourceSpecs[0].subresource"]
+                       "results[0].policy", "results[0].operation", "results[0].resourceSpecs[0].subresource", "name"]
     assert len(errors) == len(expected_fields), errors
     for index, (error, field) in enumerate(zip(errors, expected_fields, strict=True)):
         document = f" (document {index})" if index else ""
