@@ -38,7 +38,7 @@ from staticadm.manifests.files import ManifestFile
 from staticadm.manifests.loader import STATIC_SUFFIX, load_manifest_files
 from staticadm.policytest.runner import CaseResult, FileResult
 from staticadm.policytest.selection import CaseSelector
-from staticadm.policytest.spec import TestFileError, User, _Errors
+from staticadm.policytest.spec import FieldErrors, TestFileError, User
 from staticadm.snapshot import Snapshot, build_snapshot
 from staticadm.yamljson import ParseError, parse_yaml_stream
 
@@ -146,7 +146,7 @@ def is_kyverno_test(document: Any) -> bool:
     return isinstance(document, dict) and document.get("apiVersion") in API_VERSIONS and document.get("kind") == KIND
 
 
-def _strings(value: Any, errors: _Errors, path: str) -> list[str]:
+def _strings(value: Any, errors: FieldErrors, path: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
@@ -155,7 +155,7 @@ def _strings(value: Any, errors: _Errors, path: str) -> list[str]:
     return list(value)
 
 
-def _documents(base: Path, reference: str, errors: _Errors, path: str) -> list[tuple[str, int, Any]]:
+def _documents(base: Path, reference: str, errors: FieldErrors, path: str) -> list[tuple[str, int, Any]]:
     """(file, document index, value) of every non-empty document of a file, or of the YAML files directly in a
     directory (in name order), as Kyverno's loader reads a path."""
     target = base / reference
@@ -179,7 +179,7 @@ def _documents(base: Path, reference: str, errors: _Errors, path: str) -> list[t
     return found
 
 
-def _policies(spec: dict[str, Any], base: Path, errors: _Errors) -> tuple[PolicyDocument, ...]:
+def _policies(spec: dict[str, Any], base: Path, errors: FieldErrors) -> tuple[PolicyDocument, ...]:
     found: list[PolicyDocument] = []
     references = _strings(spec.get("policies"), errors, "policies")
     if not references and "policies" not in spec:
@@ -202,7 +202,7 @@ def _policies(spec: dict[str, Any], base: Path, errors: _Errors) -> tuple[Policy
     return tuple(found)
 
 
-def _resources(spec: dict[str, Any], base: Path, errors: _Errors) -> tuple[Resource, ...]:
+def _resources(spec: dict[str, Any], base: Path, errors: FieldErrors) -> tuple[Resource, ...]:
     found: list[Resource] = []
     references = _strings(spec.get("resources"), errors, "resources")
     if not references:
@@ -218,7 +218,7 @@ def _resources(spec: dict[str, Any], base: Path, errors: _Errors) -> tuple[Resou
     return tuple(found)
 
 
-def _values(spec: dict[str, Any], base: Path, errors: _Errors) -> dict[str, dict[str, str]]:
+def _values(spec: dict[str, Any], base: Path, errors: FieldErrors) -> dict[str, dict[str, str]]:
     """Namespace labels from ``values`` (inline) or else the ``variables`` file, as Kyverno's
     variables.New prefers them; whatever else they hold cannot be honoured."""
     if "values" in spec and "variables" in spec:
@@ -264,7 +264,7 @@ def _values(spec: dict[str, Any], base: Path, errors: _Errors) -> dict[str, dict
     return labels
 
 
-def _user(spec: dict[str, Any], base: Path, errors: _Errors) -> User:
+def _user(spec: dict[str, Any], base: Path, errors: FieldErrors) -> User:
     if "userinfo" not in spec:
         return User(KYVERNO_SENTINEL_USER, KYVERNO_SENTINEL_USER, (KYVERNO_SENTINEL_USER,))
     reference = errors.string(spec["userinfo"], "userinfo")
@@ -290,7 +290,7 @@ def _user(spec: dict[str, Any], base: Path, errors: _Errors) -> User:
                 tuple(groups) or (KYVERNO_SENTINEL_USER,))
 
 
-def _results(spec: dict[str, Any], errors: _Errors) -> tuple[Expected, ...]:
+def _results(spec: dict[str, Any], errors: FieldErrors) -> tuple[Expected, ...]:
     entries = spec.get("results")
     if not isinstance(entries, list) or not entries:
         errors.add("results", "required: a non-empty list of expected results")
@@ -317,7 +317,7 @@ def _results(spec: dict[str, Any], errors: _Errors) -> tuple[Expected, ...]:
     return tuple(found)
 
 
-def _resource_specs(value: Any, errors: _Errors, path: str) -> tuple[tuple[str, str, str, str], ...]:
+def _resource_specs(value: Any, errors: FieldErrors, path: str) -> tuple[tuple[str, str, str, str], ...]:
     """``resourceSpecs``: each {group, version, kind, namespace, name} as (apiVersion, kind, namespace, name)."""
     if value is None:
         return ()
@@ -339,7 +339,7 @@ def _resource_specs(value: Any, errors: _Errors, path: str) -> tuple[tuple[str, 
 
 
 def parse_kyverno_test(document: Any, path: str, index: int) -> KyvernoTest | list[TestFileError]:
-    errors = _Errors(path, index)
+    errors = FieldErrors(path, index)
     spec = errors.mapping(document, "", _TOP_FIELDS)
     base = Path(path).parent
     for field, why in _UNSUPPORTED_FIELDS.items():

@@ -94,7 +94,9 @@ class TestFileError:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
-class _Errors:
+class FieldErrors:
+    """Every problem of one test document, each naming the file, the document and the field."""
+
     def __init__(self, path: str, document: int) -> None:
         self.path = path
         self.document = document
@@ -131,7 +133,7 @@ def _read_yaml_documents(path: Path) -> list[Any]:
     return [document for document in parse_yaml_stream(path.read_text(encoding="utf-8")) if document is not None]
 
 
-def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> list[Any] | None:
+def _read_referenced(base: Path, reference: str, errors: FieldErrors, field_path: str) -> list[Any] | None:
     target = base / reference
     try:
         return _read_yaml_documents(target)
@@ -142,7 +144,7 @@ def _read_referenced(base: Path, reference: str, errors: _Errors, field_path: st
     return None
 
 
-def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: str) -> Any:
+def _load_referenced(base: Path, reference: str, errors: FieldErrors, field_path: str) -> Any:
     documents = _read_referenced(base, reference, errors, field_path)
     if documents is None:
         return None
@@ -152,7 +154,7 @@ def _load_referenced(base: Path, reference: str, errors: _Errors, field_path: st
     return documents[0]
 
 
-def _objects(documents: list[Any], errors: _Errors, field_path: str) -> tuple[ListedObject, ...]:
+def _objects(documents: list[Any], errors: FieldErrors, field_path: str) -> tuple[ListedObject, ...]:
     """Every object of the documents, Lists expanded; labelled by document (when several) and item."""
     found: list[ListedObject] = []
     for index, document in enumerate(documents):
@@ -169,7 +171,7 @@ def _objects(documents: list[Any], errors: _Errors, field_path: str) -> tuple[Li
     return tuple(found)
 
 
-def _recorded(value: Any, base: Path, errors: _Errors, path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+def _recorded(value: Any, base: Path, errors: FieldErrors, path: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     """The requests of ``auditLog: {file, verbs, resources, namespaces, since, until}``."""
     spec = errors.mapping(value, path, ("file", "verbs", "resources", "namespaces", "since", "until"), ("file",))
     if not spec:
@@ -212,7 +214,7 @@ def _recorded(value: Any, base: Path, errors: _Errors, path: str) -> tuple[tuple
     return tuple((f"{file} line {entry.line}", entry.review) for entry in requests)
 
 
-def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> User:
+def _user(value: Any, users: Mapping[str, User], errors: FieldErrors, path: str) -> User:
     if isinstance(value, str):
         return users.get(value, User(value))
     spec = errors.mapping(value, path, ("username", "uid", "groups"), ("username",))
@@ -224,7 +226,7 @@ def _user(value: Any, users: Mapping[str, User], errors: _Errors, path: str) -> 
                 errors.string(spec.get("uid", ""), f"{path}.uid"), tuple(groups))
 
 
-def _expectation(value: Any, errors: _Errors, path: str) -> Expectation:
+def _expectation(value: Any, errors: FieldErrors, path: str) -> Expectation:
     spec = errors.mapping(value, path, ("allowed", "deniedBy", "messageContains", "reason", "code", "warnings",
                                         "auditAnnotations", "object", "patch"), ("allowed",))
     allowed = spec.get("allowed")
@@ -259,7 +261,7 @@ def _expectation(value: Any, errors: _Errors, path: str) -> Expectation:
                        tuple(warnings) if warnings is not None else None, annotations, spec.get("object"), patch)
 
 
-def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors: _Errors) -> TestCase | None:
+def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors: FieldErrors) -> TestCase | None:
     path = f"spec.cases[{index}]"
     spec = errors.mapping(value, path, ("name", "object", "objectFile", "oldObject", "oldObjectFile", "review",
                                         "reviewFile", "auditLog", "operation", "user", "namespace", "subresource",
@@ -314,7 +316,7 @@ def _case(value: Any, index: int, base: Path, users: Mapping[str, User], errors:
 
 
 def parse_test_document(document: Any, path: str, index: int) -> TestFile | list[TestFileError]:
-    errors = _Errors(path, index)
+    errors = FieldErrors(path, index)
     top = errors.mapping(document, "", ("apiVersion", "kind", "metadata", "spec"), ("metadata", "spec"))
     metadata = errors.mapping(top.get("metadata", {}), "metadata", ("name",), ("name",))
     spec = errors.mapping(top.get("spec", {}), "spec", ("manifests", "namespaces", "users", "cases"),
