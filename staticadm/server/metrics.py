@@ -245,8 +245,9 @@ class Metrics:
             "AdmissionReview HTTP requests by endpoint, HTTP status code and admission decision.",
             ("endpoint", "code", "decision")), (
             f"{PREFIX}_admission_request_duration_seconds",
-            "Time from receiving an AdmissionReview request to writing its answer.",
-            ("endpoint",)), LATENCY_BUCKETS)
+            "Time from receiving an AdmissionReview request to writing its answer, by endpoint and admission "
+            "decision (as kube-apiserver's webhook histogram is by its rejected label).",
+            ("endpoint", "decision")), LATENCY_BUCKETS)
         policy_labels = ("policy", "policy_binding", "error_type", "enforcement_action")
         self.policy_checks = CountedLatencies(self.registry, (
             f"{PREFIX}_validating_admission_policy_check",
@@ -397,10 +398,10 @@ class Metrics:
         """Creates at 0 every series of the families this daemon's configuration uses whose label values
         are known before any request (per-policy series appear with the policies' first checks)."""
         for endpoint in endpoints:
-            self.requests.latency((endpoint,))
             self.evaluation_timeouts.labels(endpoint=endpoint)
             for decision in ENDPOINT_DECISIONS.get(endpoint, ()):
                 self.requests.count((endpoint, "200", decision))
+                self.requests.latency((endpoint, decision))
             if shadow:
                 self.shadow_evaluations.labels(endpoint)
                 for difference in SHADOW_DIFFERENCES:
@@ -470,7 +471,7 @@ class Metrics:
         self.shadow_config_info.labels(hash=content_hash).set(1)
 
     def record_request(self, endpoint: str, code: int, decision: str, seconds: float | None) -> None:
-        self.requests.record((endpoint, str(code), decision), (endpoint,), seconds)
+        self.requests.record((endpoint, str(code), decision), (endpoint, decision), seconds)
 
     def record_policy_check(self, policy: str, binding: str, error_type: str, action: str, seconds: float) -> None:
         key = (policy, binding, error_type, action)

@@ -187,7 +187,7 @@ def test_the_dashboard_is_a_grafana_dashboard_of_the_operators_questions() -> No
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     titles = {panel["title"] for panel in panels}
-    assert {"Request rate by endpoint and decision", "Request latency by endpoint", "Denials by policy",
+    assert {"Request rate by endpoint and decision", "Request latency by endpoint and decision", "Denials by policy",
             "Configuration hash by node", "Reload state by node", "Distinct configurations served",
             "Certificate expiry (days left)", "Worker restarts and recycles"} <= titles
     cells: set[tuple[int, int]] = set()
