@@ -122,16 +122,23 @@ def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
 
 
 def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.deploy.checks import outage_check, registration_check, registration_directory_problem
     from staticadm.deploy.control_plane import control_plane_check
-    from staticadm.manifests.check import run_check
+    from staticadm.manifests.check import ExtraCheck, run_check
 
     directories = [*args.manifests, *args.directories]
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
+    extra_checks: list[ExtraCheck] = [control_plane_check, outage_check(args.webhook_config_dir)]
+    if args.webhook_config_dir is not None:
+        problem = registration_directory_problem(args.webhook_config_dir)
+        if problem is not None:
+            stderr.write(f"staticadm check: {problem}\n")
+            return EXIT_USAGE
+        extra_checks.append(registration_check(args.webhook_config_dir))
     return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
-                     extra_checks=(control_plane_check,),
-                     allow_world_writable=args.allow_world_writable_manifests)
+                     extra_checks=extra_checks, allow_world_writable=args.allow_world_writable_manifests)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -525,7 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "but probably does not do what was meant. Files given with -f are checked together, as if\n"
                     "they were one directory. The writes a kubeadm control plane always makes (kube-proxy and\n"
                     "CoreDNS pods, mirror pods, node status and leases, events) are replayed: a policy refusing\n"
-                    "one is named with the write.\n\n"
+                    "one is named with the write, and so is every one the webhook registration sends under\n"
+                    "failurePolicy Fail (refused while staticadm is down). With --webhook-config-dir, the\n"
+                    "installed registration is compared with the policies: one it does not send all of its\n"
+                    "requests is an error.\n\n"
                     "Exit codes: 0 everything valid (warnings allowed); 1 something invalid; 2 usage.\n\n"
                     "example: staticadm check /etc/staticadm/manifests\n"
                     "         staticadm check -f policy.yaml -f binding.yaml -o json")
@@ -544,6 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--allow-world-writable-manifests", action="store_true",
                               help="check as a daemon started with this option: world-writable directories and "
                                    "files are warnings, not the errors the daemon refuses to load them with")
+    check_parser.add_argument("--webhook-config-dir", metavar="DIR", default=None,
+                              help="the installed static webhook registration (webhook-config --out-dir DIR, holding "
+                                   "validating-webhooks/ and mutating-webhooks/), read only: a policy it does not "
+                                   "send all of its requests is an error, and the outage warnings are about it "
+                                   "(default: the registration webhook-config would generate)")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
