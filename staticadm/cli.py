@@ -326,12 +326,31 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     import yaml
 
-    from staticadm.deploy.webhooks import WebhookConfigError, WebhookSettings, read_ca_bundle, webhook_configurations
+    from staticadm.deploy.registration import installed_client_settings
+    from staticadm.deploy.webhooks import (
+        DEFAULT_TIMEOUT_SECONDS,
+        WebhookConfigError,
+        WebhookSettings,
+        read_ca_bundle,
+        webhook_configurations,
+    )
     from staticadm.manifests.loader import load_manifest_directory
 
+    installed = installed_client_settings(args.out_dir) if args.out_dir and args.registration == "static" else None
+    if (args.url is None or args.ca_file is None) and installed is None:
+        stderr.write("staticadm webhook-config: give --url and --ca-file (they are taken from the installed static "
+                     "registration only when --out-dir holds one)\n")
+        return EXIT_USAGE
+    url = args.url if args.url is not None else installed.url if installed is not None else ""
+    failure_policy = args.failure_policy or (installed.failure_policy if installed is not None else "Fail")
+    timeout = args.timeout if args.timeout is not None else (
+        installed.timeout_seconds if installed is not None else DEFAULT_TIMEOUT_SECONDS)
     try:
-        with open(args.ca_file, "rb") as handle:
-            ca_bundle = read_ca_bundle(handle.read(), args.ca_file)
+        if args.ca_file is None and installed is not None:
+            ca_bundle = read_ca_bundle(installed.ca_bundle, f"(the caBundle installed in {args.out_dir})")
+        else:
+            with open(args.ca_file, "rb") as handle:
+                ca_bundle = read_ca_bundle(handle.read(), args.ca_file)
     except OSError as error:
         stderr.write(f"staticadm webhook-config: --ca-file {args.ca_file}: {error.strerror or error}\n")
         return EXIT_USAGE
@@ -344,8 +363,8 @@ def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: Text
         for manifest_error in loaded.errors:
             stderr.write(f"staticadm webhook-config: {manifest_error}\n")
         return EXIT_FAILED
-    settings = WebhookSettings(url=args.url, ca_bundle=ca_bundle, failure_policy=args.failure_policy,
-                               timeout_seconds=args.timeout, registration=args.registration)
+    settings = WebhookSettings(url=url, ca_bundle=ca_bundle, failure_policy=failure_policy,
+                               timeout_seconds=timeout, registration=args.registration)
     try:
         generated = webhook_configurations(loaded, settings)
     except WebhookConfigError as error:
@@ -699,15 +718,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "--url https://127.0.0.1:8443 --ca-file /var/lib/staticadm/tls/ca.crt "
                     "--out-dir /etc/kubernetes/admission")
     webhook_parser.add_argument("--manifests", required=True, metavar="DIR", help="the manifest directory")
-    webhook_parser.add_argument("--url", required=True, metavar="URL",
+    webhook_parser.add_argument("--url", metavar="URL",
                                 help="the daemon's HTTPS base URL as kube-apiserver dials it, "
-                                     "e.g. https://127.0.0.1:8443")
-    webhook_parser.add_argument("--ca-file", required=True, metavar="FILE",
-                                help="PEM CA that signed the serving certificate (ca.crt from `staticadm certs`)")
-    webhook_parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail",
-                                help="what kube-apiserver does when staticadm cannot be reached (default: Fail)")
-    webhook_parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
-                                help=f"timeoutSeconds, 1 to 30 (default: {DEFAULT_TIMEOUT_SECONDS})")
+                                     "e.g. https://127.0.0.1:8443 (default: the one of the static registration "
+                                     "installed in --out-dir)")
+    webhook_parser.add_argument("--ca-file", metavar="FILE",
+                                help="PEM CA that signed the serving certificate (ca.crt from `staticadm certs`) "
+                                     "(default: the caBundle of the static registration installed in --out-dir)")
+    webhook_parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default=None,
+                                help="what kube-apiserver does when staticadm cannot be reached (default: the "
+                                     "installed registration's, else Fail)")
+    webhook_parser.add_argument("--timeout", type=int, default=None, metavar="SECONDS",
+                                help=f"timeoutSeconds, 1 to 30 (default: the installed registration's, else "
+                                     f"{DEFAULT_TIMEOUT_SECONDS})")
     webhook_parser.add_argument("--registration", choices=("static", "api"), default="static",
                                 help="static: a *.static.k8s.io manifest for kube-apiserver's staticManifestsDir "
                                      "(1.36+); api: an object for kubectl apply (older versions) (default: static)")

@@ -17,8 +17,8 @@ from staticadm.manifests.loader import LoadResult
 from staticadm.model import Policy
 
 #: The command that makes the registration follow the policies (docs/deployment.md).
-FIX_COMMAND = ("staticadm webhook-config --manifests MANIFESTS --url URL --ca-file CA --out-dir {directory} "
-               "(the command that installed it; kube-apiserver rereads the files within about a minute)")
+FIX_COMMAND = ("staticadm webhook-config --manifests {manifests} --out-dir {directory} (URL, CA and failurePolicy "
+               "kept from what is installed; kube-apiserver rereads the files within about a minute)")
 
 
 def _at(policy: Policy, message: str) -> ManifestError:
@@ -27,10 +27,10 @@ def _at(policy: Policy, message: str) -> ManifestError:
                          name=policy.name)
 
 
-def unregistered_message(entry: Unregistered, directory: str) -> str:
+def unregistered_message(entry: Unregistered, directory: str, manifests: str) -> str:
     return (f"the installed webhook registration ({directory}) does not send this {entry.plugin} policy all of its "
             f"requests, so kube-apiserver never asks it about them: {entry.describe()}; regenerate it: "
-            + FIX_COMMAND.format(directory=directory))
+            + FIX_COMMAND.format(manifests=manifests, directory=directory))
 
 
 def registration_gaps(result: LoadResult, directory: str) -> list[Unregistered]:
@@ -42,7 +42,7 @@ def registration_gaps(result: LoadResult, directory: str) -> list[Unregistered]:
 def registration_check(directory: str) -> ExtraCheck:
     """``check --webhook-config-dir DIR``: an error for every policy the registration in DIR does not serve."""
     def check(result: LoadResult) -> Sequence[Finding]:
-        return [Finding(_at(entry.policy, unregistered_message(entry, directory)), "unregistered",
+        return [Finding(_at(entry.policy, unregistered_message(entry, directory, result.directory)), "unregistered",
                         {"policy": entry.policy.name, "plugin": entry.plugin, "missing": list(entry.gaps)},
                         severity="error")
                 for entry in registration_gaps(result, directory)]

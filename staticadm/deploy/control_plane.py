@@ -130,10 +130,7 @@ def control_plane_check(result: LoadResult) -> tuple[Finding, ...]:
         policies.setdefault(mutating.name, mutating)
     findings = []
     for block in replay(build_snapshot(result)):
-        said = f"{block.cause}: {block.message}" if block.cause != "deny" else block.message
-        message = (f"refuses a write every kubeadm control plane makes, {block.write.subject} "
-                   f"({block.write.description}): {said}; exempt it (a namespaceSelector excluding kube-system, "
-                   f"a matchCondition on the user) or bind with validationActions [Warn, Audit]")
+        message = refusal_message(block)
         policy = policies.get(block.policy)
         if policy is None:
             problem = ManifestError(result.directory, message)
@@ -143,6 +140,14 @@ def control_plane_check(result: LoadResult) -> tuple[Finding, ...]:
                                     kind=policy.KIND, name=policy.name)
         findings.append(Finding(problem, "controlPlane", block.to_json()))
     return tuple(findings)
+
+
+def refusal_message(block: ControlPlaneBlock) -> str:
+    """What ``check`` (and the daemon) says about a refused control-plane write."""
+    said = f"{block.cause}: {block.message}" if block.cause != "deny" else block.message
+    return (f"refuses a write every kubeadm control plane makes, {block.write.subject} "
+            f"({block.write.description}): {said}; exempt it (a namespaceSelector excluding kube-system, "
+            f"a matchCondition on the user) or bind with validationActions [Warn, Audit]")
 
 
 def _write(entry: Mapping[str, Any]) -> ControlPlaneRequest:

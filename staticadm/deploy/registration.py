@@ -13,6 +13,7 @@ and is reported.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 from staticadm.deploy.exclusions import BY_NAME, pair_reaches
 from staticadm.deploy.webhooks import (
+    DEFAULT_TIMEOUT_SECONDS,
     MUTATING_WEBHOOK,
     VALIDATING_WEBHOOK,
     Requirement,
@@ -128,6 +130,36 @@ def read_registration(directory: str) -> InstalledRegistration:
         if trouble:
             problems[plugin] = tuple(trouble)
     return InstalledRegistration(directory, webhooks, problems)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """How the installed registration calls staticadm: what regenerating it keeps unless told otherwise."""
+
+    url: str
+    ca_bundle: bytes
+    failure_policy: str
+    timeout_seconds: int
+
+
+def installed_client_settings(directory: str) -> ClientSettings | None:
+    """The base URL, CA bundle, failurePolicy and timeout of staticadm's first webhook installed in ``directory``."""
+    installed = read_registration(directory)
+    for plugin in PLUGINS:
+        for webhook in installed.webhooks.get(plugin, ()):
+            client = webhook.get("clientConfig") or {}
+            url, bundle = client.get("url"), client.get("caBundle")
+            if not isinstance(url, str) or not isinstance(bundle, str):
+                continue
+            try:
+                ca_bundle = base64.b64decode(bundle, validate=True)
+            except ValueError:
+                continue
+            base = url.removesuffix("/validate").removesuffix("/mutate")
+            timeout = webhook.get("timeoutSeconds")
+            return ClientSettings(base, ca_bundle, str(webhook.get("failurePolicy") or "Fail"),
+                                  timeout if isinstance(timeout, int) else DEFAULT_TIMEOUT_SECONDS)
+    return None
 
 
 def content_digest(registration: InstalledRegistration) -> str:
