@@ -77,13 +77,21 @@ class ControlPlaneBlock:
         }
 
 
-def control_plane_requests() -> tuple[ControlPlaneRequest, ...]:
-    """Every built-in write, the mirror pods' status updates after the requests of the data file."""
+def _entries() -> list[Mapping[str, Any]]:
     text = resources.files("staticadm.deploy").joinpath("control-plane-requests.yaml").read_text(encoding="utf-8")
     entries = [entry for entry in parse_stream(text) if entry is not None]
-    writes = [_write(entry) for entry in entries]
-    writes.extend(_write(_mirror_status_update(entry)) for entry in entries if _is_mirror_pod_create(entry))
-    return tuple(writes)
+    return [*entries, *(_mirror_status_update(entry) for entry in entries if _is_mirror_pod_create(entry))]
+
+
+def control_plane_requests() -> tuple[ControlPlaneRequest, ...]:
+    """Every built-in write, the mirror pods' status updates after the requests of the data file."""
+    return tuple(_write(entry) for entry in _entries())
+
+
+def control_plane_reviews() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """(description, AdmissionReview) of every built-in write, in :func:`control_plane_requests`' order: what
+    kube-apiserver's admission is handed for each (the tests send them through its webhook client)."""
+    return tuple((entry["description"], _review(entry)) for entry in _entries())
 
 
 def kubeadm_namespaces() -> StaticNamespaces:
