@@ -1,8 +1,8 @@
 """What ``staticadm check`` knows about a directory, for the daemon: its analyses run on what is served.
 
 After each load (never on the request path) the daemon asks :class:`Analyser` for the findings about the
-served snapshot: control-plane writes a policy refuses (check's replay), policies without bindings and
-bindings without policies, type-checking warnings, files skipped for their extension, and, given the
+served snapshot: control-plane writes a policy refuses (check's replay), policies without bindings,
+type-checking warnings, files skipped for their extension, and, given the
 installed webhook registration's directory, the policies it does not send (all) their requests. Each
 finding is a plain value, so the daemon can tell which are new since the last analysis.
 
@@ -37,7 +37,6 @@ class FindingKind(StrEnum):
     UNREGISTERED = "unregistered"
     CONTROL_PLANE_WRITE_REFUSED = "control_plane_write_refused"
     UNBOUND_POLICY = "unbound_policy"
-    BINDING_WITHOUT_POLICY = "binding_without_policy"
     TYPE_CHECK_WARNING = "type_check_warning"
     SKIPPED_FILE = "skipped_file"
 
@@ -96,11 +95,6 @@ class Analyser:
             if (kind, name) not in bound:
                 found.append(Finding(FindingKind.UNBOUND_POLICY, _origin_path(policy), _name(policy),
                                      "policy has no binding, so it is never evaluated"))
-        for binding in bindings:
-            if (binding.KIND.removesuffix("Binding"), binding.spec.policy_name) not in policies:
-                found.append(Finding(FindingKind.BINDING_WITHOUT_POLICY, _origin_path(binding), _name(binding),
-                                     f'binding names policy "{binding.spec.policy_name}", which is not in the '
-                                     "directory, so it never applies"))
         by_name: dict[str, TopLevel] = {}
         for (kind, name), policy in policies.items():
             if kind == ValidatingAdmissionPolicy.KIND or name not in by_name:

@@ -139,11 +139,6 @@ def semantic_warnings(result: LoadResult) -> tuple[ManifestError, ...]:
                                                         "files end in .yaml, .yml or .json), so every request "
                                                         "is allowed"))
     bound = {(type(b).__name__.removesuffix("Binding"), b.spec.policy_name) for b in result.bindings}
-    present = {(policy.KIND, policy.name) for policy in result.policies}
-    for binding in result.bindings:
-        if (binding.KIND.removesuffix("Binding"), binding.spec.policy_name) not in present:
-            warnings.append(_warn(binding, f'binding names policy "{binding.spec.policy_name}", which is not in '
-                                           "the directory, so it never applies", "spec.policyName"))
     for policy in result.policies:
         if (policy.KIND, policy.name) not in bound:
             warnings.append(_warn(policy, "policy has no binding, so it is never evaluated"))

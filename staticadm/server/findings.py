@@ -18,7 +18,6 @@ _MESSAGES = {
     FindingKind.UNREGISTERED: "policy not sent its requests by the installed webhook registration",
     FindingKind.CONTROL_PLANE_WRITE_REFUSED: "policy refuses a control-plane write",
     FindingKind.UNBOUND_POLICY: "policy has no binding",
-    FindingKind.BINDING_WITHOUT_POLICY: "binding without its policy",
     FindingKind.TYPE_CHECK_WARNING: "policy type checking",
     FindingKind.SKIPPED_FILE: "file skipped for its extension",
 }

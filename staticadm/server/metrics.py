@@ -383,8 +383,9 @@ class Metrics:
             f"{PREFIX}_findings",
             "What check's analyses find in the served configuration, by kind (finding): unregistered (policies "
             "the installed webhook registration does not send all of their requests, with --webhook-config-dir), "
-            "control_plane_write_refused, unbound_policy, binding_without_policy, type_check_warning, "
-            "skipped_file. Each finding is also logged once when it appears and noted in /readyz?verbose.",
+            "control_plane_write_refused, unbound_policy, type_check_warning, skipped_file (a binding without its "
+            "policy is a load error, as in kube-apiserver). Each finding is also logged once when it appears "
+            "and noted in /readyz?verbose.",
             ("finding",), mode="livemax")
         self.authorizer_cache_lookups = Counter(
             f"{PREFIX}_cluster_authorizer_cache_total",
