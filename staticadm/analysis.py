@@ -20,6 +20,7 @@ from staticadm.deploy.checks import unregistered_message
 from staticadm.deploy.control_plane import refusal_message, replay
 from staticadm.deploy.registration import read_registration, unregistered
 from staticadm.manifests.check import skipped_file_warnings
+from staticadm.manifests.loader import load_manifest_directory
 from staticadm.manifests.typecheck import type_warnings
 from staticadm.model import (
     MutatingAdmissionPolicy,
@@ -28,6 +29,7 @@ from staticadm.model import (
     ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicyBinding,
 )
+from staticadm.snapshot import build_snapshot
 from staticadm.source import Served
 
 
@@ -99,7 +101,11 @@ class Analyser:
         for (kind, name), policy in policies.items():
             if kind == ValidatingAdmissionPolicy.KIND or name not in by_name:
                 by_name[name] = policy
-        for block in replay(served.snapshot):
+        # A snapshot of its own: the served one's memos and compiled programs belong to the thread serving requests.
+        contents = served.contents
+        loaded = load_manifest_directory(self.directory, contents=contents) if contents is not None else None
+        blocks = replay(build_snapshot(loaded)) if loaded is not None and loaded.ok else ()
+        for block in blocks:
             refusing = by_name.get(block.policy)
             found.append(Finding(FindingKind.CONTROL_PLANE_WRITE_REFUSED,
                                  _origin_path(refusing) if refusing is not None else self.directory,
