@@ -52,8 +52,11 @@ class FindingsReporter:
         for kind in FindingKind:
             set_count(kind.value, 0)
 
-    def report(self, findings: Iterable[Finding]) -> None:
-        found = frozenset(findings)
+    def report(self, findings: Iterable[Finding], kinds: Iterable[FindingKind] = tuple(FindingKind)) -> None:
+        """``findings`` are now all there is of ``kinds``; the other kinds' stay as they were."""
+        covered = frozenset(kinds)
+        found = frozenset(finding for finding in findings if finding.kind in covered) | frozenset(
+            finding for finding in self._current if finding.kind not in covered)
         for finding in sorted(found - self._current):
             fields = {"finding": finding.kind.value, "file": finding.file, "err": finding.message}
             if finding.subject:

@@ -32,7 +32,7 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
-from staticadm.analysis import Analyser, FindingKind
+from staticadm.analysis import QUICK_KINDS, SLOW_KINDS, Analyser, FindingKind
 from staticadm.cluster.view import ClusterView
 from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
@@ -300,14 +300,19 @@ class _Daemon:
             try:
                 while True:
                     self._analysis_again = False
+                    served = self.source.current
                     try:
-                        found = await loop.run_in_executor(self._analysis_executor, self.analyser.analyse,
-                                                           self.source.current, self.source.skipped)
+                        # What the load declares first (milliseconds), then what needs compiling and evaluating.
+                        quick = await loop.run_in_executor(self._analysis_executor, self.analyser.quick, served,
+                                                           self.source.skipped)
+                        reporter.report(quick, QUICK_KINDS)
+                        self._on_findings(reporter.notes)
+                        slow = await loop.run_in_executor(self._analysis_executor, self.analyser.slow, served)
                     except Exception as error:  # an analysis bug must not stop reloads or serving
                         self.log.error("analysing the served configuration failed",
                                        err=f"{type(error).__name__}: {error}")
                         return
-                    reporter.report(found)
+                    reporter.report(slow, SLOW_KINDS)
                     self._on_findings(reporter.notes)
                     if not self._analysis_again:
                         return
