@@ -41,9 +41,10 @@ class BlockedWrite:
 
 def _as_policy(index: int, webhook: Mapping[str, Any]) -> list[dict[str, Any]]:
     name = f"webhook-{index}{_SUFFIX}"
+    rules = webhook.get("rules")
     constraints: dict[str, Any] = {"resourceRules": [
         {key: rule[key] for key in ("operations", "apiGroups", "apiVersions", "resources", "scope") if key in rule}
-        for rule in webhook.get("rules") or [] if isinstance(rule, Mapping)],
+        for rule in (rules if isinstance(rules, list) else []) if isinstance(rule, Mapping)],
         "matchPolicy": webhook.get("matchPolicy") or "Equivalent"}
     for key in ("namespaceSelector", "objectSelector"):
         if webhook.get(key):
@@ -63,7 +64,7 @@ def blocked_writes(webhooks: Sequence[Mapping[str, Any]],
     """The writes (by default every control-plane write) that a ``failurePolicy: Fail`` webhook of ``webhooks``
     is sent. A webhook whose matching cannot be loaded as a policy's is taken to send them all."""
     writes = control_plane_requests() if writes is None else writes
-    failing = [webhook for webhook in webhooks if (webhook.get("failurePolicy") or "Fail") == "Fail"]
+    failing = [webhook for webhook in webhooks if webhook.get("failurePolicy") in (None, "Fail")]
     if not failing:
         return ()
     documents = [document for index, webhook in enumerate(failing) for document in _as_policy(index, webhook)]

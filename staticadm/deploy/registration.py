@@ -119,13 +119,13 @@ def read_registration(directory: str) -> InstalledRegistration:
                 trouble.append(f"{file_path}: {getattr(error, 'strerror', None) or error}")
                 continue
             for document in documents:
-                items = document.get("items") if isinstance(document, Mapping) and document.get("kind") == "List" \
-                    else [document]
-                for item in items or []:
+                items = _mappings(document.get("items")) if isinstance(document, Mapping) and \
+                    document.get("kind") == "List" else [document]
+                for item in items:
                     if not isinstance(item, Mapping) or item.get("kind") != kind:
                         continue
-                    found.extend(webhook for webhook in item.get("webhooks") or []
-                                 if isinstance(webhook, Mapping) and webhook.get("name") == webhook_name)
+                    found.extend(webhook for webhook in _mappings(item.get("webhooks"))
+                                 if webhook.get("name") == webhook_name)
         webhooks[plugin] = tuple(found)
         if trouble:
             problems[plugin] = tuple(trouble)
@@ -147,7 +147,9 @@ def installed_client_settings(directory: str) -> ClientSettings | None:
     installed = read_registration(directory)
     for plugin in PLUGINS:
         for webhook in installed.webhooks.get(plugin, ()):
-            client = webhook.get("clientConfig") or {}
+            client = webhook.get("clientConfig")
+            if not isinstance(client, Mapping):
+                continue
             url, bundle = client.get("url"), client.get("caBundle")
             if not isinstance(url, str) or not isinstance(bundle, str):
                 continue
@@ -168,23 +170,36 @@ def content_digest(registration: InstalledRegistration) -> str:
                                 sorted(registration.problems.items()))).encode()).hexdigest()
 
 
+def _strings(value: Any) -> list[str]:
+    """The strings of a list in a hand-edited file (anything else in it is ignored; kube-apiserver would refuse
+    the file, and then it sends nothing, which the comparison reports)."""
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
 def _selector_requirements(selector: Any) -> frozenset[Requirement]:
     if not isinstance(selector, Mapping):
         return frozenset()
+    labels = selector.get("matchLabels")
     found: set[Requirement] = {(str(key), "In", (str(value),))
-                               for key, value in (selector.get("matchLabels") or {}).items()}
-    for expression in selector.get("matchExpressions") or []:
+                               for key, value in (labels.items() if isinstance(labels, Mapping) else ())}
+    expressions = selector.get("matchExpressions")
+    for expression in expressions if isinstance(expressions, list) else []:
         if isinstance(expression, Mapping):
-            values = tuple(sorted({str(value) for value in expression.get("values") or []}))
+            values = tuple(sorted(set(_strings(expression.get("values")))))
             found.add((str(expression.get("key", "")), str(expression.get("operator", "")), values))
     return frozenset(found)
 
 
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
 def _rule(rule: Mapping[str, Any]) -> dict[str, Any]:
     """A webhook rule with kube-apiserver's defaults (scope ``*``)."""
-    return {"operations": list(rule.get("operations") or []), "apiGroups": list(rule.get("apiGroups") or []),
-            "apiVersions": list(rule.get("apiVersions") or []), "resources": list(rule.get("resources") or []),
-            "scope": rule.get("scope") or "*"}
+    scope = rule.get("scope")
+    return {"operations": _strings(rule.get("operations")), "apiGroups": _strings(rule.get("apiGroups")),
+            "apiVersions": _strings(rule.get("apiVersions")), "resources": _strings(rule.get("resources")),
+            "scope": scope if isinstance(scope, str) and scope else "*"}
 
 
 def _webhook_gaps(webhook: Mapping[str, Any], policy: Policy, bindings: Sequence[Binding]) -> list[str]:
@@ -202,10 +217,11 @@ def _webhook_gaps(webhook: Mapping[str, Any], policy: Policy, bindings: Sequence
     if webhook.get("matchPolicy") == "Exact" and constraints.match_policy != "Exact":
         gaps.append(f"webhook {name} has matchPolicy Exact while the policy is Equivalent (other versions of its "
                     "resources are not sent)")
-    for condition in webhook.get("matchConditions") or []:
-        condition_name = condition.get("name", "") if isinstance(condition, Mapping) else ""
+    conditions = webhook.get("matchConditions")
+    for condition in conditions if isinstance(conditions, list) else []:
+        condition_name = str(condition.get("name", "")) if isinstance(condition, Mapping) else ""
         known = BY_NAME.get(condition_name)
-        if known is None or condition.get("expression") != known.expression:
+        if known is None or not isinstance(condition, Mapping) or condition.get("expression") != known.expression:
             gaps.append(f"webhook {name} has matchCondition {condition_name!r}, which staticadm does not generate "
                         "and cannot judge")
         elif any(pair_reaches(policy, binding, known) for binding in bindings):
@@ -244,7 +260,7 @@ def unregistered(registration: InstalledRegistration, plugin: str, policies: Seq
                 f"no webhook {webhook_name} in {os.path.join(registration.directory, subdirectory)}"
             found.append(Unregistered(plugin, policy, (f"nothing is sent to the policy ({why})",)))
             continue
-        per_webhook = [(webhook, [_rule(rule) for rule in webhook.get("rules") or [] if isinstance(rule, Mapping)],
+        per_webhook = [(webhook, [_rule(rule) for rule in _mappings(webhook.get("rules"))],
                         _webhook_gaps(webhook, policy, policy_bindings)) for webhook in webhooks]
         unsent: dict[str, list[str]] = {}
         gaps: list[str] = []

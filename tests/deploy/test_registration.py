@@ -159,3 +159,25 @@ def test_check_notes_files_skipped_for_their_extension(tmp_path: Path) -> None:
     assert f"warning: {manifests / 'deny-latest.static.k8s.io.yaml.disabled'}: skipped: only files ending in " \
            ".yaml, .yml or .json are read" in result.stdout
     assert ".editor.swp" not in result.stdout
+
+
+@pytest.mark.parametrize("text", [
+    "webhooks: [1, 2]\nkind: ValidatingWebhookConfiguration\n",
+    "kind: ValidatingWebhookConfiguration\nwebhooks:\n- name: validate.staticadm.io\n  rules: {a: b}\n"
+    "  clientConfig: [x]\n  namespaceSelector: {matchLabels: [1], matchExpressions: {k: v}}\n"
+    "  matchConditions: [{name: [1]}, 7]\n",
+    "kind: ValidatingWebhookConfiguration\nwebhooks:\n- name: validate.staticadm.io\n  rules:\n"
+    "  - {operations: [{}], apiGroups: [[1]], apiVersions: 3, resources: ['*'], scope: {}}\n",
+    "kind: List\nitems: {not: a list}\n", "{{{{ not yaml", "\xff\xfe",
+])
+def test_a_hand_broken_registration_is_reported_never_a_crash(installed: tuple[Path, Path], text: str) -> None:
+    manifests, admission = installed
+    (admission / REGISTRATION).write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff\xfe"
+                                           else b"\xff\xfe")
+    result = run_cli("check", str(manifests), "--webhook-config-dir", str(admission))
+    assert result.code == 1, result.stdout + result.stderr
+    assert "does not send this validating policy all of its requests" in result.stdout
+    assert "Traceback" not in result.stderr
+    # webhook-config finds no URL or CA to keep in it, and says so.
+    fixed = run_cli("webhook-config", "--manifests", str(manifests), "--out-dir", str(admission))
+    assert fixed.code == 2 and "give --url and --ca-file" in fixed.stderr
