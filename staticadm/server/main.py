@@ -752,8 +752,9 @@ class _Supervisor(_Daemon):
         self._notify(result)
 
     def _on_findings(self, notes: dict[str, str]) -> None:
+        unchanged = notes == self._finding_notes
         super()._on_findings(notes)
-        if self.pool is not None:
+        if self.pool is not None and not unchanged:
             self._disk_state = replace(self._disk_state, findings=tuple(sorted(notes.items())))
             self._send(self._disk_state)
 
