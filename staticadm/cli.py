@@ -122,16 +122,23 @@ def _evaluate_jsonl_line(line: str) -> dict[str, Any]:
 
 
 def command_check(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.deploy.checks import outage_check, registration_check, registration_directory_problem
     from staticadm.deploy.control_plane import control_plane_check
-    from staticadm.manifests.check import run_check
+    from staticadm.manifests.check import ExtraCheck, run_check
 
     directories = [*args.manifests, *args.directories]
     if not directories and not args.filenames:
         stderr.write("staticadm check: give a manifest directory (DIR or --manifests DIR) or files (-f FILE)\n")
         return EXIT_USAGE
+    extra_checks: list[ExtraCheck] = [control_plane_check, outage_check(args.webhook_config_dir)]
+    if args.webhook_config_dir is not None:
+        problem = registration_directory_problem(args.webhook_config_dir)
+        if problem is not None:
+            stderr.write(f"staticadm check: {problem}\n")
+            return EXIT_USAGE
+        extra_checks.append(registration_check(args.webhook_config_dir))
     return run_check(directories, args.output, stdout, stderr, files=args.filenames, strict=args.strict,
-                     extra_checks=(control_plane_check,),
-                     allow_world_writable=args.allow_world_writable_manifests)
+                     extra_checks=extra_checks, allow_world_writable=args.allow_world_writable_manifests)
 
 
 # -- serve ------------------------------------------------------------------------------------------
@@ -319,12 +326,31 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     import yaml
 
-    from staticadm.deploy.webhooks import WebhookConfigError, WebhookSettings, read_ca_bundle, webhook_configurations
+    from staticadm.deploy.registration import installed_client_settings
+    from staticadm.deploy.webhooks import (
+        DEFAULT_TIMEOUT_SECONDS,
+        WebhookConfigError,
+        WebhookSettings,
+        read_ca_bundle,
+        webhook_configurations,
+    )
     from staticadm.manifests.loader import load_manifest_directory
 
+    installed = installed_client_settings(args.out_dir) if args.out_dir and args.registration == "static" else None
+    if (args.url is None or args.ca_file is None) and installed is None:
+        stderr.write("staticadm webhook-config: give --url and --ca-file (they are taken from the installed static "
+                     "registration only when --out-dir holds one)\n")
+        return EXIT_USAGE
+    url = args.url if args.url is not None else installed.url if installed is not None else ""
+    failure_policy = args.failure_policy or (installed.failure_policy if installed is not None else "Fail")
+    timeout = args.timeout if args.timeout is not None else (
+        installed.timeout_seconds if installed is not None else DEFAULT_TIMEOUT_SECONDS)
     try:
-        with open(args.ca_file, "rb") as handle:
-            ca_bundle = read_ca_bundle(handle.read(), args.ca_file)
+        if args.ca_file is None and installed is not None:
+            ca_bundle = read_ca_bundle(installed.ca_bundle, f"(the caBundle installed in {args.out_dir})")
+        else:
+            with open(args.ca_file, "rb") as handle:
+                ca_bundle = read_ca_bundle(handle.read(), args.ca_file)
     except OSError as error:
         stderr.write(f"staticadm webhook-config: --ca-file {args.ca_file}: {error.strerror or error}\n")
         return EXIT_USAGE
@@ -337,8 +363,8 @@ def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: Text
         for manifest_error in loaded.errors:
             stderr.write(f"staticadm webhook-config: {manifest_error}\n")
         return EXIT_FAILED
-    settings = WebhookSettings(url=args.url, ca_bundle=ca_bundle, failure_policy=args.failure_policy,
-                               timeout_seconds=args.timeout, registration=args.registration)
+    settings = WebhookSettings(url=url, ca_bundle=ca_bundle, failure_policy=failure_policy,
+                               timeout_seconds=timeout, registration=args.registration)
     try:
         generated = webhook_configurations(loaded, settings)
     except WebhookConfigError as error:
@@ -525,7 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "but probably does not do what was meant. Files given with -f are checked together, as if\n"
                     "they were one directory. The writes a kubeadm control plane always makes (kube-proxy and\n"
                     "CoreDNS pods, mirror pods, node status and leases, events) are replayed: a policy refusing\n"
-                    "one is named with the write.\n\n"
+                    "one is named with the write, and so is every one the webhook registration sends under\n"
+                    "failurePolicy Fail (refused while staticadm is down). With --webhook-config-dir, the\n"
+                    "installed registration is compared with the policies: one it does not send all of its\n"
+                    "requests is an error.\n\n"
                     "Exit codes: 0 everything valid (warnings allowed); 1 something invalid; 2 usage.\n\n"
                     "example: staticadm check /etc/staticadm/manifests\n"
                     "         staticadm check -f policy.yaml -f binding.yaml -o json")
@@ -544,6 +573,11 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--allow-world-writable-manifests", action="store_true",
                               help="check as a daemon started with this option: world-writable directories and "
                                    "files are warnings, not the errors the daemon refuses to load them with")
+    check_parser.add_argument("--webhook-config-dir", metavar="DIR", default=None,
+                              help="the installed static webhook registration (webhook-config --out-dir DIR, holding "
+                                   "validating-webhooks/ and mutating-webhooks/), read only: a policy it does not "
+                                   "send all of its requests is an error, and the outage warnings are about it "
+                                   "(default: the registration webhook-config would generate)")
     check_parser.set_defaults(handler=command_check)
 
     review_parser = commands.add_parser(
@@ -691,15 +725,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "--url https://127.0.0.1:8443 --ca-file /var/lib/staticadm/tls/ca.crt "
                     "--out-dir /etc/kubernetes/admission")
     webhook_parser.add_argument("--manifests", required=True, metavar="DIR", help="the manifest directory")
-    webhook_parser.add_argument("--url", required=True, metavar="URL",
+    webhook_parser.add_argument("--url", metavar="URL",
                                 help="the daemon's HTTPS base URL as kube-apiserver dials it, "
-                                     "e.g. https://127.0.0.1:8443")
-    webhook_parser.add_argument("--ca-file", required=True, metavar="FILE",
-                                help="PEM CA that signed the serving certificate (ca.crt from `staticadm certs`)")
-    webhook_parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail",
-                                help="what kube-apiserver does when staticadm cannot be reached (default: Fail)")
-    webhook_parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
-                                help=f"timeoutSeconds, 1 to 30 (default: {DEFAULT_TIMEOUT_SECONDS})")
+                                     "e.g. https://127.0.0.1:8443 (default: the one of the static registration "
+                                     "installed in --out-dir)")
+    webhook_parser.add_argument("--ca-file", metavar="FILE",
+                                help="PEM CA that signed the serving certificate (ca.crt from `staticadm certs`) "
+                                     "(default: the caBundle of the static registration installed in --out-dir)")
+    webhook_parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default=None,
+                                help="what kube-apiserver does when staticadm cannot be reached (default: the "
+                                     "installed registration's, else Fail)")
+    webhook_parser.add_argument("--timeout", type=int, default=None, metavar="SECONDS",
+                                help=f"timeoutSeconds, 1 to 30 (default: the installed registration's, else "
+                                     f"{DEFAULT_TIMEOUT_SECONDS})")
     webhook_parser.add_argument("--registration", choices=("static", "api"), default="static",
                                 help="static: a *.static.k8s.io manifest for kube-apiserver's staticManifestsDir "
                                      "(1.36+); api: an object for kubectl apply (older versions) (default: static)")

@@ -131,6 +131,11 @@ class ManifestSource:
     def current(self) -> Served | None:
         return self._current
 
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """The names the latest read of the directory skipped for their extension."""
+        return self._last_read.skipped if self._last_read is not None else ()
+
     def reload(self, reason: str) -> ReloadResult:
         """Reads, validates and compiles the directory, and serves it if it is valid and changed.
 

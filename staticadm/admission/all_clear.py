@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -165,10 +166,10 @@ def all_clear(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
 LONGEST_KEPT_INPUT = 4096
 
 
-class KeptAnswerLookups:
-    """How often this process looked for a kept answer and found one, or not (``/metrics``)."""
-
-    __slots__ = ("found", "not_found")
+class KeptAnswerLookups(threading.local):
+    """How often this process looked for a kept answer and found one, or not (``/metrics``). Counted per thread:
+    ``/metrics`` reads the serving thread's (the event loop's), so the daemon's analysis thread, which replays
+    control-plane writes against a snapshot of its own, does not count as traffic."""
 
     def __init__(self) -> None:
         self.found = 0

@@ -77,13 +77,21 @@ class ControlPlaneBlock:
         }
 
 
-def control_plane_requests() -> tuple[ControlPlaneRequest, ...]:
-    """Every built-in write, the mirror pods' status updates after the requests of the data file."""
+def _entries() -> list[Mapping[str, Any]]:
     text = resources.files("staticadm.deploy").joinpath("control-plane-requests.yaml").read_text(encoding="utf-8")
     entries = [entry for entry in parse_stream(text) if entry is not None]
-    writes = [_write(entry) for entry in entries]
-    writes.extend(_write(_mirror_status_update(entry)) for entry in entries if _is_mirror_pod_create(entry))
-    return tuple(writes)
+    return [*entries, *(_mirror_status_update(entry) for entry in entries if _is_mirror_pod_create(entry))]
+
+
+def control_plane_requests() -> tuple[ControlPlaneRequest, ...]:
+    """Every built-in write, the mirror pods' status updates after the requests of the data file."""
+    return tuple(_write(entry) for entry in _entries())
+
+
+def control_plane_reviews() -> tuple[tuple[str, dict[str, Any]], ...]:
+    """(description, AdmissionReview) of every built-in write, in :func:`control_plane_requests`' order: what
+    kube-apiserver's admission is handed for each (the tests send them through its webhook client)."""
+    return tuple((entry["description"], _review(entry)) for entry in _entries())
 
 
 def kubeadm_namespaces() -> StaticNamespaces:
@@ -130,10 +138,7 @@ def control_plane_check(result: LoadResult) -> tuple[Finding, ...]:
         policies.setdefault(mutating.name, mutating)
     findings = []
     for block in replay(build_snapshot(result)):
-        said = f"{block.cause}: {block.message}" if block.cause != "deny" else block.message
-        message = (f"refuses a write every kubeadm control plane makes, {block.write.subject} "
-                   f"({block.write.description}): {said}; exempt it (a namespaceSelector excluding kube-system, "
-                   f"a matchCondition on the user) or bind with validationActions [Warn, Audit]")
+        message = refusal_message(block)
         policy = policies.get(block.policy)
         if policy is None:
             problem = ManifestError(result.directory, message)
@@ -143,6 +148,14 @@ def control_plane_check(result: LoadResult) -> tuple[Finding, ...]:
                                     kind=policy.KIND, name=policy.name)
         findings.append(Finding(problem, "controlPlane", block.to_json()))
     return tuple(findings)
+
+
+def refusal_message(block: ControlPlaneBlock) -> str:
+    """What ``check`` (and the daemon) says about a refused control-plane write."""
+    said = f"{block.cause}: {block.message}" if block.cause != "deny" else block.message
+    return (f"refuses a write every kubeadm control plane makes, {block.write.subject} "
+            f"({block.write.description}): {said}; exempt it (a namespaceSelector excluding kube-system, "
+            f"a matchCondition on the user) or bind with validationActions [Warn, Audit]")
 
 
 def _write(entry: Mapping[str, Any]) -> ControlPlaneRequest:

@@ -15,7 +15,10 @@ only costs latency. So every narrowing here is implied by *every* (policy, bindi
   none when there is no such requirement (then only the rules narrow);
 - matchPolicy: ``Exact`` only when every policy is Exact; otherwise ``Equivalent``, since an
   Equivalent policy also matches other versions of its resources;
-- a policy without bindings never fires, so it adds nothing.
+- a policy without bindings never fires, so it adds nothing;
+- matchConditions: the classes of control-plane writes (:mod:`staticadm.deploy.exclusions`) that the rules
+  would send but no firing pair can match are left out, one condition each, so that while staticadm is down
+  kube-apiserver's ``failurePolicy: Fail`` cannot refuse the writes the control plane heals itself with.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ from typing import Any
 
 from cryptography import x509
 
+from staticadm.deploy.exclusions import (
+    ANY_NAMESPACE,
+    CLUSTER_SCOPED,
+    NAMESPACE_NAME_LABEL,
+    ControlPlaneClass,
+    unreachable_classes,
+)
 from staticadm.manifests.loader import LoadResult
 from staticadm.model import (
     API_VERSION,
@@ -134,7 +144,7 @@ def webhook_configurations(loaded: LoadResult, settings: WebhookSettings) -> Gen
          MUTATING_WEBHOOK, "/mutate"),
     )
     for kind, policies, bindings, webhook_name, path in kinds:
-        active = _active(policies, bindings)
+        active = active_pairs(policies, bindings)
         policy_word = "validating" if kind.startswith("Validating") else "mutating"
         if not active:
             unbound = f" ({len(policies)} without a binding, which never fire)" if policies else ""
@@ -153,7 +163,8 @@ def webhook_configurations(loaded: LoadResult, settings: WebhookSettings) -> Gen
     return Generated(tuple(documents), tuple(notes))
 
 
-def _active(policies: Sequence[Policy], bindings: Sequence[Binding]) -> list[tuple[Policy, list[Binding]]]:
+def active_pairs(policies: Sequence[Policy], bindings: Sequence[Binding]) -> list[tuple[Policy, list[Binding]]]:
+    """Each policy with its bindings, for the policies that have one (the others never fire)."""
     by_policy: dict[str, list[Binding]] = {}
     for binding in bindings:
         by_policy.setdefault(binding.spec.policy_name, []).append(binding)
@@ -182,7 +193,32 @@ def _webhook(name: str, url: str, active: Sequence[tuple[Policy, Sequence[Bindin
         common = _common_requirements(active, attribute)
         if common:
             webhook[key] = _selector_json(common)
+    namespace_requirements = _common_requirements(active, "namespace_selector")
+    excluded = [entry.match_condition() for entry in unreachable_classes(active)
+                if any(_rule_sends(rule, entry) for rule in webhook["rules"])
+                and not _selector_leaves_out(namespace_requirements, entry)]
+    if excluded:
+        webhook["matchConditions"] = excluded
     return webhook
+
+
+def _selector_leaves_out(requirements: Sequence[Requirement], entry: ControlPlaneClass) -> bool:
+    """Whether the webhook's namespaceSelector already keeps ``entry``'s namespace out."""
+    if entry.namespace in (ANY_NAMESPACE, CLUSTER_SCOPED):
+        return False
+    return any(key == NAMESPACE_NAME_LABEL and ((operator == "NotIn" and entry.namespace in values)
+                                                or (operator == "In" and entry.namespace not in values))
+               for key, operator, values in requirements)
+
+
+def _rule_sends(rule: Mapping[str, Any], entry: ControlPlaneClass) -> bool:
+    """Whether a generated webhook rule sends some request of ``entry``."""
+    scope = rule["scope"]
+    if scope != "*" and scope != ("Cluster" if entry.namespace == CLUSTER_SCOPED else "Namespaced"):
+        return False
+    if "*" not in rule["apiGroups"] and not set(rule["apiGroups"]) & set(entry.groups):
+        return False
+    return any(resource.partition("/")[0] in ("*", *entry.resources) for resource in rule["resources"])
 
 
 def _rules(active: Iterable[tuple[Policy, Sequence[Binding]]]) -> list[dict[str, Any]]:
@@ -204,11 +240,11 @@ def _rules(active: Iterable[tuple[Policy, Sequence[Binding]]]) -> list[dict[str,
         })
     # A rule another one covers adds nothing kube-apiserver would send (the rules are OR-ed): left out.
     return [rule for index, rule in enumerate(rules)
-            if not any(_rule_covers(other, rule) and (not _rule_covers(rule, other) or position < index)
+            if not any(rule_covers(other, rule) and (not rule_covers(rule, other) or position < index)
                        for position, other in enumerate(rules) if position != index)]
 
 
-def _rule_covers(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
+def rule_covers(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
     """Whether every request ``inner`` matches is matched by ``outer``."""
     def within(values: list[str], wider: list[str]) -> bool:
         return "*" in wider or set(values) <= set(wider)
@@ -256,7 +292,7 @@ def _requirements(selector: LabelSelector | None) -> frozenset[Requirement]:
     return frozenset(found)
 
 
-def _implied(policy: Policy, bindings: Sequence[Binding], attribute: str) -> frozenset[Requirement]:
+def implied_requirements(policy: Policy, bindings: Sequence[Binding], attribute: str) -> frozenset[Requirement]:
     """Requirements every request reaching a (policy, binding) evaluation of ``policy`` satisfies."""
     implied = _requirements(getattr(_constraints(policy), attribute))
     per_binding = [
@@ -268,7 +304,7 @@ def _implied(policy: Policy, bindings: Sequence[Binding], attribute: str) -> fro
 
 
 def _common_requirements(active: Sequence[tuple[Policy, Sequence[Binding]]], attribute: str) -> list[Requirement]:
-    sets = [_implied(policy, bindings, attribute) for policy, bindings in active]
+    sets = [implied_requirements(policy, bindings, attribute) for policy, bindings in active]
     return sorted(frozenset.intersection(*sets)) if sets else []
 
 

@@ -32,6 +32,14 @@ class Finding:
     problem: ManifestError
     key: str
     details: Mapping[str, object]
+    #: ``strict``: a warning, an error with --strict; ``error``: always an error (a policy the installed
+    #: registration does not send its requests, with --webhook-config-dir); ``warning``: never one.
+    severity: str = "strict"
+
+
+#: The report's type, as the other machine-readable reports carry theirs.
+REPORT_API_VERSION = "staticadm.io/v1alpha1"
+REPORT_KIND = "CheckReport"
 
 
 #: A check run on each directory that loads; what it finds is reported beside the loader's warnings.
@@ -48,9 +56,19 @@ def _refused(result: LoadResult, refused: Sequence[ManifestError]) -> LoadResult
     return dataclasses.replace(result, errors=(*refused, *result.errors), warnings=warnings)
 
 
+def skipped_file_warnings(directory: str, skipped: Sequence[str]) -> list[ManifestError]:
+    """Files of the directory neither kube-apiserver nor the daemon reads, for their extension."""
+    return [ManifestError(os.path.join(directory, name), "skipped: only files ending in .yaml, .yml or .json are "
+                                                         "read (kube-apiserver skips the others too)")
+            for name in skipped]
+
+
 def _load_as_the_daemon(directory: str, allow_world_writable: bool) -> LoadResult:
     contents = read_directory(directory, max_file_bytes=DEFAULT_MAX_FILE_BYTES)
     result = load_manifest_directory(directory, contents=contents)
+    if contents.skipped:
+        result = dataclasses.replace(result, warnings=(*result.warnings,
+                                                       *skipped_file_warnings(directory, contents.skipped)))
     return result if allow_world_writable else _refused(result, refusals(contents, directory))
 
 
@@ -78,20 +96,26 @@ def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: T
     if files:
         results.append(_load_files_as_the_daemon(files, allow_world_writable))
     reports = []
-    promoted: list[tuple[int, int]] = []
+    promoted: list[tuple[int, int, int]] = []
     found: list[list[Finding]] = []
     for result in results:
         type_warnings = load_type_warnings(result)
         findings = [finding for check in extra_checks for finding in check(result)] if result.ok else []
         found.append(findings)
-        problems = [finding.problem for finding in findings]
-        promoted.append((len(type_warnings), len(problems)) if strict else (0, 0))
+        problems = [finding.problem for finding in findings if finding.severity == "strict"]
+        always = [finding.problem for finding in findings if finding.severity == "error"]
+        advisory = [finding.problem for finding in findings if finding.severity == "warning"]
+        promoted.append((len(type_warnings), len(problems), len(always)) if strict else (0, 0, len(always)))
+        if always:
+            result = dataclasses.replace(result, errors=(*result.errors, *always))
         if strict and (type_warnings or problems):
             result = dataclasses.replace(result, errors=(*result.errors, *type_warnings, *problems))
             type_warnings, problems = [], []
-        reports.append((result, (*semantic_warnings(result), *type_warnings, *problems)))
+        reports.append((result, (*semantic_warnings(result), *type_warnings, *problems, *advisory)))
     if output in ("json", "yaml"):
         document = {
+            "apiVersion": REPORT_API_VERSION,
+            "kind": REPORT_KIND,
             "valid": all(result.ok for result, _ in reports),
             "directories": [_json_report(result, warnings, findings)
                             for (result, warnings), findings in zip(reports, found, strict=True)],
@@ -101,8 +125,8 @@ def run_check(directories: Sequence[str], output: str, stdout: TextIO, stderr: T
         else:
             stdout.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
     else:
-        for (result, warnings), (type_errors, found_errors) in zip(reports, promoted, strict=True):
-            _text_report(result, warnings, stdout, type_errors, found_errors)
+        for (result, warnings), (type_errors, found_errors, unregistered) in zip(reports, promoted, strict=True):
+            _text_report(result, warnings, stdout, type_errors, found_errors, unregistered)
     return 0 if all(result.ok for result, _ in reports) else 1
 
 
@@ -231,11 +255,12 @@ def _json_report(result: LoadResult, warnings: Sequence[ManifestError],
 
 
 def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: TextIO, type_errors: int = 0,
-                 found_errors: int = 0) -> None:
+                 found_errors: int = 0, unregistered: int = 0) -> None:
     """``type_errors``: how many of the errors are type-checking warnings made errors by --strict, which
     kube-apiserver does not refuse (it loads the policy and reports them in its status); ``found_errors``:
-    how many are the extra checks' findings (the control-plane replay), made errors by --strict too."""
-    strict_errors = type_errors + found_errors
+    how many are the extra checks' findings (the control-plane replay), made errors by --strict too;
+    ``unregistered``: policies the installed webhook registration does not send (all) their requests."""
+    strict_errors = type_errors + found_errors + unregistered
     paint = Palette.for_stream(out)
     counts = (
         f"{len(result.validating_policies)} validating and {len(result.mutating_policies)} mutating policies, "
@@ -246,7 +271,13 @@ def _text_report(result: LoadResult, warnings: Sequence[ManifestError], out: Tex
     else:
         plural = "error" if len(result.errors) == 1 else "errors"
         refused = len(result.errors) - strict_errors
-        if not refused and not found_errors:
+        if not refused and unregistered:
+            verdict = (f"{unregistered} policy(ies) not sent (all) their requests by the installed webhook "
+                       "registration; kube-apiserver would load the directory and never ask those policies (fix: "
+                       "staticadm webhook-config ... --out-dir, docs/deployment.md)"
+                       + (f"; {strict_errors - unregistered} more error(s) made by --strict"
+                          if strict_errors > unregistered else ""))
+        elif not refused and not found_errors:
             verdict = (f"--strict: {strict_errors} type-checking {plural}; kube-apiserver would load it (it reports "
                        f"type checking in the policy's status, and the expressions fail at run time)")
         elif not refused:

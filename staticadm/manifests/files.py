@@ -56,6 +56,10 @@ class DirectoryContents:
     changing: tuple[str, ...] = ()
     #: When the read began (time.time_ns()).
     read_at: int = 0
+    #: Names of files skipped for their extension (not .yaml, .yml or .json), hidden names (editors' and
+    #: atomic writers' temporary files) left out: kube-apiserver skips them without a word, check and the
+    #: daemon say so.
+    skipped: tuple[str, ...] = ()
 
 
 def go_ext(name: str) -> str:
@@ -116,8 +120,13 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     files: list[ManifestFile] = []
     listing: list[tuple[str, int]] = []
     changing: list[str] = []
+    skipped: list[str] = []
     for name, is_dir in entries:
-        if is_dir or not is_manifest_name(name):
+        if is_dir:
+            continue
+        if not is_manifest_name(name):
+            if not name.startswith("."):
+                skipped.append(name)
             continue
         path = os.path.join(directory, name)
         read = _read_file(path, max_file_bytes, reusable.get(path))
@@ -134,7 +143,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
         if file.data:
             files.append(file)
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors),
-                             tuple(listing), tuple(changing), read_at)
+                             tuple(listing), tuple(changing), read_at, tuple(skipped))
 
 
 def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:

@@ -103,6 +103,8 @@ class ServeConfig:
     worker_memory_growth: int = DEFAULT_WORKER_MEMORY_GROWTH_MIB
     #: A second manifest directory evaluated beside the live one on every request, never affecting answers.
     shadow_manifests: Path | None = None
+    #: The installed static webhook registration (webhook-config --out-dir), read to compare with the policies.
+    webhook_config_dir: Path | None = None
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +117,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
              "on every request without affecting the answer; differences are logged (shadow difference) and "
              "counted (staticadm_shadow_differences_total); an invalid shadow directory never affects the "
              "live one (default: none)")
+    add("--webhook-config-dir", metavar="DIR", default=None,
+        help="the installed static webhook registration (the --out-dir of webhook-config: validating-webhooks/ and "
+             "mutating-webhooks/), read only, on every load and when its files change: a policy it does not send "
+             "all of its requests is logged, counted (staticadm_findings{finding=\"unregistered\"}) and noted in "
+             "/readyz?verbose (default: none)")
     add("--socket", metavar="PATH", default=None,
         help="unix socket to serve plain HTTP on; '' disables it (default: staticadm.sock under "
              "$RUNTIME_DIRECTORY, /run/staticadm or the user's runtime directory)")
@@ -181,7 +188,7 @@ _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tl
                  "kubeconfig", "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
-                 "workers", "worker-memory-growth", "shadow-manifests")
+                 "workers", "worker-memory-growth", "shadow-manifests", "webhook-config-dir")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -232,7 +239,8 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["socket_mode"] = _parse_mode(values["socket-mode"])
     if "listen" in values:
         updates["listen"] = parse_listen(str(values["listen"])) if values["listen"] not in ("", None) else None
-    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir", "shadow-manifests"):
+    for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir", "shadow-manifests",
+                 "webhook-config-dir"):
         if values.get(name) not in (None, ""):
             updates[name.replace("-", "_")] = Path(str(values[name]))
     for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout",

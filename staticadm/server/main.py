@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -31,9 +32,10 @@ from staticadm.admission.namespaces import (
     RequestOnlyNamespaces,
     parse_namespaces,
 )
+from staticadm.analysis import QUICK_KINDS, SLOW_KINDS, Analyser, FindingKind
 from staticadm.cluster.view import ClusterView
+from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
-from staticadm.manifests.typecheck import changed_policies_type_warnings
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.certificates import CertificateLifetime, expiry_note
@@ -46,6 +48,7 @@ from staticadm.server.connections import (
     connection_cap,
     raise_open_file_limit,
 )
+from staticadm.server.findings import FindingsReporter, note_name
 from staticadm.server.heap import Heap
 from staticadm.server.listeners import (
     HANDSHAKE_HINTS,
@@ -82,6 +85,8 @@ EXIT_OK = 0
 RETIRE_SIGNAL = signal.SIGUSR1
 #: Go's net/http rstAvoidanceDelay: how long a connection is read after an answer that left its body unread.
 LINGERING_SECONDS = 0.5
+#: How often the installed webhook registration's files are looked at (--webhook-config-dir).
+REGISTRATION_POLL_SECONDS = 1.0
 EXIT_FAILED = 1
 
 
@@ -150,12 +155,22 @@ class _Daemon:
         self.state: ServerState | None = None
         self._side_tasks: set[asyncio.Future[None]] = set()
         self.heap = Heap()
-        #: One thread: reloads in quick succession type-check one after the other, not all at once.
-        self._type_check_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-typecheck")
+        #: One thread: reloads in quick succession are analysed one after the other, not all at once, and never
+        #: on the event loop (requests and reloads' swaps do not wait for them).
+        self._analysis_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-analysis")
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
         self.metrics = Metrics()
+        self.analyser = Analyser(str(config.manifests),
+                                 str(config.webhook_config_dir) if config.webhook_config_dir is not None else None)
+        #: check's findings about what is served: reported by the process that loads (not by workers).
+        self.findings = FindingsReporter(self.log, lambda kind, count: self.metrics.findings.labels(
+            finding=kind).set(count)) if link is None else None
+        #: /readyz?verbose notes about the findings, by kind (in a worker: as the supervisor sent them).
+        self._finding_notes: dict[str, str] = {}
+        self._analysis_running = False
+        self._analysis_again = False
         self.notifier = Notifier()
         self.health = TaskHealth()
         #: (content hash, policies whose cluster reads this daemon cannot answer) of the last snapshot looked at.
@@ -253,6 +268,7 @@ class _Daemon:
             self.notifier.reloading()
 
     def _on_disk_state(self, disk: DiskState) -> None:
+        self._finding_notes = dict(disk.findings)
         if self.state is not None:
             self.state.disk_problem, self.state.shadow_problem = disk.problem, disk.shadow_problem
 
@@ -267,25 +283,62 @@ class _Daemon:
             for error in result.errors:
                 self.log.error("worker failed to load what the supervisor validated", err=str(error))
 
-    def _type_check_later(self, result: ReloadResult) -> None:
-        """Type-check the policies a reload added or changed, off the event loop, and log what kube-apiserver
-        would put in their status.typeChecking (advisory: the load is served meanwhile, whatever it says)."""
-        served = result.served
-        if result.status is not ReloadStatus.SUCCESS or served is None:
+    def _analyse_later(self) -> None:
+        """Run check's analyses on what is served, in the analysis thread, and report what changed. Called
+        after every reload (the swap is done by then) and when the webhook registration's files change; a
+        call while an analysis runs makes it run once more when it ends."""
+        reporter = self.findings
+        if reporter is None:
             return
-        added, changed, _ = result.changes
-        if not any(name.startswith("ValidatingAdmissionPolicy/") for name in (*added, *changed)):
+        if self._analysis_running:
+            self._analysis_again = True
             return
+        self._analysis_running = True
 
-        async def check() -> None:
+        async def analyse() -> None:
             loop = asyncio.get_running_loop()
-            warnings = await loop.run_in_executor(self._type_check_executor, changed_policies_type_warnings,
-                                                  served.objects.values(), [*added, *changed])
-            for warning in warnings:
-                self.log.warning("policy type checking", file=warning.path, document=warning.document,
-                                 kind=warning.kind, name=warning.name, field=warning.field, warning=warning.message)
+            try:
+                while True:
+                    self._analysis_again = False
+                    served = self.source.current
+                    try:
+                        # What the load declares first (milliseconds), then what needs compiling and evaluating.
+                        quick = await loop.run_in_executor(self._analysis_executor, self.analyser.quick, served,
+                                                           self.source.skipped)
+                        reporter.report(quick, QUICK_KINDS)
+                        self._on_findings(reporter.notes)
+                        slow = await loop.run_in_executor(self._analysis_executor, self.analyser.slow, served)
+                    except Exception as error:  # an analysis bug must not stop reloads or serving
+                        self.log.error("analysing the served configuration failed",
+                                       err=f"{type(error).__name__}: {error}")
+                        return
+                    reporter.report(slow, SLOW_KINDS)
+                    self._on_findings(reporter.notes)
+                    if not self._analysis_again:
+                        return
+            finally:
+                self._analysis_running = False
 
-        self._in_background(check())
+        self._in_background(analyse())
+
+    def _on_findings(self, notes: dict[str, str]) -> None:
+        self._finding_notes = notes
+
+    def _finding_note(self, name: str) -> str:
+        return self._finding_notes.get(name, "")
+
+    async def _watch_registration(self) -> None:
+        """Analyse again whenever a file of the installed webhook registration changes (polled: it is a couple of
+        files, and kube-apiserver reads them on its own schedule)."""
+        directory = self.config.webhook_config_dir
+        assert directory is not None
+        last = registration_signature(str(directory))
+        while True:
+            await asyncio.sleep(REGISTRATION_POLL_SECONDS)
+            current = registration_signature(str(directory))
+            if current != last:
+                last = current
+                self._analyse_later()
 
     def _on_reload(self, result: ReloadResult) -> None:
         # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
@@ -293,7 +346,7 @@ class _Daemon:
         if self.state is not None:
             self.state.disk_problem = disk_problem(result)
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
-        self._type_check_later(result)
+        self._analyse_later()
         self._report_missing_cluster_view(result)
         self._notify(result)
         if result.status is ReloadStatus.SUCCESS:
@@ -464,6 +517,8 @@ class _Daemon:
             state.authorizer = cluster.authorizer
             state.ready_notes["cluster-view"] = cluster.namespaces.describe
         state.ready_notes["missing-cluster-view"] = self._missing_cluster_view_note
+        for kind in FindingKind:
+            state.ready_notes[note_name(kind)] = partial(self._finding_note, note_name(kind))
         if self.tls is not None:
             serving_tls = self.tls
             state.ready_notes["tls-certificate"] = lambda: expiry_note(serving_tls)
@@ -558,6 +613,8 @@ class _Daemon:
                 assert first is not None
                 self._on_reload(first)
                 background.append(supervised("manifest-source", self.watcher.run))
+                if self.config.webhook_config_dir is not None:
+                    background.append(supervised("webhook-registration", self._watch_registration))
             else:
                 self._on_worker_load(first)
                 background.append(supervised("memory-allowance", lambda: link.watch_memory(
@@ -634,7 +691,7 @@ class _Daemon:
                 self.watcher.close()
             if self.shadow_watcher is not None:
                 self.shadow_watcher.close()
-            self._type_check_executor.shutdown(wait=False, cancel_futures=True)
+            self._analysis_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
             if self.link is not None:
                 # Every request has been answered: what this worker counted reaches the supervisor's total.
@@ -682,7 +739,7 @@ class _Supervisor(_Daemon):
             self._disk_state = replace(self._disk_state, problem=disk_problem(result))
             self._send(self._disk_state)
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
-        self._type_check_later(result)
+        self._analyse_later()
         self._report_missing_cluster_view(result)
         message = load_message(result)
         if message is not None:
@@ -693,6 +750,13 @@ class _Supervisor(_Daemon):
             # Nothing valid yet: workers stop holding requests and answer 503 until a Load arrives.
             self._send(NothingToServe())
         self._notify(result)
+
+    def _on_findings(self, notes: dict[str, str]) -> None:
+        unchanged = notes == self._finding_notes
+        super()._on_findings(notes)
+        if self.pool is not None and not unchanged:
+            self._disk_state = replace(self._disk_state, findings=tuple(sorted(notes.items())))
+            self._send(self._disk_state)
 
     def _on_shadow_reload(self, result: ReloadResult) -> None:
         if self.pool is not None:
@@ -776,6 +840,8 @@ class _Supervisor(_Daemon):
             stopped.cancel()
             self._on_reload(load.result())
             background.append(supervised("manifest-source", self.watcher.run))
+            if self.config.webhook_config_dir is not None:
+                background.append(supervised("webhook-registration", self._watch_registration))
             if self.shadow_watcher is not None:
                 background.append(supervised("shadow-manifest-source", self._run_shadow))
             await stop.wait()
@@ -794,6 +860,6 @@ class _Supervisor(_Daemon):
             self.watcher.close()
             if self.shadow_watcher is not None:
                 self.shadow_watcher.close()
-            self._type_check_executor.shutdown(wait=False, cancel_futures=True)
+            self._analysis_executor.shutdown(wait=False, cancel_futures=True)
             self.notifier.close()
             self.log.info("stopped")

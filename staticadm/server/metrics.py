@@ -379,6 +379,15 @@ class Metrics:
             "Policies served that read namespaceObject or call authorizer (reads) while this daemon has no "
             "cluster view for it (serve --kubeconfig): their expressions fail and their failurePolicy decides.",
             ("reads",), mode="livemax")
+        # Set by the process that analyses what is served (the supervisor with workers): livemax over it.
+        self.findings = self._gauge(
+            f"{PREFIX}_findings",
+            "What check's analyses find in the served configuration, by kind (finding): unregistered (policies "
+            "the installed webhook registration does not send all of their requests, with --webhook-config-dir), "
+            "control_plane_write_refused, unbound_policy, type_check_warning, skipped_file (a binding without its "
+            "policy is a load error, as in kube-apiserver). Each finding is also logged once when it appears "
+            "and noted in /readyz?verbose.",
+            ("finding",), mode="livemax")
         self.authorizer_cache_lookups = Counter(
             f"{PREFIX}_cluster_authorizer_cache_total",
             "authorizer checks looked up in the SubjectAccessReview decision cache, by result (hit, miss).",

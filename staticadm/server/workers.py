@@ -92,6 +92,8 @@ class DiskState:
     problem: str | None
     #: The same for --shadow-manifests.
     shadow_problem: str | None = None
+    #: /readyz?verbose notes about check's findings, (note name, text) (staticadm.server.findings).
+    findings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "workers": (3, "workers", 3),
     "worker-memory-growth": ("96", "worker_memory_growth", 96),
     "shadow-manifests": ("/etc/staticadm/next", "shadow_manifests", Path("/etc/staticadm/next")),
+    "webhook-config-dir": ("/etc/kubernetes/admission", "webhook_config_dir", Path("/etc/kubernetes/admission")),
     "authorization-cache-authorized-ttl": ("60", "authorization_cache_authorized_ttl", 60.0),
     "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
     # Excludes "namespaces" (two sources of namespaces): checked on its own.
@@ -77,6 +78,7 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "max-connections": ("800", 800),
     "workers": ("1", 1),
     "worker-memory-growth": ("32", 32),
+    "webhook-config-dir": ("/flag/admission", Path("/flag/admission")),
 }
 
 
