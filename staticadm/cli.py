@@ -269,8 +269,11 @@ def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         return EXIT_USAGE
     settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
                                groups=tuple(args.groups))
+    if args.apply and args.output not in ("policyreport", "openreport"):
+        stderr.write("staticadm audit: --apply writes reports: give -o policyreport or -o openreport\n")
+        return EXIT_USAGE
     return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
-                     page_size=args.page_size)
+                     page_size=args.page_size, apply=args.apply)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -568,11 +571,14 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("--kubeconfig", metavar="FILE",
                                help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
                                     "the daemon does with the same flag")
-    review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+    review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml", "policyreport", "openreport"),
+                               default="text",
                                help="text report, or one ReviewResult per request (the request, the "
                                     "AdmissionReview answer and every policy's and binding's decision: JSON "
                                     "Schema staticadm/schemas/review-result.v1alpha1.schema.json) as a JSON line "
-                                    "or a YAML document (default: text)")
+                                    "or a YAML document; policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one "
+                                    "per namespace) and a ClusterPolicyReport, openreport: the same as "
+                                    "openreports.io/v1alpha1 Reports and a ClusterReport (default: text)")
     review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
                                help="the manifest directory first unless --manifests is given, then AdmissionReview "
                                     "or object files (JSON or YAML, several documents and Lists allowed), "
@@ -635,8 +641,14 @@ def build_parser() -> argparse.ArgumentParser:
                               help="the cluster to read (the kubeconfig's current context): list on the "
                                    "resources audited, namespaces, and SubjectAccessReview for authorizer checks "
                                    "(default: as kubectl, the files $KUBECONFIG lists, else ~/.kube/config)")
-    audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                              help="report format (default: text)")
+    audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml", "policyreport", "openreport"),
+                              default="text",
+                              help="report format; policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one per "
+                                   "namespace) and a ClusterPolicyReport, openreport: openreports.io/v1alpha1 "
+                                   "Reports and a ClusterReport (default: text)")
+    audit_parser.add_argument("--apply", action="store_true",
+                              help="with -o policyreport|openreport: write the reports to the cluster with "
+                                   "server-side apply (field manager staticadm) instead of printing them")
     audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
     audit_parser.add_argument("--user", default=DEFAULT_USERNAME,
                               help=f"the username of the UPDATE (default: {DEFAULT_USERNAME})")

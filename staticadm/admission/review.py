@@ -26,6 +26,7 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.admission.object_lists import ObjectListError, expand_lists
+from staticadm.admission.policy_reports import FORMS, ReportCollector, reported_object, write_reports
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
 from staticadm.admission.request_builder import (
     ObjectInputError,
@@ -428,15 +429,19 @@ def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
     if requests is None:
         return EXIT_UNUSABLE_INPUT
 
-    explain = output in ("json", "yaml")
+    explain = output in ("json", "yaml", *FORMS)
+    collector = ReportCollector(output) if output in FORMS else None
     with Progress(stderr, "reviewing requests", requests.known_total) as progress:
-        code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+        code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress,
+                           collector)
+    if collector is not None:
+        write_reports(collector.documents(), stdout)
     return code if requests.report(stderr, "review") else EXIT_UNUSABLE_INPUT
 
 
 def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
                 requests: Iterable[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
-                explain: bool, progress: Progress) -> int:
+                explain: bool, progress: Progress, collector: ReportCollector | None = None) -> int:
     denied = errored = False
     paint = Palette.for_stream(stdout)
     for item in requests:
@@ -450,6 +455,9 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         answer = combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
+        if collector is not None:
+            collector.add(reported_object(request), decision(snapshot, request, mutation, validation))
+            continue
         if explain:
             labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
                         "document": item.document, "item": item.item or None, "audit": item.audit,

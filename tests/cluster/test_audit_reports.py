@@ -1,0 +1,130 @@
+"""``staticadm audit -o policyreport|openreport [--apply]``: the audit of the stand-in kube-apiserver's objects as
+PolicyReports or OpenReports, checked against the published CRDs' schemas, and written back with server-side apply
+to the stand-in, which serves the report CRDs and refuses what their schemas refuse."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.apiserver import FakeApiServer
+from tests.reports.policies import MANIFESTS, OBJECTS
+from tests.reports.schemas import _published, schema_problems, summary_adds_up
+
+FORMS = {"policyreport": ("wgpolicyk8s.io", "v1alpha2", ("policyreports", "PolicyReport"),
+                          ("clusterpolicyreports", "ClusterPolicyReport")),
+         "openreport": ("openreports.io", "v1alpha1", ("reports", "Report"), ("clusterreports", "ClusterReport"))}
+
+
+def _cluster(apiserver: FakeApiServer, *, crds: str | None = None) -> FakeApiServer:
+    for name in ("shop", "web", "ops"):
+        apiserver.set_namespace(name)
+    apiserver.add_resource("", "v1", "pods", "Pod")
+    apiserver.set_objects("", "v1", "pods", [obj for obj in OBJECTS if obj["kind"] == "Pod"])
+    if crds is not None:
+        group, version, (resource, kind), (cluster_resource, cluster_kind) = FORMS[crds]
+        schemas = _published()["schemas"]
+        apiserver.add_resource(group, version, resource, kind, schema=schemas[f"{group}/{version}/{kind}"])
+        apiserver.add_resource(group, version, cluster_resource, cluster_kind, namespaced=False,
+                               schema=schemas[f"{group}/{version}/{cluster_kind}"])
+    return apiserver.start()
+
+
+def _audit(tmp_path: Path, apiserver: FakeApiServer, *args: str) -> tuple[int, str, str]:
+    from staticadm.cli import main
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir(exist_ok=True)
+    (manifests / "policies.yaml").write_text(yaml.safe_dump_all(MANIFESTS))
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["audit", str(manifests), "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
+                 *args], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _by_object(report: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {(entry["resources"][0]["name"], entry["policy"].removesuffix(".static.k8s.io")): entry["result"]
+            for entry in report["results"]}
+
+
+@pytest.mark.parametrize("output", sorted(FORMS))
+def test_the_audit_as_reports_that_fit_the_published_crds(tmp_path: Path, apiserver: FakeApiServer,
+                                                          output: str) -> None:
+    _cluster(apiserver)
+    code, out, err = _audit(tmp_path, apiserver, "-o", output)
+    assert code == 4, err  # node-pinned fails to evaluate on every pod
+    documents = list(yaml.safe_load_all(out))
+    group, version, (_, kind), (_, cluster_kind) = FORMS[output]
+    assert [(d["kind"], d["metadata"].get("namespace")) for d in documents] == [
+        (cluster_kind, None), (kind, "ops"), (kind, "shop"), (kind, "web")]
+    for document in documents:
+        assert document["apiVersion"] == f"{group}/{version}"
+        assert schema_problems(document) == []
+        assert summary_adds_up(document)
+        assert all(set(entry["timestamp"]) == {"seconds", "nanos"} for entry in document["results"])
+    cluster_report, ops, shop, web = documents
+    # Namespaces are cluster-scoped: their results are the cluster report's, with their uid from the cluster.
+    assert {entry["resources"][0]["name"]: entry["result"] for entry in cluster_report["results"]} == {
+        "ops": "fail", "shop": "fail", "web": "fail"}
+    assert all(entry["resources"][0]["uid"] for entry in cluster_report["results"])
+    assert _by_object(shop)[("privileged", "no-privileged")] == "fail"
+    assert _by_object(web)[("no-team", "team-label")] == "warn"
+    assert _by_object(ops)[("latest", "pinned-images")] == "skip"
+    assert _by_object(shop)[("ok", "add-managed")] == "pass"
+    assert cluster_report["summary"]["fail"] == 3 and shop["summary"]["error"] == 2
+
+
+@pytest.mark.parametrize("output", sorted(FORMS))
+def test_apply_writes_each_report_with_server_side_apply(tmp_path: Path, apiserver: FakeApiServer,
+                                                         output: str) -> None:
+    _cluster(apiserver, crds=output)
+    code, printed, err = _audit(tmp_path, apiserver, "-o", output)
+    code, out, err = _audit(tmp_path, apiserver, "-o", output, "--apply")
+    assert code == 4, err
+    group, version, (resource, kind), (cluster_resource, cluster_kind) = FORMS[output]
+    lowered = f"{kind.lower()}.{group}/staticadm"
+    assert out.splitlines() == [f"{cluster_kind.lower()}.{group}/staticadm serverside-applied",
+                                *(f"{lowered} -n {ns} serverside-applied" for ns in ("ops", "shop", "web"))]
+    assert [(path, query, content_type) for path, query, content_type in apiserver.applies] == [
+        (f"/apis/{group}/{version}/{cluster_resource}/staticadm", {"fieldManager": "staticadm", "force": "true"},
+         "application/apply-patch+yaml"),
+        *((f"/apis/{group}/{version}/namespaces/{ns}/{resource}/staticadm",
+           {"fieldManager": "staticadm", "force": "true"}, "application/apply-patch+yaml")
+          for ns in ("ops", "shop", "web"))]
+    stored = apiserver.stored(group, version, resource)
+    assert sorted(stored) == [("ops", "staticadm"), ("shop", "staticadm"), ("web", "staticadm")]
+    expected = {doc["metadata"].get("namespace"): doc for doc in yaml.safe_load_all(printed)}
+    for (namespace, _), report in stored.items():
+        assert report["metadata"]["managedFields"][0]["manager"] == "staticadm"
+        assert [_strip(entry) for entry in report["results"]] == [_strip(entry)
+                                                                  for entry in expected[namespace]["results"]]
+        assert report["summary"] == expected[namespace]["summary"]
+    assert list(apiserver.stored(group, version, cluster_resource)) == [("", "staticadm")]
+
+    # Again: the same reports replaced in place, not a second copy.
+    applied = len(apiserver.applies)
+    assert _audit(tmp_path, apiserver, "-o", output, "--apply")[0] == 4
+    assert len(apiserver.applies) == 2 * applied and len(apiserver.stored(group, version, resource)) == 3
+
+
+def _strip(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "timestamp"}
+
+
+def test_apply_names_the_report_a_cluster_without_the_crd_refuses(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    _cluster(apiserver)  # no report CRDs installed
+    code, out, err = _audit(tmp_path, apiserver, "-o", "openreport", "--apply")
+    assert (code, out) == (2, "")
+    assert "staticadm audit: applying clusterreport.openreports.io/staticadm: PATCH " \
+           "/apis/openreports.io/v1alpha1/clusterreports/staticadm" in err
+    assert "could not find the requested resource" in err
+
+
+def test_apply_needs_a_report_output(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    code, out, err = _audit(tmp_path, apiserver, "--apply")
+    assert (code, out) == (2, "")
+    assert err == "staticadm audit: --apply writes reports: give -o policyreport or -o openreport\n"
