@@ -44,6 +44,7 @@ from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import NamedRuleWithOperations
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamltext import dump_yaml
 
 #: What each kind of finding is called in the reports, in the order they are shown.
@@ -225,6 +226,8 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
         stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
         stdout.write(dump_yaml(report))
+    elif output in TABLE_OUTPUTS:
+        _table(report, stdout, wide=output == "wide")
     else:
         _text(report, stdout)
     if junit is not None:
@@ -305,6 +308,20 @@ def _text(report: dict[str, Any], out: TextIO) -> None:
     out.write(f"{summary['objects']} existing object(s) of {len(report['resources'])} resource(s) audited in "
               f"{summary['seconds']:.1f} s: {summary['denied']} would be denied, {summary['errored']} with "
               f"evaluation errors\n")
+
+
+def _table(report: dict[str, Any], out: TextIO, *, wide: bool) -> None:
+    """A row per policy: the objects it matched and its findings on them; ``wide``: the resources it selects
+    and why it was not audited."""
+    headers = ["POLICY", "KIND", "MATCHED", *(finding.upper() for finding in FINDINGS)]
+    rows: list[list[object]] = []
+    for policy in report["policies"]:
+        row: list[object] = [policy["policy"], policy["kind"], policy["matched"],
+                             *(len(policy[finding]) for finding in FINDINGS)]
+        if wide:
+            row += [",".join(policy["resources"]), policy.get("notAudited", "")]
+        rows.append(row)
+    write_table(out, [*headers, *(("RESOURCES", "NOT AUDITED") if wide else ())], rows)
 
 
 def junit_xml(run: AuditRun) -> bytes:

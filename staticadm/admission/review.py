@@ -42,6 +42,7 @@ from staticadm.colour import Palette
 from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamljson import ParseError, parse_stream
 from staticadm.yamltext import dump_yaml
 
@@ -444,6 +445,7 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
                 explain: bool, progress: Progress, collector: ReportCollector | None = None) -> int:
     denied = errored = False
     paint = Palette.for_stream(stdout)
+    rows: list[list[object]] = []
     for item in requests:
         progress.advance()
         request = item.request
@@ -457,6 +459,9 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         errored = errored or _evaluation_failed(mutation, validation)
         if collector is not None:
             collector.add(reported_object(request), decision(snapshot, request, mutation, validation))
+            continue
+        if output in TABLE_OUTPUTS:
+            rows.append(_table_row(item, answer, mutation, validation, output == "wide"))
             continue
         if explain:
             labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
@@ -485,9 +490,41 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
             lines.extend(_validation_lines(request, validation, snapshot, paint))
         stdout.write("\n".join(lines) + "\n")
         stdout.flush()
+    if output in TABLE_OUTPUTS:
+        # A table's columns are as wide as their widest cell: it is printed once every request is answered.
+        headers = [*_TABLE_HEADERS, *(_WIDE_HEADERS if output == "wide" else ())]
+        decision_column = headers.index("DECISION")
+        write_table(stdout, headers, rows, {decision_column: lambda text: (
+            paint.good(text) if text == "allowed" else paint.bad(text))})
     if errored:
         return EXIT_EVALUATION_ERROR
     return EXIT_DENIED if denied else EXIT_OK
+
+
+_TABLE_HEADERS = ("NAMESPACE", "NAME", "RESOURCE", "OPERATION", "DECISION", "WARNINGS", "MESSAGE")
+_WIDE_HEADERS = ("PATCH", "ERRORS", "POLICIES", "INPUT")
+
+
+def _table_row(item: RequestInput, answer: dict[str, Any], mutation: MutationOutcome | None,
+               validation: ValidationOutcome | None, wide: bool) -> list[object]:
+    """One request as a row: the object, the answer and why; ``wide``: the patch's operations, the evaluation
+    errors, the policies that matched, and where the request came from."""
+    request = item.request
+    response = answer["response"]
+    resource = request.original_resource.group_resource() + (
+        f"/{request.original_sub_resource}" if request.original_sub_resource else "")
+    warnings = len(response.get("warnings") or ())
+    row: list[object] = [request.namespace, request.name or "(generated)", resource, request.operation,
+                         "allowed" if response["allowed"] else "denied", warnings,
+                         (response.get("status") or {}).get("message", "")]
+    if wide:
+        records = (*(mutation.decisions if mutation else ()), *(validation.decisions if validation else ()))
+        matched = {policy for policy, _ in (*(mutation.invoked if mutation else ()),
+                                            *(validation.matched if validation else ()))}
+        patch = mutation.patch if mutation is not None and response["allowed"] else ()
+        row += [len(patch), sum(record.error_type is not ErrorType.NO_ERROR for record in records),
+                ",".join(sorted(matched)), item.label]
+    return row
 
 
 def _audit_lines(audit: dict[str, Any]) -> list[str]:
