@@ -302,6 +302,7 @@ class FakeApiServer:
         app.router.add_get("/apis/{group}/{version}/{resource}", self._list)
         app.router.add_patch("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._apply)
         app.router.add_patch("/apis/{group}/{version}/{resource}/{name}", self._apply)
+        app.router.add_delete("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._delete)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
@@ -539,9 +540,13 @@ class FakeApiServer:
         if self.before_list is not None:
             self.before_list(dict(request.query))
         kind = self._resources[key][0]
+        # Equality requirements only (key=value,...): what the clients under test send.
+        wanted = dict(part.split("=", 1) for part in request.query.get("labelSelector", "").split(",") if part)
         with self._lock:
             return self._page(request, f"{kind}List", "/".join(part for part in key[:2] if part),
-                              [item for _, item in sorted(self._objects[key].items())])
+                              [item for _, item in sorted(self._objects[key].items())
+                               if all((item["metadata"].get("labels") or {}).get(label) == value
+                                      for label, value in wanted.items())])
 
     async def _subject_access_review(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(("POST", request.path_qs))
@@ -620,3 +625,19 @@ class FakeApiServer:
                                                        "apiVersion": f"{group}/{version}"}]}}
             stored[(namespace, name)] = written
         return self._json({"apiVersion": f"{group}/{version}", "kind": kind, **written}, 200 if existing else 201)
+
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("DELETE", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        key = (request.match_info["group"], request.match_info["version"], request.match_info["resource"])
+        name, namespace = request.match_info["name"], request.match_info["namespace"]
+        with self._lock:
+            removed = self._objects.get(key, {}).pop((namespace, name), None)
+            if removed is not None:
+                self._version += 1
+        if removed is None:
+            return self._json(status(404, "NotFound", f'{key[2]}.{key[0]} "{name}" not found'), 404)
+        return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                           "details": {"name": name, "group": key[0], "kind": key[2],
+                                       "uid": removed["metadata"]["uid"]}})

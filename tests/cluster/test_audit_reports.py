@@ -111,6 +111,29 @@ def test_apply_writes_each_report_with_server_side_apply(tmp_path: Path, apiserv
     assert len(apiserver.applies) == 2 * applied and len(apiserver.stored(group, version, resource)) == 3
 
 
+@pytest.mark.parametrize("output", sorted(FORMS))
+def test_apply_deletes_the_reports_it_left_in_namespaces_now_without_results(tmp_path: Path,
+                                                                            apiserver: FakeApiServer,
+                                                                            output: str) -> None:
+    _cluster(apiserver, crds=output)
+    group, version, (resource, kind), _ = FORMS[output]
+    left = {"apiVersion": f"{group}/{version}", "kind": kind, "results": [], "summary": {}}
+    apiserver.set_objects(group, version, resource, [
+        {**left, "metadata": {"name": "staticadm", "namespace": "gone", "labels": {
+            "app.kubernetes.io/managed-by": "staticadm"}}},
+        {**left, "metadata": {"name": "staticadm", "namespace": "kyverno-owned", "labels": {
+            "app.kubernetes.io/managed-by": "kyverno"}}},
+        {**left, "metadata": {"name": "other", "namespace": "shop", "labels": {
+            "app.kubernetes.io/managed-by": "staticadm"}}}])
+    code, out, err = _audit(tmp_path, apiserver, "-o", output, "--apply")
+    assert code == 4, err
+    assert out.splitlines()[-1] == f"{kind.lower()}.{group}/staticadm -n gone deleted (no result in its namespace)"
+    assert sorted(apiserver.stored(group, version, resource)) == [
+        ("kyverno-owned", "staticadm"), ("ops", "staticadm"), ("shop", "other"), ("shop", "staticadm"),
+        ("web", "staticadm")]
+    assert ("DELETE", f"/apis/{group}/{version}/namespaces/gone/{resource}/staticadm") in apiserver.requests
+
+
 def _strip(entry: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in entry.items() if key != "timestamp"}
 
@@ -128,3 +151,30 @@ def test_apply_needs_a_report_output(tmp_path: Path, apiserver: FakeApiServer) -
     code, out, err = _audit(tmp_path, apiserver, "--apply")
     assert (code, out) == (2, "")
     assert err == "staticadm audit: --apply writes reports: give -o policyreport or -o openreport\n"
+
+
+def test_the_reports_rbac_example_grants_what_apply_does(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    """Every call --apply made on a report resource (a leftover report deleted included) is a verb the example
+    ClusterRole grants on it; an apply that may create is a create too, as kube-apiserver checks it."""
+    from tests.server.harness import REPO_ROOT
+
+    _cluster(apiserver, crds="policyreport")
+    apiserver.set_objects("wgpolicyk8s.io", "v1alpha2", "policyreports", [
+        {"metadata": {"name": "staticadm", "namespace": "gone",
+                      "labels": {"app.kubernetes.io/managed-by": "staticadm"}}, "results": []}])
+    assert _audit(tmp_path, apiserver, "-o", "policyreport", "--apply")[0] == 4
+    verbs = {"PATCH": ("patch", "create"), "DELETE": ("delete",), "GET": ("list",)}
+    used = set()
+    for method, path in apiserver.requests:
+        parts = path.split("?")[0].split("/")  # "", apis, group, version, [namespaces, ns,] resource[, name]
+        if len(parts) < 5 or parts[2] != "wgpolicyk8s.io":
+            continue  # discovery (/apis/GROUP/VERSION) is everyone's, by system:discovery
+        resource = parts[-1] if method == "GET" else parts[-2]
+        used |= {(parts[2], resource, verb) for verb in verbs[method]}
+    assert {verb for _, _, verb in used} == {"patch", "create", "delete", "list"}
+    rbac = [doc for doc in yaml.safe_load_all((REPO_ROOT / "manifests/kube-apiserver/"
+                                               "staticadm-audit-reports-rbac.yaml").read_text()) if doc]
+    [role] = [doc for doc in rbac if doc["kind"] == "ClusterRole"]
+    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert used <= granted, sorted(used - granted)
