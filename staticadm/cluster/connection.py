@@ -257,8 +257,10 @@ class KubeConnection:
                                                   json_serialize=lambda value: orjson.dumps(value).decode())
         return self._session
 
-    def _headers(self, credentials: Credentials, content_type: str = "application/json") -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "staticadm", "Content-Type": content_type}
+    def _headers(self, credentials: Credentials, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "staticadm"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         if credentials.authorization:
             headers["Authorization"] = credentials.authorization
         return headers
@@ -295,7 +297,7 @@ class KubeConnection:
                     progress.stage = "connect"
                     async with self._http().request(
                             method, credentials.host + path, ssl=credentials.ssl_context,
-                            headers=self._headers(credentials, content_type),
+                            headers=self._headers(credentials, content_type if body is not None else None),
                             data=body,
                             max_redirects=MAX_REDIRECTS, trace_request_ctx=progress) as response:
                         progress.stage = "body"

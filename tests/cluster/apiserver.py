@@ -554,6 +554,12 @@ class FakeApiServer:
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         if self.authorize is None:
             return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        if request.content_type not in ("application/json", "application/yaml"):
+            # As kube-apiserver: a body is decoded by its declared media type, and an unknown one is refused.
+            return self._json(status(415, "UnsupportedMediaType",
+                                     f"the body of the request was in an unknown format - accepted media types "
+                                     f"include: application/json, application/yaml (not {request.content_type})"),
+                              415)
         review = await request.json()
         self.sar_requests.append(review)
         hostile = await self._misbehave(request, "sar")
