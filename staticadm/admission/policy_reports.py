@@ -188,7 +188,9 @@ class ReportCollector:
         self._results: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
     def add(self, obj: ReportedObject, decided: Mapping[str, Any]) -> None:
-        self._results[obj.namespace].extend(results_for(decided, obj, self._timestamp))
+        results = results_for(decided, obj, self._timestamp)
+        if results:  # a namespace whose objects no policy selects gets no report
+            self._results[obj.namespace].extend(results)
 
     def documents(self) -> list[dict[str, Any]]:
         """The cluster report first, then the namespaces' in name order."""
@@ -222,7 +224,7 @@ def reported_object(request: Any) -> ReportedObject:
 
 def write_reports(documents: list[dict[str, Any]], out: Any) -> None:
     """Multi-document YAML, as ``kubectl apply -f -`` reads it."""
-    from staticadm.yamltext import dump_yaml
+    from staticadm.yamltext import dump_json_data_as_yaml
 
     for document in documents:
-        out.write("---\n" + dump_yaml(document))
+        out.write("---\n" + dump_json_data_as_yaml(document))
