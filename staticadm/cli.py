@@ -252,7 +252,7 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
         return EXIT_USAGE
     return run_review(manifests, args.namespaces, default_output(args.output, stdout), inputs, stdin, stdout, stderr,
                       endpoint=args.endpoint, settings=_request_settings(args), old_path=args.old,
-                      kubeconfig=args.kubeconfig, audit=audit)
+                      kubeconfig=args.kubeconfig, audit=audit, report_layout=args.reports_per)
 
 
 # -- audit ----------------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         stderr.write("staticadm audit: --apply writes reports: give -o policyreport or -o openreport\n")
         return EXIT_USAGE
     return run_audit(directories[0], args.kubeconfig, default_output(args.output, stdout), args.junit, settings,
-                     stdout, stderr, page_size=args.page_size, apply=args.apply)
+                     stdout, stderr, page_size=args.page_size, apply=args.apply, report_layout=args.reports_per)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -464,6 +464,13 @@ class _OptionsAnywhere(argparse.ArgumentParser):
         raise UsageError(self.prog, message)
 
 
+def _add_reports_per(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports-per", choices=("namespace", "object"), default="namespace",
+                        help="with -o policyreport|openreport: a report per namespace and a cluster one, the "
+                             "objects named in each result; or a report per object, its scope the object, as "
+                             "Kyverno writes them (default: namespace)")
+
+
 def _each_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     """The parser and every parser of its subcommands, at any depth."""
     found = [parser]
@@ -644,6 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "or a YAML document; policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one "
                                     "per namespace) and a ClusterPolicyReport, openreport: the same as "
                                     "openreports.io/v1alpha1 Reports and a ClusterReport")
+    _add_reports_per(review_parser)
     review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
                                help="the manifest directory first unless --manifests is given, then AdmissionReview "
                                     "or object files (JSON or YAML, several documents and Lists allowed), "
@@ -717,6 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace) and a "
                                    "ClusterPolicyReport, openreport: openreports.io/v1alpha1 Reports and a "
                                    "ClusterReport")
+    _add_reports_per(audit_parser)
     audit_parser.add_argument("--apply", action="store_true",
                               help="with -o policyreport|openreport: write the reports to the cluster with "
                                    "server-side apply (field manager staticadm) instead of printing them")

@@ -171,7 +171,7 @@ def _tally(run: AuditRun, reference: dict[str, str], mutation: MutationOutcome |
 
 def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: str | None,
               settings: RequestSettings, stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE,
-              apply: bool = False) -> int:
+              apply: bool = False, report_layout: str = "namespace") -> int:
     """Exit 0 when no existing object would be denied, 3 when one would, 4 when a policy failed to evaluate
     on one; 1 on invalid manifests; 2 when the cluster cannot be read (or, with ``apply``, refuses a report).
     The kubeconfig is ``kubeconfig``, else found as kubectl finds it ($KUBECONFIG, ~/.kube/config). With
@@ -189,7 +189,7 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
     started = time.perf_counter()
-    collector = ReportCollector(output, timestamp=time.time()) if output in FORMS else None
+    collector = ReportCollector(output, timestamp=time.time(), layout=report_layout) if output in FORMS else None
     applied: list[str] = []
     cluster = BlockingClusterView(paths)
     try:

@@ -2,10 +2,14 @@
 ClusterPolicyReport (``wgpolicyk8s.io/v1alpha2``, the Policy WG's API that Policy Reporter, Kyverno and Trivy
 write and read) or their successor, Report and ClusterReport (``openreports.io/v1alpha1``).
 
-One report per namespace holds the results of the namespaced objects in it; one cluster-scoped report holds
-those of cluster-scoped objects (namespaces, nodes, ...). A result is one (policy binding, object), named by the
-policy, ``properties.binding`` (as Kyverno reports ValidatingAdmissionPolicies) and the object in ``resources``
-(an ObjectReference: a report of a namespace covers many objects, so its own ``scope``, one object, is unset).
+Two layouts (:data:`LAYOUTS`). ``namespace``: one report per namespace holds the results of the namespaced
+objects in it, one cluster-scoped report those of cluster-scoped objects (namespaces, nodes, ...); each result
+names its object in ``resources`` (an ObjectReference: a namespace's report covers many objects, so its own
+``scope``, one object, is unset). ``object``: one report per object, as Kyverno's reports controller writes
+them, its ``scope`` the object (in the object's namespace, or cluster-scoped for a cluster-scoped object),
+named by the object's uid (else a digest of its reference) and, when the uid is known, owned by the object so
+that kube-apiserver's garbage collector removes it with the object. A result is one (policy binding, object),
+named by the policy and ``properties.binding`` (as Kyverno reports ValidatingAdmissionPolicies).
 ``result`` is what those APIs define:
 
 - ``pass``: the binding applied and every validation held (a MutatingAdmissionPolicy binding: it ran);
@@ -25,6 +29,7 @@ write or apply them.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +42,8 @@ REPORT_NAME = "staticadm"
 #: The label every report carries, as Kyverno labels its own (``app.kubernetes.io/managed-by: kyverno``).
 MANAGED_BY = {"app.kubernetes.io/managed-by": "staticadm"}
 RESULTS = ("pass", "fail", "warn", "error", "skip")
+#: How results are grouped into reports: by namespace, or one report per object (Kyverno's layout).
+LAYOUTS = ("namespace", "object")
 _VALIDATING, _MUTATING = "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"
 
 
@@ -58,11 +65,11 @@ class ReportForm:
             return f"/apis/{self.api_version}/namespaces/{namespace}/{self.namespaced_resource}/{name}"
         return f"/apis/{self.api_version}/{self.cluster_resource}/{name}"
 
-    def describe(self, namespace: str) -> str:
+    def describe(self, namespace: str, name: str = REPORT_NAME) -> str:
         """As kubectl names what it applied: ``policyreport.wgpolicyk8s.io/staticadm``."""
         kind = self.namespaced_kind if namespace else self.cluster_kind
         group = self.api_version.split("/")[0]
-        return f"{kind.lower()}.{group}/{REPORT_NAME}" + (f" -n {namespace}" if namespace else "")
+        return f"{kind.lower()}.{group}/{name}" + (f" -n {namespace}" if namespace else "")
 
 
 FORMS = {
@@ -82,6 +89,14 @@ class ReportedObject:
     namespace: str
     name: str
     uid: str = ""
+
+    def report_name(self) -> str:
+        """The name of the object's own report: its uid (as Kyverno names them), else a digest of what names it,
+        so that the same object always gets the same report."""
+        if self.uid:
+            return self.uid
+        named = "/".join((self.api_version, self.kind, self.namespace, self.name))
+        return f"staticadm-{hashlib.sha256(named.encode()).hexdigest()[:20]}"
 
     def reference(self) -> dict[str, str]:
         reference = {"apiVersion": self.api_version, "kind": self.kind}
@@ -157,9 +172,10 @@ def _mutating_results(policy: Mapping[str, Any]) -> list[tuple[str, str, dict[st
 
 
 def results_for(decided: Mapping[str, Any], obj: ReportedObject,
-                timestamp: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+                timestamp: Mapping[str, int] | None = None, *, name_object: bool = True) -> list[dict[str, Any]]:
     """The results of one object's decision (``decision_report.decision``): mutating policies first, as they
-    ran, then validating ones, each in name order."""
+    ran, then validating ones, each in name order; ``name_object``: each names the object in ``resources``
+    (not needed when the report's scope is the object)."""
     found: list[tuple[str, tuple[str, str, dict[str, str]]]] = []
     for phase, shape in (("mutating", _mutating_results), ("validating", _validating_results)):
         report = decided.get(phase)
@@ -167,9 +183,10 @@ def results_for(decided: Mapping[str, Any], obj: ReportedObject,
             found.extend((policy["policy"], entry) for entry in shape(policy))
     results = []
     for policy, (result, message, properties) in found:
-        entry: dict[str, Any] = {"source": SOURCE, "policy": policy, "result": result,
-                                 "scored": result != "warn", "resources": [obj.reference()],
-                                 "properties": {key: value for key, value in properties.items() if value}}
+        entry: dict[str, Any] = {"source": SOURCE, "policy": policy, "result": result, "scored": result != "warn"}
+        if name_object:
+            entry["resources"] = [obj.reference()]
+        entry["properties"] = {key: value for key, value in properties.items() if value}
         if message:
             entry["message"] = message
         if timestamp is not None:
@@ -179,32 +196,50 @@ def results_for(decided: Mapping[str, Any], obj: ReportedObject,
 
 
 class ReportCollector:
-    """The results of every object, then the reports: one per namespace with results, and the cluster one
-    (always, so that applying it replaces what an earlier run left there)."""
+    """The results of every object, then the reports. ``namespace`` layout: one per namespace with results, and
+    the cluster one (always, so that applying it replaces what an earlier run left there). ``object`` layout:
+    one per object with results, in the order the objects came."""
 
-    def __init__(self, form: str, timestamp: float | None = None) -> None:
+    def __init__(self, form: str, timestamp: float | None = None, layout: str = "namespace") -> None:
         self.form = FORMS[form]
+        self.layout = layout
         self._timestamp = None if timestamp is None else {"seconds": int(timestamp), "nanos": 0}
         self._results: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._objects: list[tuple[ReportedObject, list[dict[str, Any]]]] = []
 
     def add(self, obj: ReportedObject, decided: Mapping[str, Any]) -> None:
-        results = results_for(decided, obj, self._timestamp)
-        if results:  # a namespace whose objects no policy selects gets no report
+        per_object = self.layout == "object"
+        results = results_for(decided, obj, self._timestamp, name_object=not per_object)
+        if not results:  # an object no policy selects, in a namespace of such objects: no report
+            return
+        if per_object:
+            self._objects.append((obj, results))
+        else:
             self._results[obj.namespace].extend(results)
 
     def documents(self) -> list[dict[str, Any]]:
-        """The cluster report first, then the namespaces' in name order."""
-        return [self._report(namespace) for namespace in sorted({"", *self._results})]
+        """``namespace``: the cluster report first, then the namespaces' in name order."""
+        if self.layout == "object":
+            return [self._report(obj.namespace, results, obj) for obj, results in self._objects]
+        return [self._report(namespace, self._results.get(namespace, []))
+                for namespace in sorted({"", *self._results})]
 
-    def _report(self, namespace: str) -> dict[str, Any]:
+    def _report(self, namespace: str, results: list[dict[str, Any]],
+                scope: ReportedObject | None = None) -> dict[str, Any]:
         form = self.form
-        metadata: dict[str, Any] = {"name": REPORT_NAME, "labels": dict(MANAGED_BY)}
+        metadata: dict[str, Any] = {"name": REPORT_NAME if scope is None else scope.report_name(),
+                                    "labels": dict(MANAGED_BY)}
         if namespace:
             metadata["namespace"] = namespace
-        results = self._results.get(namespace, [])
+        if scope is not None and scope.uid:
+            # Owned by its object: removed with it, as Kyverno's per-resource reports are.
+            metadata["ownerReferences"] = [{"apiVersion": scope.api_version, "kind": scope.kind,
+                                            "name": scope.name, "uid": scope.uid}]
         report: dict[str, Any] = {"apiVersion": form.api_version,
                                   "kind": form.namespaced_kind if namespace else form.cluster_kind,
                                   "metadata": metadata}
+        if scope is not None:
+            report["scope"] = scope.reference()
         if form.report_source:
             report["source"] = SOURCE
         report["results"] = results

@@ -335,7 +335,8 @@ def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | Non
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
                settings: RequestSettings | None = None, old_path: str | None = None,
-               kubeconfig: str | None = None, audit: AuditSource | None = None) -> int:
+               kubeconfig: str | None = None, audit: AuditSource | None = None,
+               report_layout: str = "namespace") -> int:
     """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
     object, audit log or namespaces file."""
@@ -364,10 +365,11 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             return EXIT_UNUSABLE_INPUT
         namespaces = cluster.view.namespaces
         try:
-            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster)
+            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster,
+                               report_layout)
         finally:
             cluster.close()
-    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None)
+    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None, report_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,13 +427,13 @@ class RequestStream:
 
 def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
                 sources: RequestSources, stdin: TextIO, stdout: TextIO, stderr: TextIO,
-                cluster: BlockingClusterView | None) -> int:
+                cluster: BlockingClusterView | None, report_layout: str = "namespace") -> int:
     requests = sources.read(stdin, stderr, "review")
     if requests is None:
         return EXIT_UNUSABLE_INPUT
 
     explain = output in ("json", "yaml", *FORMS)
-    collector = ReportCollector(output) if output in FORMS else None
+    collector = ReportCollector(output, layout=report_layout) if output in FORMS else None
     with Progress(stderr, "reviewing requests", requests.known_total) as progress:
         code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress,
                            collector)

@@ -303,6 +303,7 @@ class FakeApiServer:
         app.router.add_patch("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._apply)
         app.router.add_patch("/apis/{group}/{version}/{resource}/{name}", self._apply)
         app.router.add_delete("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._delete)
+        app.router.add_delete("/apis/{group}/{version}/{resource}/{name}", self._delete)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
@@ -637,7 +638,7 @@ class FakeApiServer:
         if not self._authenticated(request):
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         key = (request.match_info["group"], request.match_info["version"], request.match_info["resource"])
-        name, namespace = request.match_info["name"], request.match_info["namespace"]
+        name, namespace = request.match_info["name"], request.match_info.get("namespace", "")
         with self._lock:
             removed = self._objects.get(key, {}).pop((namespace, name), None)
             if removed is not None:

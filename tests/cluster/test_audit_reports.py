@@ -127,10 +127,11 @@ def test_apply_deletes_the_reports_it_left_in_namespaces_now_without_results(tmp
             "app.kubernetes.io/managed-by": "staticadm"}}}])
     code, out, err = _audit(tmp_path, apiserver, "-o", output, "--apply")
     assert code == 4, err
-    assert out.splitlines()[-1] == f"{kind.lower()}.{group}/staticadm -n gone deleted (no result in its namespace)"
+    assert out.splitlines()[-2:] == [f"{kind.lower()}.{group}/staticadm -n gone deleted (no result this time)",
+                                     f"{kind.lower()}.{group}/other -n shop deleted (no result this time)"]
+    # Another manager's report stays; every report labelled as staticadm's and not written now goes.
     assert sorted(apiserver.stored(group, version, resource)) == [
-        ("kyverno-owned", "staticadm"), ("ops", "staticadm"), ("shop", "other"), ("shop", "staticadm"),
-        ("web", "staticadm")]
+        ("kyverno-owned", "staticadm"), ("ops", "staticadm"), ("shop", "staticadm"), ("web", "staticadm")]
     assert ("DELETE", f"/apis/{group}/{version}/namespaces/gone/{resource}/staticadm") in apiserver.requests
 
 
@@ -178,3 +179,25 @@ def test_the_reports_rbac_example_grants_what_apply_does(tmp_path: Path, apiserv
     granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
     assert used <= granted, sorted(used - granted)
+
+
+def test_apply_per_object_owns_each_report_by_its_object_and_replaces_the_namespace_layout(
+        tmp_path: Path, apiserver: FakeApiServer) -> None:
+    _cluster(apiserver, crds="policyreport")
+    assert _audit(tmp_path, apiserver, "-o", "policyreport", "--apply")[0] == 4  # the namespace layout first
+    code, out, err = _audit(tmp_path, apiserver, "-o", "policyreport", "--apply", "--reports-per", "object")
+    assert code == 4, err
+    pods = {name: obj for (_, name), obj in apiserver.stored("", "v1", "pods").items()}
+    stored = apiserver.stored("wgpolicyk8s.io", "v1alpha2", "policyreports")
+    # One report per pod, named by its uid and owned by it; the per-namespace ones are gone.
+    assert sorted(stored) == sorted((pod["metadata"]["namespace"], pod["metadata"]["uid"]) for pod in pods.values())
+    for (namespace, name), report in stored.items():
+        [owner] = report["metadata"]["ownerReferences"]
+        assert (owner["uid"], report["scope"]["uid"]) == (name, name)
+        assert report["scope"] == {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+                                   "name": owner["name"], "uid": name}
+        assert schema_problems({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport", **report}) == []
+    cluster_reports = apiserver.stored("wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports")
+    assert {report["scope"]["name"] for report in cluster_reports.values()} == {"ops", "shop", "web"}
+    assert "clusterpolicyreport.wgpolicyk8s.io/staticadm deleted (no result this time)" in out
+    assert sum(line.endswith("deleted (no result this time)") for line in out.splitlines()) == 4

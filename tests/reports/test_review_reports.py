@@ -91,3 +91,35 @@ def test_a_schema_check_that_finds_nothing_would_find_a_field_the_crd_lacks(tmp_
     assert any("'denied' is not one of" in p for p in problems)
     assert schema_problems({**cluster_report, "metadata": {"name": "staticadm", "namespace": "shop"}}) == [
         "wgpolicyk8s.io/v1alpha2/ClusterPolicyReport: metadata.namespace 'shop' for a Cluster kind"]
+
+
+@pytest.mark.parametrize("output", sorted(KINDS))
+def test_a_report_per_object_has_the_object_as_its_scope(tmp_path: Path, output: str) -> None:
+    """--reports-per object: Kyverno's layout, a report per object that has results, its scope the object."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "policies.yaml").write_text(yaml.safe_dump_all(MANIFESTS))
+    (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all(OBJECTS))
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["review", str(manifests), "-f", str(tmp_path / "objects.yaml"), "-o", output, "--reports-per",
+                 "object"], stdout=out, stderr=err)
+    assert code == 4, err.getvalue()
+    documents = list(yaml.safe_load_all(out.getvalue()))
+    _, namespaced, cluster = KINDS[output]
+    assert [(d["kind"], d["metadata"].get("namespace"), d["scope"]["name"]) for d in documents] == [
+        (namespaced, "shop", "ok"), (namespaced, "shop", "privileged"), (namespaced, "web", "no-team"),
+        (namespaced, "ops", "latest"), (cluster, None, "shop")]
+    for document in documents:
+        assert schema_problems(document) == []
+        assert summary_adds_up(document)
+        assert all("resources" not in entry for entry in document["results"])  # the scope names the object
+    assert documents[1]["scope"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "privileged"}
+    assert documents[4]["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": "shop"}
+    # No uid offline: the name is a digest of the reference, the same on every run; no owner to name.
+    names = [d["metadata"]["name"] for d in documents]
+    assert len(set(names)) == 5 and all(name.startswith("staticadm-") for name in names)
+    assert all("ownerReferences" not in d["metadata"] for d in documents)
+    again = io.StringIO()
+    main(["review", str(manifests), "-f", str(tmp_path / "objects.yaml"), "-o", output, "--reports-per", "object"],
+         stdout=again, stderr=io.StringIO())
+    assert again.getvalue() == out.getvalue()
