@@ -7,9 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from staticadm import __version__
+from staticadm.tables import default_output
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -217,7 +218,8 @@ def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
     if found is None:
         return EXIT_USAGE
     inputs, audit = found
-    return run_diff(args.live, args.new, inputs, args.output, stdin, stdout, stderr, settings=_request_settings(args),
+    return run_diff(args.live, args.new, inputs, default_output(args.output, stdout), stdin, stdout, stderr,
+                    settings=_request_settings(args),
                     old_path=args.old, audit=audit)
 
 
@@ -227,7 +229,8 @@ def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     from staticadm.policytest.report import run_tests
 
-    return run_tests(args.paths, args.output, args.junit, stdout, stderr, run=args.run, fail_only=args.fail_only)
+    return run_tests(args.paths, default_output(args.output, stdout), args.junit, stdout, stderr,
+                     run=args.run, fail_only=args.fail_only)
 
 
 # -- review -----------------------------------------------------------------------------------------
@@ -255,9 +258,9 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
     if args.namespaces and args.kubeconfig:
         stderr.write("staticadm review: --namespaces and --kubeconfig are two sources of namespaces: give one\n")
         return EXIT_USAGE
-    return run_review(manifests, args.namespaces, args.output, inputs, stdin, stdout, stderr,
+    return run_review(manifests, args.namespaces, default_output(args.output, stdout), inputs, stdin, stdout, stderr,
                       endpoint=args.endpoint, settings=_request_settings(args), old_path=args.old,
-                      kubeconfig=args.kubeconfig, audit=audit)
+                      kubeconfig=args.kubeconfig, audit=audit, report_layout=args.reports_per)
 
 
 # -- audit ----------------------------------------------------------------------------------------
@@ -276,8 +279,11 @@ def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
         return EXIT_USAGE
     settings = RequestSettings(operation="UPDATE", username=args.user, uid=args.user_uid,
                                groups=tuple(args.groups))
-    return run_audit(directories[0], args.kubeconfig, args.output, args.junit, settings, stdout, stderr,
-                     page_size=args.page_size)
+    if args.apply and args.output not in ("policyreport", "openreport"):
+        stderr.write("staticadm audit: --apply writes reports: give -o policyreport or -o openreport\n")
+        return EXIT_USAGE
+    return run_audit(directories[0], args.kubeconfig, default_output(args.output, stdout), args.junit, settings,
+                     stdout, stderr, page_size=args.page_size, apply=args.apply, report_layout=args.reports_per)
 
 
 # -- certs ----------------------------------------------------------------------------------------
@@ -430,7 +436,36 @@ def command_completion(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, 
     return EXIT_OK
 
 
+# -- version ----------------------------------------------------------------------------------------
+
+
+def command_version(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from staticadm.build_info import build_info
+    from staticadm.yamltext import dump_yaml
+
+    info = build_info()
+    if args.output == "json":
+        stdout.write(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    elif args.output == "yaml":
+        stdout.write(dump_yaml(info))
+    else:
+        stdout.write(f"staticadm {info['version']}\n"
+                     f"git commit: {info['gitCommit'] or 'unknown'}\n"
+                     f"CEL engine: cel-expr-python {info['celExprPythonVersion'] or 'unknown'}\n"
+                     f"Python: {info['pythonVersion']} ({info['platform']})\n")
+    return EXIT_OK
+
+
 # -- parser -----------------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """A command line a command cannot run, said as ``staticadm review: <message>`` (the command that refused it)."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.message = message
 
 
 class _OptionsAnywhere(argparse.ArgumentParser):
@@ -450,6 +485,44 @@ class _OptionsAnywhere(argparse.ArgumentParser):
             return super().parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixing = False
+
+    def error(self, message: str) -> NoReturn:
+        # Raised, not printed: main() writes it to the command's stderr, naming this (sub)command.
+        raise UsageError(self.prog, message)
+
+
+def _add_reports_per(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports-per", choices=("namespace", "object"), default="namespace",
+                        help="with -o policyreport|openreport: a report per namespace and a cluster one, the "
+                             "objects named in each result; or a report per object, its scope the object, as "
+                             "Kyverno writes them (default: namespace)")
+
+
+def _each_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parser and every parser of its subcommands, at any depth."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in dict.fromkeys(action.choices.values()):
+                found.extend(_each_parser(subparser))
+    return found
+
+
+def _add_no_color(parser: argparse.ArgumentParser) -> None:
+    """--no-color on every command, before or after its name (a command's own copy sets nothing when absent,
+    so it never undoes the one given before the command's name)."""
+    help_text = "no colour in the reports, even on a terminal (as NO_COLOR=1)"
+    parser.add_argument("--no-color", dest="no_color", action="store_true", default=False, help=help_text)
+    for subparser in _each_parser(parser)[1:]:
+        subparser.add_argument("--no-color", dest="no_color", action="store_true", default=argparse.SUPPRESS,
+                               help=help_text)
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """``staticadm review``, ``staticadm cel eval``: the command a parsed line runs."""
+    words = ["staticadm", *(word for word in (getattr(args, "command", None), getattr(args, "cel_command", None))
+                            if word)]
+    return " ".join(words)
 
 
 
@@ -471,8 +544,9 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", dest="groups", action="append", default=[], metavar="GROUP",
                         help="for plain objects: a group the user authenticated with; repeatable. "
                              "system:authenticated is added, as kube-apiserver adds it")
-    parser.add_argument("--namespace", help="for plain objects of namespaced kinds: the request's namespace "
-                                                   "(default: the object's, else default)")
+    parser.add_argument("-n", "--namespace",
+                        help="for plain objects of namespaced kinds that name none: their namespace, as kubectl's "
+                             "(default: default); an object naming another one is refused, as kubectl refuses it")
     parser.add_argument("--subresource", default="", metavar="[RESOURCE[.GROUP]/]NAME",
                         help="for plain objects: the subresource, e.g. status, or deployments.apps/scale for an "
                              "autoscaling/v1 Scale")
@@ -602,11 +676,17 @@ def build_parser() -> argparse.ArgumentParser:
     review_parser.add_argument("--kubeconfig", metavar="FILE",
                                help="read namespaces from kube-apiserver (the kubeconfig's current context), as "
                                     "the daemon does with the same flag")
-    review_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                               help="text report, or one ReviewResult per request (the request, the "
+    review_parser.add_argument("-o", "--output", choices=("table", "wide", "text", "json", "yaml", "policyreport",
+                                                          "openreport"),
+                               help="table: a row per request (the default on a terminal; wide adds the patch, "
+                                    "errors, policies and input), text: a paragraph per request (the default "
+                                    "elsewhere), or one ReviewResult per request (the request, the "
                                     "AdmissionReview answer and every policy's and binding's decision: JSON "
                                     "Schema staticadm/schemas/review-result.v1alpha1.schema.json) as a JSON line "
-                                    "or a YAML document (default: text)")
+                                    "or a YAML document; policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one "
+                                    "per namespace) and a ClusterPolicyReport, openreport: the same as "
+                                    "openreports.io/v1alpha1 Reports and a ClusterReport")
+    _add_reports_per(review_parser)
     review_parser.add_argument("requests", nargs="*", metavar="[DIR] REQUEST",
                                help="the manifest directory first unless --manifests is given, then AdmissionReview "
                                     "or object files (JSON or YAML, several documents and Lists allowed), "
@@ -629,8 +709,10 @@ def build_parser() -> argparse.ArgumentParser:
     diff_parser.add_argument("new", metavar="NEW", help="the manifest directory to compare with it")
     diff_parser.add_argument("requests", nargs="*", metavar="REQUEST",
                              help="AdmissionReview or object files, or directories of them")
-    diff_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                             help="one line per difference, or the whole result as JSON or YAML (default: text)")
+    diff_parser.add_argument("-o", "--output", choices=("table", "wide", "text", "json", "yaml"),
+                             help="table: a row per difference (the default on a terminal; wide: the live and new "
+                                  "policies apart and the input), text: one line per difference (the default "
+                                  "elsewhere), or the whole result as JSON or YAML")
     _add_object_arguments(diff_parser)
     diff_parser.set_defaults(handler=command_diff)
 
@@ -647,9 +729,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "         staticadm test --junit report.xml policies/\n"
                     "         staticadm test --run 'example policies/privileged' --fail-only -o markdown tests/")
     test_parser.add_argument("paths", nargs="+", metavar="PATH", help="test files or directories holding them")
-    test_parser.add_argument("-o", "--output", choices=("text", "json", "yaml", "markdown"), default="text",
-                             help="a readable summary with diffs, the whole result as JSON or YAML, or Markdown for "
-                                  "a pull-request comment (default: text)")
+    test_parser.add_argument("-o", "--output", choices=("table", "wide", "text", "json", "yaml", "markdown"),
+                             help="table: a row per case (the default on a terminal; wide adds why and the file), "
+                                  "text: a readable summary with diffs (the default elsewhere), the whole result as "
+                                  "JSON or YAML, or Markdown for a pull-request comment")
     test_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report to FILE (every case run)")
     test_parser.add_argument("--run", metavar="REGEX",
                              help="run only the cases whose name TEST/CASE matches, as go test -run: the pattern "
@@ -676,8 +759,17 @@ def build_parser() -> argparse.ArgumentParser:
                               help="the cluster to read (the kubeconfig's current context): list on the "
                                    "resources audited, namespaces, and SubjectAccessReview for authorizer checks "
                                    "(default: as kubectl, the files $KUBECONFIG lists, else ~/.kube/config)")
-    audit_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
-                              help="report format (default: text)")
+    audit_parser.add_argument("-o", "--output", choices=("table", "wide", "text", "json", "yaml", "policyreport",
+                                                         "openreport"),
+                              help="table: a row per policy (the default on a terminal; wide adds its resources), "
+                                   "text: each finding (the default elsewhere), json|yaml: an AuditReport; "
+                                   "policyreport: wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace) and a "
+                                   "ClusterPolicyReport, openreport: openreports.io/v1alpha1 Reports and a "
+                                   "ClusterReport")
+    _add_reports_per(audit_parser)
+    audit_parser.add_argument("--apply", action="store_true",
+                              help="with -o policyreport|openreport: write the reports to the cluster with "
+                                   "server-side apply (field manager staticadm) instead of printing them")
     audit_parser.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one suite per policy)")
     audit_parser.add_argument("--user", default=DEFAULT_USERNAME,
                               help=f"the username of the UPDATE (default: {DEFAULT_USERNAME})")
@@ -762,6 +854,15 @@ def build_parser() -> argparse.ArgumentParser:
     completion_parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     completion_parser.set_defaults(handler=command_completion)
 
+    version_parser = commands.add_parser(
+        "version", help="print the version, git commit and CEL engine version",
+        description="The release, the git commit it was built from (when known), the CEL engine (cel-expr-python) "
+                    "and Python versions and the platform: what the daemon's /version answers. -o json|yaml for "
+                    "machines. staticadm --version prints the release alone.")
+    version_parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                                help="format (default: text)")
+    version_parser.set_defaults(handler=command_version)
+
     from staticadm.server.config import add_serve_arguments
 
     serve_parser = commands.add_parser(
@@ -775,6 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "--state-dir /tmp/staticadm-state")
     add_serve_arguments(serve_parser)
     serve_parser.set_defaults(handler=command_serve)
+    _add_no_color(parser)
     return parser
 
 
@@ -784,9 +886,19 @@ def main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
+    from staticadm.colour import without_colour
+
     parser = build_parser()
+    stderr = stderr or sys.stderr
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            raise UsageError(_command_name(args), f"unrecognized arguments: {' '.join(unknown)}")
+    except UsageError as error:
+        # As kubectl: the command that refused the line, why, and where to look.
+        stderr.write(f"{error.prog}: {error.message}\nSee '{error.prog} --help' for usage.\n")
+        return EXIT_USAGE
     except SystemExit as exit_request:
         return int(exit_request.code or 0)
-    return int(args.handler(args, stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr))
+    with without_colour(args.no_color):
+        return int(args.handler(args, stdin or sys.stdin, stdout or sys.stdout, stderr))

@@ -49,8 +49,9 @@ def _bash_complete(script: Path, *words: str) -> list[str]:
 def test_bash_completes_commands_subcommands_options_and_their_values(tmp_path: Path) -> None:
     script = _script("bash", tmp_path)
     assert _bash_complete(script, "staticadm", "rev") == ["review"]
-    assert _bash_complete(script, "staticadm", "cel", "") == ["eval", "-h", "--help"]
-    assert _bash_complete(script, "staticadm", "review", "DIR", "-o", "") == ["text", "json", "yaml"]
+    assert _bash_complete(script, "staticadm", "cel", "") == ["eval", "-h", "--help", "--no-color"]
+    assert _bash_complete(script, "staticadm", "review", "DIR", "-o", "") == [
+        "table", "wide", "text", "json", "yaml", "policyreport", "openreport"]
     assert _bash_complete(script, "staticadm", "review", "--aud") == [
         "--audit-log", "--audit-verb", "--audit-resource", "--audit-namespace", "--audit-since", "--audit-until"]
     assert _bash_complete(script, "staticadm", "completion", "") == ["bash", "zsh", "fish"]
@@ -70,6 +71,7 @@ def test_fish_completes_the_same(tmp_path: Path) -> None:
         return [entry.split("\t")[0] for entry in completed.stdout.splitlines()]
 
     assert complete("staticadm rev") == ["review"]
-    assert complete("staticadm review -o ") == ["json", "text", "yaml"]
+    assert complete("staticadm review -o ") == sorted(["table", "wide", "text", "json", "yaml", "policyreport",
+                                                       "openreport"])
     assert complete("staticadm cel ") == ["eval"]
     assert "--dry-run" in complete("staticadm review --dry")

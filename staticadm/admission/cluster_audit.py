@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
-from staticadm.admission.decision_report import API_VERSION
+from staticadm.admission.decision_report import API_VERSION, decision
 from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.policy_reports import FORMS, ReportCollector, ReportedObject, write_reports
 from staticadm.admission.request import RequestError, parse_admission_review
 from staticadm.admission.request_builder import RequestSettings, user_info
 from staticadm.admission.review import (
@@ -43,6 +44,7 @@ from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import NamedRuleWithOperations
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamltext import dump_yaml
 
 #: What each kind of finding is called in the reports, in the order they are shown.
@@ -168,10 +170,13 @@ def _tally(run: AuditRun, reference: dict[str, str], mutation: MutationOutcome |
 
 
 def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: str | None,
-              settings: RequestSettings, stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE) -> int:
+              settings: RequestSettings, stdout: TextIO, stderr: TextIO, *, page_size: int = PAGE_SIZE,
+              apply: bool = False, report_layout: str = "namespace") -> int:
     """Exit 0 when no existing object would be denied, 3 when one would, 4 when a policy failed to evaluate
-    on one; 1 on invalid manifests; 2 when the cluster cannot be read. The kubeconfig is ``kubeconfig``, else
-    found as kubectl finds it ($KUBECONFIG, ~/.kube/config)."""
+    on one; 1 on invalid manifests; 2 when the cluster cannot be read (or, with ``apply``, refuses a report).
+    The kubeconfig is ``kubeconfig``, else found as kubectl finds it ($KUBECONFIG, ~/.kube/config). With
+    ``output`` a report form (:data:`policy_reports.FORMS`) the results are PolicyReports or OpenReports,
+    printed, or with ``apply`` written to the cluster with server-side apply."""
     from staticadm.cluster.kubeconfig import KubeconfigNotFound, describe, kubeconfig_paths
     from staticadm.cluster.view import BlockingClusterView
 
@@ -184,6 +189,8 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
     if snapshot is None:
         return EXIT_INVALID_MANIFESTS
     started = time.perf_counter()
+    collector = ReportCollector(output, timestamp=time.time(), layout=report_layout) if output in FORMS else None
+    applied: list[str] = []
     cluster = BlockingClusterView(paths)
     try:
         try:
@@ -198,7 +205,11 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
                                                ("MutatingAdmissionPolicy", snapshot.mutating))
                         for compiled in policies}, not_audited)
         try:
-            _audit_resources(cluster, snapshot, resources, settings, run, stderr, page_size)
+            _audit_resources(cluster, snapshot, resources, settings, run, stderr, page_size, collector)
+            if collector is not None and apply:
+                from staticadm.cluster.reports import apply_reports
+
+                applied = cluster.run(apply_reports(cluster.view.connection, collector.form, collector.documents()))
         except ClusterError as error:
             stderr.write(f"staticadm audit: {error.message}\n")
             return EXIT_UNUSABLE_INPUT
@@ -206,10 +217,17 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
         cluster.close()
     run.seconds = time.perf_counter() - started
     report = _report(run)
-    if output == "json":
+    if collector is not None:
+        if apply:
+            stdout.write("".join(f"{line}\n" for line in applied))
+        else:
+            write_reports(collector.documents(), stdout)
+    elif output == "json":
         stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
         stdout.write(dump_yaml(report))
+    elif output in TABLE_OUTPUTS:
+        _table(report, stdout, wide=output == "wide")
     else:
         _text(report, stdout)
     if junit is not None:
@@ -221,7 +239,7 @@ def run_audit(manifests_dir: str, kubeconfig: str | None, output: str, junit: st
 
 
 def _audit_resources(cluster: Any, snapshot: Snapshot, resources: Sequence[ApiResource], settings: RequestSettings,
-                     run: AuditRun, stderr: TextIO, page_size: int) -> None:
+                     run: AuditRun, stderr: TextIO, page_size: int, collector: ReportCollector | None = None) -> None:
     namespaces = cluster.view.namespaces
     with Progress(stderr, "listing") as progress:
         for resource in resources:
@@ -241,9 +259,15 @@ def _audit_resources(cluster: Any, snapshot: Snapshot, resources: Sequence[ApiRe
                         raise ClusterError(f"{_shown(reference)}: {request.message}")
                     evaluated = time.perf_counter()
                     mutation, validation = cluster.evaluate(
-                        request.user_info, functools.partial(review_request, snapshot, namespaces, request, "both"))
+                        request.user_info, functools.partial(review_request, snapshot, namespaces, request, "both",
+                                                             collector is not None))
                     run.timings[_shown(reference)] = time.perf_counter() - evaluated
                     _tally(run, reference, mutation, validation)
+                    if collector is not None:
+                        uid = _metadata(obj).get("uid")
+                        collector.add(ReportedObject(resource.api_version, resource.kind, reference["namespace"],
+                                                     reference["name"], uid if isinstance(uid, str) else ""),
+                                      decision(snapshot, request, mutation, validation))
                     count += 1
                     progress.advance()
             run.listed[resource.describe()] = count
@@ -284,6 +308,20 @@ def _text(report: dict[str, Any], out: TextIO) -> None:
     out.write(f"{summary['objects']} existing object(s) of {len(report['resources'])} resource(s) audited in "
               f"{summary['seconds']:.1f} s: {summary['denied']} would be denied, {summary['errored']} with "
               f"evaluation errors\n")
+
+
+def _table(report: dict[str, Any], out: TextIO, *, wide: bool) -> None:
+    """A row per policy: the objects it matched and its findings on them; ``wide``: the resources it selects
+    and why it was not audited."""
+    headers = ["POLICY", "KIND", "MATCHED", *(finding.upper() for finding in FINDINGS)]
+    rows: list[list[object]] = []
+    for policy in report["policies"]:
+        row: list[object] = [policy["policy"], policy["kind"], policy["matched"],
+                             *(len(policy[finding]) for finding in FINDINGS)]
+        if wide:
+            row += [",".join(policy["resources"]), policy.get("notAudited", "")]
+        rows.append(row)
+    write_table(out, [*headers, *(("RESOURCES", "NOT AUDITED") if wide else ())], rows)
 
 
 def junit_xml(run: AuditRun) -> bytes:

@@ -30,6 +30,7 @@ from staticadm.admission.review import (
 )
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamltext import dump_yaml
 
 #: Exit code when some request would be answered differently (as review's "denied": a finding).
@@ -90,6 +91,8 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
         stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     elif output == "yaml":
         stdout.write(dump_yaml(report))
+    elif output in TABLE_OUTPUTS:
+        _table(found, stdout, wide=output == "wide", compared=compared)
     else:
         for entry in found:
             where = f"{describe_place(entry['input'], entry['document'], entry['item'] or '')} ({entry['object']})"
@@ -101,3 +104,24 @@ def run_diff(live_dir: str, new_dir: str, request_paths: Sequence[str], output: 
                              + (f" [{policies}]" if policies else "") + "\n")
         stdout.write(f"{summary['different']} of {summary['requests']} request(s) would be answered differently\n")
     return EXIT_DIFFERENT if found else EXIT_OK
+
+
+def _table(found: list[dict[str, Any]], out: TextIO, *, wide: bool, compared: int) -> None:
+    """A row per difference: the object, the endpoint, what would change and the policies behind it; ``wide``:
+    the live and new policies apart, and where the request came from."""
+    rows: list[list[object]] = []
+    for entry in found:
+        resource = entry["resource"]["resource"] + (f".{entry['resource']['group']}" if entry["resource"]["group"]
+                                                     else "")
+        for change in entry["differences"]:
+            row: list[object] = [entry["namespace"], entry["name"] or "(generated)", resource, entry["operation"],
+                                 change["endpoint"], change["difference"], change["detail"]]
+            if wide:
+                row += [",".join(change["livePolicies"]), ",".join(change["newPolicies"]),
+                        describe_place(entry["input"], entry["document"], entry["item"] or "")]
+            else:
+                row.append(",".join(dict.fromkeys([*change["livePolicies"], *change["newPolicies"]])))
+            rows.append(row)
+    headers = ["NAMESPACE", "NAME", "RESOURCE", "OPERATION", "ENDPOINT", "DIFFERENCE", "DETAIL"]
+    write_table(out, [*headers, *(("LIVE POLICIES", "NEW POLICIES", "INPUT") if wide else ("POLICIES",))], rows,
+                empty=f"No differences in {compared} request(s).")

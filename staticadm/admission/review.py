@@ -26,6 +26,7 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.admission.object_lists import ObjectListError, expand_lists
+from staticadm.admission.policy_reports import FORMS, ReportCollector, reported_object, write_reports
 from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
 from staticadm.admission.request_builder import (
     ObjectInputError,
@@ -41,6 +42,7 @@ from staticadm.colour import Palette
 from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamljson import ParseError, parse_stream
 from staticadm.yamltext import dump_yaml
 
@@ -333,7 +335,8 @@ def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | Non
 def run_review(manifests_dir: str, namespaces_file: str | None, output: str, request_paths: Sequence[str],
                stdin: TextIO, stdout: TextIO, stderr: TextIO, endpoint: str = "both",
                settings: RequestSettings | None = None, old_path: str | None = None,
-               kubeconfig: str | None = None, audit: AuditSource | None = None) -> int:
+               kubeconfig: str | None = None, audit: AuditSource | None = None,
+               report_layout: str = "namespace") -> int:
     """Exit 0 when every request was allowed, 3 when one was denied, 4 when a policy failed to evaluate
     (before any denial counts); 1 on invalid manifests (as ``check``); 2 on an unusable request, old
     object, audit log or namespaces file."""
@@ -362,10 +365,11 @@ def run_review(manifests_dir: str, namespaces_file: str | None, output: str, req
             return EXIT_UNUSABLE_INPUT
         namespaces = cluster.view.namespaces
         try:
-            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster)
+            return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, cluster,
+                               report_layout)
         finally:
             cluster.close()
-    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None)
+    return _review_all(snapshot, namespaces, output, endpoint, sources, stdin, stdout, stderr, None, report_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,22 +427,27 @@ class RequestStream:
 
 def _review_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
                 sources: RequestSources, stdin: TextIO, stdout: TextIO, stderr: TextIO,
-                cluster: BlockingClusterView | None) -> int:
+                cluster: BlockingClusterView | None, report_layout: str = "namespace") -> int:
     requests = sources.read(stdin, stderr, "review")
     if requests is None:
         return EXIT_UNUSABLE_INPUT
 
-    explain = output in ("json", "yaml")
+    explain = output in ("json", "yaml", *FORMS)
+    collector = ReportCollector(output, layout=report_layout) if output in FORMS else None
     with Progress(stderr, "reviewing requests", requests.known_total) as progress:
-        code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress)
+        code = _answer_all(snapshot, namespaces, output, endpoint, requests, stdout, cluster, explain, progress,
+                           collector)
+    if collector is not None:
+        write_reports(collector.documents(), stdout)
     return code if requests.report(stderr, "review") else EXIT_UNUSABLE_INPUT
 
 
 def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, endpoint: str,
                 requests: Iterable[RequestInput], stdout: TextIO, cluster: BlockingClusterView | None,
-                explain: bool, progress: Progress) -> int:
+                explain: bool, progress: Progress, collector: ReportCollector | None = None) -> int:
     denied = errored = False
     paint = Palette.for_stream(stdout)
+    rows: list[list[object]] = []
     for item in requests:
         progress.advance()
         request = item.request
@@ -450,6 +459,12 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
         answer = combined_response(request, mutation, validation)
         denied = denied or not answer["response"]["allowed"]
         errored = errored or _evaluation_failed(mutation, validation)
+        if collector is not None:
+            collector.add(reported_object(request), decision(snapshot, request, mutation, validation))
+            continue
+        if output in TABLE_OUTPUTS:
+            rows.append(_table_row(item, answer, mutation, validation, output == "wide"))
+            continue
         if explain:
             labelled = {"apiVersion": API_VERSION, "kind": "ReviewResult", "input": item.source,
                         "document": item.document, "item": item.item or None, "audit": item.audit,
@@ -477,9 +492,41 @@ def _answer_all(snapshot: Snapshot, namespaces: NamespaceSource, output: str, en
             lines.extend(_validation_lines(request, validation, snapshot, paint))
         stdout.write("\n".join(lines) + "\n")
         stdout.flush()
+    if output in TABLE_OUTPUTS:
+        # A table's columns are as wide as their widest cell: it is printed once every request is answered.
+        headers = [*_TABLE_HEADERS, *(_WIDE_HEADERS if output == "wide" else ())]
+        decision_column = headers.index("DECISION")
+        write_table(stdout, headers, rows, {decision_column: lambda text: (
+            paint.good(text) if text == "allowed" else paint.bad(text))})
     if errored:
         return EXIT_EVALUATION_ERROR
     return EXIT_DENIED if denied else EXIT_OK
+
+
+_TABLE_HEADERS = ("NAMESPACE", "NAME", "RESOURCE", "OPERATION", "DECISION", "WARNINGS", "MESSAGE")
+_WIDE_HEADERS = ("PATCH", "ERRORS", "POLICIES", "INPUT")
+
+
+def _table_row(item: RequestInput, answer: dict[str, Any], mutation: MutationOutcome | None,
+               validation: ValidationOutcome | None, wide: bool) -> list[object]:
+    """One request as a row: the object, the answer and why; ``wide``: the patch's operations, the evaluation
+    errors, the policies that matched, and where the request came from."""
+    request = item.request
+    response = answer["response"]
+    resource = request.original_resource.group_resource() + (
+        f"/{request.original_sub_resource}" if request.original_sub_resource else "")
+    warnings = len(response.get("warnings") or ())
+    row: list[object] = [request.namespace, request.name or "(generated)", resource, request.operation,
+                         "allowed" if response["allowed"] else "denied", warnings,
+                         (response.get("status") or {}).get("message", "")]
+    if wide:
+        records = (*(mutation.decisions if mutation else ()), *(validation.decisions if validation else ()))
+        matched = {policy for policy, _ in (*(mutation.invoked if mutation else ()),
+                                            *(validation.matched if validation else ()))}
+        patch = mutation.patch if mutation is not None and response["allowed"] else ()
+        row += [len(patch), sum(record.error_type is not ErrorType.NO_ERROR for record in records),
+                ",".join(sorted(matched)), item.label]
+    return row
 
 
 def _audit_lines(audit: dict[str, Any]) -> list[str]:

@@ -257,26 +257,32 @@ class KubeConnection:
                                                   json_serialize=lambda value: orjson.dumps(value).decode())
         return self._session
 
-    def _headers(self, credentials: Credentials) -> dict[str, str]:
+    def _headers(self, credentials: Credentials, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "staticadm"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         if credentials.authorization:
             headers["Authorization"] = credentials.authorization
         return headers
 
     async def request(self, method: str, path: str, *, deadline: float | Deadline, limit: int,
-                      body: bytes | None = None, progress: CallProgress | None = None) -> Any:
+                      body: bytes | None = None, progress: CallProgress | None = None,
+                      content_type: str = "application/json") -> Any:
         """One API call ending by ``deadline`` (the event loop's clock); its decoded JSON answer, or ClusterError
         naming what happened (no connection, no answer, an answer cut short or over ``limit`` bytes, a status).
         ``progress`` shows how far it got to a caller that stops waiting for it."""
-        data = await self.request_bytes(method, path, deadline=deadline, limit=limit, body=body, progress=progress)
+        data = await self.request_bytes(method, path, deadline=deadline, limit=limit, body=body, progress=progress,
+                                        content_type=content_type)
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             raise ClusterError(f"{method} {path}: the answer is not JSON") from None
 
     async def request_bytes(self, method: str, path: str, *, deadline: float | Deadline, limit: int,
-                            body: bytes | None = None, progress: CallProgress | None = None) -> bytes:
-        """:meth:`request` without decoding: the answer's bytes (``body`` is sent as it is, JSON)."""
+                            body: bytes | None = None, progress: CallProgress | None = None,
+                            content_type: str = "application/json") -> bytes:
+        """:meth:`request` without decoding: the answer's bytes (``body`` is sent as it is, as ``content_type``:
+        JSON, or a server-side apply patch)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = deadline if isinstance(deadline, Deadline) else Deadline(deadline)
@@ -291,7 +297,7 @@ class KubeConnection:
                     progress.stage = "connect"
                     async with self._http().request(
                             method, credentials.host + path, ssl=credentials.ssl_context,
-                            headers=self._headers(credentials),
+                            headers=self._headers(credentials, content_type if body is not None else None),
                             data=body,
                             max_redirects=MAX_REDIRECTS, trace_request_ctx=progress) as response:
                         progress.stage = "body"

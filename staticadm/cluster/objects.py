@@ -96,15 +96,17 @@ async def discover(connection: KubeConnection) -> list[ApiResource]:
 
 
 async def list_objects(connection: KubeConnection, resource: ApiResource, *,
-                       page_size: int = PAGE_SIZE) -> AsyncIterator[list[dict[str, Any]]]:
-    """The resource's objects in pages, each object with its apiVersion and kind (list answers leave
-    them out of the items)."""
+                       page_size: int = PAGE_SIZE, label_selector: str = "") -> AsyncIterator[list[dict[str, Any]]]:
+    """The resource's objects in pages (those ``label_selector`` selects, when given), each object with its
+    apiVersion and kind (list answers leave them out of the items)."""
     seen: set[str] = set()
     token = ""
     tokens = ContinueTokens(resource.describe())
     paged = True
     while True:
         query = {"limit": str(page_size)} if paged else {}
+        if label_selector:
+            query["labelSelector"] = label_selector
         if token:
             query["continue"] = token
         path = resource.path + (f"?{urllib.parse.urlencode(query)}" if query else "")

@@ -18,6 +18,7 @@ from staticadm.policytest.runner import FileResult, case_to_json, run_file
 from staticadm.policytest.selection import CaseSelector, SelectionError
 from staticadm.policytest.spec import TestFile, TestFileError, discover
 from staticadm.progress import Progress
+from staticadm.tables import TABLE_OUTPUTS, write_table
 from staticadm.yamltext import dump_yaml
 
 EXIT_PASSED = 0
@@ -123,6 +124,24 @@ def markdown(results: Sequence[FileResult], errors: Sequence[TestFileError], sum
     return "\n".join(lines) + "\n"
 
 
+def _table(results: Sequence[FileResult], errors: Sequence[TestFileError], out: TextIO, *, wide: bool) -> None:
+    """A row per case (PASS, FAIL), per unusable test file (UNUSABLE) and per error in a test file (ERROR);
+    ``wide``: why, and the file."""
+    paint = Palette.for_stream(out)
+    rows: list[list[object]] = []
+    for error in errors:
+        rows.append(["", "", "ERROR", *((str(error), error.path) if wide else ())])
+    for result in results:
+        if result.problems:
+            rows.append([result.test, "", "UNUSABLE", *(("; ".join(result.problems), result.file) if wide else ())])
+        for case in result.cases:
+            rows.append([result.test, case.case, "PASS" if case.passed else "FAIL",
+                         *(("; ".join(case.failures), result.file) if wide else ())])
+    write_table(out, ["TEST", "CASE", "RESULT", *(("DETAIL", "FILE") if wide else ())], rows,
+                {2: lambda text: paint.good(text) if text == "PASS" else paint.bad(text)},
+                empty="No policy tests found.")
+
+
 def junit_xml(results: Sequence[FileResult], errors: Sequence[TestFileError]) -> bytes:
     """One <testsuite> per test file, one <testcase> per case; unusable files and test-file errors as
     <error> cases, so CI systems show them."""
@@ -184,6 +203,8 @@ def run_tests(paths: Sequence[str], output: str, junit: str | None, stdout: Text
         stdout.write(dump_yaml(_document(shown, errors, summary)))
     elif output == "markdown":
         stdout.write(markdown(shown, errors, summary, fail_only))
+    elif output in TABLE_OUTPUTS:
+        _table(shown, errors, stdout, wide=output == "wide")
     else:
         _text(shown, errors, summary, stdout)
     if junit is not None:

@@ -1,5 +1,6 @@
-"""An in-tree stand-in for kube-apiserver: the namespaces API, API discovery, paged lists of any resource
-and SubjectAccessReview on its wire protocol.
+"""An in-tree stand-in for kube-apiserver: the namespaces API, API discovery, paged lists of any resource,
+server-side apply of objects of a resource (custom resources checked against their CRD's schema) and
+SubjectAccessReview on its wire protocol.
 
 HTTPS with bearer tokens or client certificates (401 Status otherwise), paged JSON lists carrying a
 resourceVersion (``limit``/``continue``, 410 Expired for a continue token older than the history, list
@@ -91,6 +92,8 @@ class FakeApiServer:
     hostility: Hostility = field(default_factory=Hostility)
     #: Namespace lists answered (pages of a list each count), for relist rates.
     list_pages: int = 0
+    #: Each server-side apply: (path, query, Content-Type), in order.
+    applies: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,8 @@ class FakeApiServer:
         self._watches: list[_Watch] = []
         #: (group, version, resource) -> (kind, namespaced), in the order added; objects by (namespace, name).
         self._resources: dict[tuple[str, str, str], tuple[str, bool]] = {}
+        #: The openAPIV3Schema (as JSON Schema) of a custom resource, checked on every apply.
+        self._schemas: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._objects: dict[tuple[str, str, str], dict[tuple[str, str], dict[str, Any]]] = {}
         self._listing: tuple[int, list[dict[str, Any]]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,11 +199,22 @@ class FakeApiServer:
 
     # -- other resources --------------------------------------------------------------------------
 
-    def add_resource(self, group: str, version: str, resource: str, kind: str, *, namespaced: bool = True) -> None:
-        """A resource served (and discovered) in a group version; the first version added is preferred."""
+    def add_resource(self, group: str, version: str, resource: str, kind: str, *, namespaced: bool = True,
+                     schema: dict[str, Any] | None = None) -> None:
+        """A resource served (and discovered) in a group version; the first version added is preferred. With
+        ``schema`` (a CRD's openAPIV3Schema as JSON Schema) an applied object must fit it, as kube-apiserver
+        validates a custom resource (422 Invalid, naming each field, otherwise)."""
         with self._lock:
             self._resources[(group, version, resource)] = (kind, namespaced)
             self._objects.setdefault((group, version, resource), {})
+            if schema is not None:
+                self._schemas[(group, version, resource)] = schema
+
+    def stored(self, group: str, version: str, resource: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The objects of a resource as stored, by (namespace, name)."""
+        with self._lock:
+            objects = self._objects[(group, version, resource)]
+            return {key: json.loads(json.dumps(value)) for key, value in objects.items()}
 
     def set_objects(self, group: str, version: str, resource: str, objects: list[dict[str, Any]]) -> None:
         """Stores the objects as kube-apiserver would (uid, resourceVersion, creationTimestamp added)."""
@@ -284,6 +300,10 @@ class FakeApiServer:
         app.router.add_get("/apis/{group}/{version}", self._api_resources)
         app.router.add_get("/api/{version}/{resource}", self._list)
         app.router.add_get("/apis/{group}/{version}/{resource}", self._list)
+        app.router.add_patch("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._apply)
+        app.router.add_patch("/apis/{group}/{version}/{resource}/{name}", self._apply)
+        app.router.add_delete("/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}", self._delete)
+        app.router.add_delete("/apis/{group}/{version}/{resource}/{name}", self._delete)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=context).start()
@@ -521,9 +541,13 @@ class FakeApiServer:
         if self.before_list is not None:
             self.before_list(dict(request.query))
         kind = self._resources[key][0]
+        # Equality requirements only (key=value,...): what the clients under test send.
+        wanted = dict(part.split("=", 1) for part in request.query.get("labelSelector", "").split(",") if part)
         with self._lock:
             return self._page(request, f"{kind}List", "/".join(part for part in key[:2] if part),
-                              [item for _, item in sorted(self._objects[key].items())])
+                              [item for _, item in sorted(self._objects[key].items())
+                               if all((item["metadata"].get("labels") or {}).get(label) == value
+                                      for label, value in wanted.items())])
 
     async def _subject_access_review(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(("POST", request.path_qs))
@@ -531,6 +555,12 @@ class FakeApiServer:
             return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
         if self.authorize is None:
             return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        if request.content_type not in ("application/json", "application/yaml"):
+            # As kube-apiserver: a body is decoded by its declared media type, and an unknown one is refused.
+            return self._json(status(415, "UnsupportedMediaType",
+                                     f"the body of the request was in an unknown format - accepted media types "
+                                     f"include: application/json, application/yaml (not {request.content_type})"),
+                              415)
         review = await request.json()
         self.sar_requests.append(review)
         hostile = await self._misbehave(request, "sar")
@@ -539,3 +569,82 @@ class FakeApiServer:
         if self.sar_delay:
             await asyncio.sleep(self.sar_delay)
         return self._answer("sar", {**review, "status": self.authorize(review.get("spec") or {})}, 201)
+
+    # -- server-side apply --------------------------------------------------------------------------
+
+    async def _apply(self, request: web.Request) -> web.StreamResponse:
+        """A server-side apply as kube-apiserver answers it: 415 for another patch type, 400 without a field
+        manager, 404 for a resource it does not serve (a CRD not installed), 400 for a body whose kind,
+        name or namespace is not the URL's, 422 Invalid for an object its CRD's schema refuses; else the object
+        is created (201) or replaced (200) with the manager recorded in managedFields. Only one manager ever
+        applies here, so a force apply owns every field it sends and the stored object is what it sent."""
+        self.requests.append(("PATCH", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        self.applies.append((request.path, dict(request.query), request.content_type))
+        if request.content_type != "application/apply-patch+yaml":
+            return self._json(status(415, "UnsupportedMediaType",
+                                     f"the body of the request was in an unknown format - accepted media types "
+                                     f"include: application/apply-patch+yaml (not {request.content_type})"), 415)
+        manager = request.query.get("fieldManager", "")
+        if not manager:
+            return self._json(status(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: "
+                                                        "Required value: is required for apply patch"), 400)
+        group, version = request.match_info["group"], request.match_info["version"]
+        resource, name = request.match_info["resource"], request.match_info["name"]
+        namespace = request.match_info.get("namespace", "")
+        key = (group, version, resource)
+        if key not in self._resources or self._resources[key][1] != bool(namespace):
+            return self._json(status(404, "NotFound", "the server could not find the requested resource"), 404)
+        kind = self._resources[key][0]
+        try:
+            body = yaml.safe_load(await request.text())
+        except yaml.YAMLError as error:
+            return self._json(status(400, "BadRequest", f"error decoding YAML: {error}"), 400)
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(metadata, dict):
+            return self._json(status(400, "BadRequest", "the body is not an object with metadata"), 400)
+        mismatches = [f"{what}: {got!r} is not {want!r}" for what, got, want in (
+            ("apiVersion", body.get("apiVersion"), f"{group}/{version}"), ("kind", body.get("kind"), kind),
+            ("metadata.name", metadata.get("name"), name), ("metadata.namespace", metadata.get("namespace") or "",
+                                                            namespace)) if got != want]
+        if mismatches:
+            return self._json(status(400, "BadRequest", "; ".join(mismatches)), 400)
+        schema = self._schemas.get(key)
+        if schema is not None:
+            import jsonschema
+
+            errors = ["/".join(map(str, error.absolute_path)) + ": " + error.message
+                      for error in jsonschema.Draft7Validator(schema).iter_errors(body)]
+            if errors:
+                return self._json(status(422, "Invalid", f'{kind}.{group} "{name}" is invalid: ' + ", ".join(errors)),
+                                  422)
+        with self._lock:
+            stored = self._objects[key]
+            existing = stored.get((namespace, name))
+            self._version += 1
+            kept = existing["metadata"] if existing else {"uid": str(uuid.uuid4()),
+                                                          "creationTimestamp": "2026-05-01T10:00:00Z"}
+            written = {**{k: v for k, v in body.items() if k not in ("apiVersion", "kind")},
+                       "metadata": {**metadata, "uid": kept["uid"], "creationTimestamp": kept["creationTimestamp"],
+                                    "resourceVersion": str(self._version),
+                                    "managedFields": [{"manager": manager, "operation": "Apply",
+                                                       "apiVersion": f"{group}/{version}"}]}}
+            stored[(namespace, name)] = written
+        return self._json({"apiVersion": f"{group}/{version}", "kind": kind, **written}, 200 if existing else 201)
+
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("DELETE", request.path_qs))
+        if not self._authenticated(request):
+            return self._json(status(401, "Unauthorized", "Unauthorized"), 401)
+        key = (request.match_info["group"], request.match_info["version"], request.match_info["resource"])
+        name, namespace = request.match_info["name"], request.match_info.get("namespace", "")
+        with self._lock:
+            removed = self._objects.get(key, {}).pop((namespace, name), None)
+            if removed is not None:
+                self._version += 1
+        if removed is None:
+            return self._json(status(404, "NotFound", f'{key[2]}.{key[0]} "{name}" not found'), 404)
+        return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                           "details": {"name": name, "group": key[0], "kind": key[2],
+                                       "uid": removed["metadata"]["uid"]}})

@@ -172,3 +172,19 @@ def test_audit_runs_as_a_command(tmp_path: Path, apiserver: FakeApiServer) -> No
         cwd=REPO_ROOT)
     assert completed.returncode == 3, completed.stderr
     assert "2 would be denied" in completed.stdout  # pod-0003 and the deployment
+
+
+def test_table_and_wide(tmp_path: Path, apiserver: FakeApiServer) -> None:
+    cluster(apiserver)
+    code, out, err = run_audit(tmp_path, apiserver, "-o", "table")
+    assert code == 3, err
+    rows = [[cell.strip() for cell in line.split("   ") if cell.strip()] for line in out.splitlines()]
+    assert rows[0] == ["POLICY", "KIND", "MATCHED", "DENIED", "WARNED", "AUDITED", "MUTATED", "ERRORS"]
+    assert ["no-privileged.static.k8s.io", "ValidatingAdmissionPolicy", "23", "2", "0", "0", "0", "0"] in rows
+    assert ["team-label.static.k8s.io", "ValidatingAdmissionPolicy", "24", "0", "1", "0", "0", "0"] in rows
+    code, out, _ = run_audit(tmp_path, apiserver, "-o", "wide")
+    rows = [[cell.strip() for cell in line.split("   ") if cell.strip()] for line in out.splitlines()]
+    assert rows[0][-2:] == ["RESOURCES", "NOT AUDITED"]
+    old_only = next(row for row in rows if row[0] == "old-only.static.k8s.io")
+    assert old_only[-2:] == ["<none>", "its resourceRules select no UPDATE of a resource the cluster lists"]
+    assert next(row for row in rows if row[0] == "replicas.static.k8s.io")[-2:] == ["deployments.apps", "<none>"]
