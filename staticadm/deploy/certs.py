@@ -111,6 +111,20 @@ def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None,
     return GeneratedTls(files.ca_cert, files.cert, files.key, created)
 
 
+def current_generated(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls | None:
+    """The serving pair already under ``state_dir/tls`` if it loads as a matching pair that has not expired (what
+    the daemon keeps serving when renewing it fails), else None."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    files = CertificateFiles.in_directory(state_dir / "tls")
+    try:
+        ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not _serving_still_good(files.cert, files.key, ca_cert, now - RENEW_BEFORE):
+        return None
+    return GeneratedTls(files.ca_cert, files.cert, files.key, created=False)
+
+
 def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, now: datetime.datetime) -> bool:
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
