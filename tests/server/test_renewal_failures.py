@@ -96,7 +96,10 @@ def _ca_cannot_sign(state: Path, tls: Path, mounts: list[Path]) -> Callable[[], 
     stranger = ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     (tls / "ca.key").write_bytes(stranger)
-    return lambda: (tls / "ca.key").write_bytes(original) and None
+
+    def undo() -> None:
+        (tls / "ca.key").write_bytes(original)
+    return undo
 
 
 def _opened_to_others(state: Path, tls: Path, mounts: list[Path]) -> Callable[[], None]:
