@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,55 @@ def test_a_planted_temporary_is_never_opened(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "report.xml").stat().st_mode) == 0o600
     _assert_untouched(victim)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".report.xml.tmp", "report.xml", "victim"]
+
+
+def _socket_daemon_log(make_daemon: DaemonFactory, run: Path) -> tuple[int, str]:
+    daemon = make_daemon(start=False, https=False)
+    daemon.socket_path = run / "staticadm.sock"
+    daemon.start(wait=False)
+    assert daemon.process is not None
+    try:
+        code = daemon.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        daemon.stop()
+        return 0, daemon.log()
+    return code, daemon.log()
+
+
+def test_the_daemon_refuses_a_socket_directory_another_user_made_first(make_daemon: DaemonFactory,
+                                                                        tmp_path: Path) -> None:
+    """The default runtime directory is /tmp/staticadm-UID without /run/staticadm and XDG_RUNTIME_DIR: another
+    user who creates it first could swap the daemon's socket for their own (or, between its bind and a chmod by
+    name, for a link: the chmod of old followed it)."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    os.chown(run, NOBODY, NOBODY)
+    code, log = _socket_daemon_log(make_daemon, run)
+    assert code != 0
+    assert f"refusing to create the unix socket in {run}: owner nobody (uid 65534), mode 0755" in log, log[-2000:]
+    assert list(run.iterdir()) == []
+
+
+def test_the_daemon_refuses_a_socket_directory_others_may_write_without_the_sticky_bit(
+        make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o777)
+    code, log = _socket_daemon_log(make_daemon, run)
+    assert code != 0
+    assert f"refusing to create the unix socket in {run}: owner root (uid 0), mode 0777" in log, log[-2000:]
+    assert "no sticky bit" in log
+
+
+def test_a_socket_in_a_sticky_shared_directory_is_created_with_its_mode(make_daemon: DaemonFactory,
+                                                                        tmp_path: Path) -> None:
+    """``--socket /tmp/...``: others may create entries there but not move or remove the daemon's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o1777)
+    daemon = make_daemon(start=False, https=False)
+    daemon.socket_path = run / "staticadm.sock"
+    daemon.start()
+    info = os.lstat(run / "staticadm.sock")
+    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o660
+    assert sorted(p.name for p in run.iterdir()) == ["staticadm.sock"]
