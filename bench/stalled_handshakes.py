@@ -140,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                 sock.close()
             time.sleep(3.0)  # the sweep (1 s) trims after the burst
             report["after_close"] = {**daemon_figures(server.pid), "good_client": latencies(port, args.good_requests)}
+            # The same burst again: what stays after the first is reused, not added to.
+            for sock in stall(port, args.clients):
+                sock.close()
+            time.sleep(3.0)
+            report["after_a_second_burst"] = daemon_figures(server.pid)
         finally:
             server.stop()
     print(json.dumps(report, indent=2))

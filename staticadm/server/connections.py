@@ -7,9 +7,10 @@ both listeners with a thousand idle connections. Here:
 - a connection must finish its request headers within ``header_timeout`` of connecting or of its previous
   answer; an idle keep-alive connection is closed after ``idle_timeout``;
 - at most ``max_connections`` are open, counted from accept, TLS handshakes in progress included: a new one
-  over the cap closes the oldest connection still in its handshake (a client that stalls there loses its place
-  to the newcomer, so stalled handshakes can never hold the listener), else the longest-idle connection, or is
-  closed itself when every connection is busy with a request;
+  over the cap closes the oldest connection still in its handshake, one whose ClientHello has not arrived whole
+  first (a client that stalls there loses its place to the newcomer, so stalled handshakes can never hold the
+  listener, and a client whose handshake is under way is not the one closed while any such staller is left),
+  else the longest-idle connection, or is closed itself when every connection is busy with a request;
 - the soft ``RLIMIT_NOFILE`` is raised to the hard limit at start, and the cap stays below it;
 - accept errors (EMFILE and the like) are logged once per interval with a count, not once per attempt
   with a traceback;
@@ -137,7 +138,8 @@ class ConnectionGuard:
         if len(self.connections) + len(self._handshaking) < self.max_connections:
             return True
         if self._handshaking:
-            oldest_handshake = next(iter(self._handshaking))
+            oldest_handshake = next((c for c in self._handshaking if not c.handshake_under_way),
+                                    next(iter(self._handshaking)))
             self.handshake_abandoned(oldest_handshake)
             victim = oldest_handshake
         else:
@@ -225,6 +227,8 @@ class GuardedRequestHandler(RequestHandler):
         self.header_started: float | None = None
         #: The connection's transport while its TLS handshake runs (``transport`` is set once it is done).
         self._accepted_transport: asyncio.Transport | None = None
+        #: OpenSSL has answered the client's whole ClientHello (``tls_front.HandshakeWatcher``).
+        self.handshake_under_way = False
 
     def handshake_began(self, transport: asyncio.Transport) -> bool:
         self.accepted_at = time.monotonic()
@@ -234,6 +238,9 @@ class GuardedRequestHandler(RequestHandler):
     def handshake_abandoned(self) -> None:
         self._accepted_transport = None
         self.guard.handshake_abandoned(self)
+
+    def handshake_answered(self) -> None:
+        self.handshake_under_way = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._accepted_transport = None

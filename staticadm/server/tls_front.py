@@ -56,6 +56,10 @@ class HandshakeWatcher(Protocol):
     def handshake_abandoned(self) -> None:
         """The connection was lost; a no-op once the handshake completed (``connection_made`` came first)."""
 
+    def handshake_answered(self) -> None:
+        """OpenSSL answered the client's first flight (its whole ClientHello arrived): a client that stalls
+        before that never gets here."""
+
 
 class _BoundedSSLProtocol(sslproto.SSLProtocol):
     """asyncio's SSL protocol with a small read buffer until its handshake is done, telling ``watcher`` when its
@@ -63,12 +67,19 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
     max_size = HANDSHAKE_READ_BUFFER
     watcher: HandshakeWatcher | None = None
+    _answered = False
 
     def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
         if handshake_exc is None:
             # The class attribute, not 256 KiB allocated at once: get_buffer grows the buffer on the next read.
             self.max_size = sslproto.SSLProtocol.max_size  # type: ignore[misc]
         super()._on_handshake_complete(handshake_exc)
+
+    def _process_outgoing(self) -> None:
+        if not self._answered and self.watcher is not None and self._outgoing.pending:  # type: ignore[attr-defined]
+            self._answered = True
+            self.watcher.handshake_answered()
+        super()._process_outgoing()  # type: ignore[misc]
 
     def connection_lost(self, exc: BaseException | None) -> None:
         watcher, self.watcher = self.watcher, None
