@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import secrets
 import stat
 from pathlib import Path
 
 #: Attempts at a fresh temporary name before giving up (a collision of 64 random bits is someone guessing).
 _TEMPORARY_ATTEMPTS = 8
+#: ``.NAME.<16 hex digits>.tmp``: what ``_create_temporary`` names a temporary.
+_STALE_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{16}\.tmp")
 
 
 class UnsafeDirectoryError(PermissionError):
@@ -106,9 +109,19 @@ class PrivateDirectory:
 
     def write_together(self, files: list[tuple[str, bytes, int]]) -> None:
         """Each (name, data, mode) as a whole file, all written before any is renamed into place (see
-        ``_replace_together``), after checking the directory again."""
+        ``_replace_together``), after checking the directory again. Temporaries of these names that an
+        interrupted write left (a crash, a power cut: a private key under a name nobody reads) are removed
+        first; only this user or root can have made anything in a private directory."""
         self.check()
+        self._remove_stale_temporaries({name for name, _, _ in files})
         _replace_together(self._fd, files, shown=self.path)
+
+    def _remove_stale_temporaries(self, names: set[str]) -> None:
+        for entry in os.listdir(self._fd):
+            if (_STALE_TEMPORARY.fullmatch(entry) and entry[1:].rsplit(".", 2)[0] in names) \
+                    or entry in {f".{name}.tmp" for name in names}:  # the fixed names of earlier versions
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -211,3 +211,16 @@ def test_a_socket_in_a_sticky_shared_directory_is_created_with_its_mode(make_dae
     info = os.lstat(run / "staticadm.sock")
     assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o660
     assert sorted(p.name for p in run.iterdir()) == ["staticadm.sock"]
+
+
+def test_temporaries_an_interrupted_write_left_are_removed(tmp_path: Path) -> None:
+    """A crash between writing a temporary and renaming it leaves a private key under a name nobody reads; the next
+    write of that file removes it (and the fixed ``.NAME.tmp`` of earlier versions)."""
+    out = tmp_path / "tls"
+    assert run_cli("certs", "--out-dir", str(out)).code == 0
+    for stale in (".serving.key.0123456789abcdef.tmp", ".serving.key.tmp", ".serving.crt.fedcba9876543210.tmp"):
+        (out / stale).write_bytes(b"-----BEGIN PRIVATE KEY-----\n")
+    (out / ".ca.key.0123456789abcdef.tmp").write_bytes(b"not a name the renewal writes\n")
+    assert run_cli("certs", "--out-dir", str(out), "--renew").code == 0
+    assert sorted(p.name for p in out.iterdir()) == [".ca.key.0123456789abcdef.tmp", "ca.crt", "ca.key",
+                                                      "serving.crt", "serving.key"]
