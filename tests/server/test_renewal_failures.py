@@ -108,10 +108,14 @@ def _opened_to_others(state: Path, tls: Path, mounts: list[Path]) -> Callable[[]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("cause", "fault"), [("no_space", _disk_full), ("read_only", _read_only),
-                                              ("ca", _ca_cannot_sign), ("unsafe_directory", _opened_to_others)])
+@pytest.mark.parametrize(("cause", "fault", "workers"), [
+    ("no_space", _disk_full, "1"), ("read_only", _read_only, "1"), ("ca", _ca_cannot_sign, "1"),
+    ("unsafe_directory", _opened_to_others, "1"),
+    # With workers the supervisor renews; its count reaches /metrics through whichever worker answers.
+    ("ca", _ca_cannot_sign, "2")])
 def test_a_failed_renewal_keeps_the_current_certificate_serving(make_daemon: DaemonFactory, tmp_path: Path,
-                                                                 mounts: list[Path], cause: str, fault: Fault) -> None:
+                                                                 mounts: list[Path], cause: str, fault: Fault,
+                                                                 workers: str) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     if cause == "no_space":
@@ -122,7 +126,7 @@ def test_a_failed_renewal_keeps_the_current_certificate_serving(make_daemon: Dae
     # have it refuse to start).
     create_certificates(tls, validity=RENEW_BEFORE + datetime.timedelta(seconds=20))
     serving = _serial(tls / "serving.crt")
-    daemon = make_daemon(state_dir=state)
+    daemon = make_daemon(state_dir=state, args=["--workers", workers])
     undo = fault(state, tls, mounts)
     client = HttpsClient(daemon.port or 0, tls / "ca.crt")
     client.start()
