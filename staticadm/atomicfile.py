@@ -55,9 +55,9 @@ class PrivateDirectory:
 
     @classmethod
     def open(cls, path: Path, *, create: bool = True) -> PrivateDirectory:
-        """``path`` (created with mode 0700, its parents too, if missing and ``create``), refused with
-        :class:`UnsafeDirectoryError` unless it is a directory owned by this user or root that group and others
-        cannot write. A symlink to such a directory is followed: the directory it names is what is checked."""
+        """``path`` (created with mode 0700 if missing and ``create``, its parents as ``mkdir -p`` makes them),
+        refused with :class:`UnsafeDirectoryError` unless it is a directory owned by this user or root that group
+        and others cannot write. A symlink to such a directory is followed: the directory it names is checked."""
         if create:
             _make_private(path)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -200,8 +200,9 @@ def _make_private(path: Path) -> None:
             break
         missing.append(candidate)
     for directory in reversed(missing):
+        # Parents as mkdir -p makes them (0777 less the umask): /etc/staticadm may hold what others read.
         with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
+            os.mkdir(directory, 0o700 if directory == path else 0o777)
 
 
 def _refuse_unless_private(path: Path, info: os.stat_result) -> None:

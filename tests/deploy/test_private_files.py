@@ -224,3 +224,18 @@ def test_temporaries_an_interrupted_write_left_are_removed(tmp_path: Path) -> No
     assert run_cli("certs", "--out-dir", str(out), "--renew").code == 0
     assert sorted(p.name for p in out.iterdir()) == [".ca.key.0123456789abcdef.tmp", "ca.crt", "ca.key",
                                                       "serving.crt", "serving.key"]
+
+
+def test_only_the_key_directory_itself_is_made_private(tmp_path: Path) -> None:
+    """``certs --out-dir /etc/staticadm/tls`` on a fresh node: /etc/staticadm also holds the configuration and the
+    manifests the daemon's user reads, so it is made as ``mkdir -p`` makes it; only tls/ is 0700."""
+    out = tmp_path / "etc" / "staticadm" / "tls"
+    assert run_cli("certs", "--out-dir", str(out)).code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
