@@ -293,6 +293,7 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     import datetime
     from pathlib import Path
 
+    from staticadm.atomicfile import UnsafeDirectoryError
     from staticadm.deploy.certs import CertificateError, create_certificates
     from staticadm.server.config import default_state_dir
 
@@ -314,6 +315,9 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
     except CertificateError as error:
         stderr.write(f"staticadm certs: {error}\n")
         return EXIT_USAGE if not args.renew else EXIT_FAILED
+    except UnsafeDirectoryError as error:
+        stderr.write(f"staticadm certs: {error}\n")
+        return EXIT_FAILED
     except OSError as error:
         stderr.write(f"staticadm certs: {error.filename or directory}: {error.strerror or error}\n")
         return EXIT_FAILED

@@ -63,6 +63,12 @@ _MALFORMED_NAMED = 20
 #: Audit IDs of requests already handed on that are remembered, to count a later event of the same request
 #: as such (kube-apiserver writes a request's stages close together, so the recent ones are enough).
 _RECENT_IDS = 100_000
+#: Requests read at an earlier stage and waiting for their last, at most: this many, holding this many bytes of
+#: log lines. kube-apiserver writes a request's stages close together, so a request still waiting past either
+#: bound is handed on as it stands (as at the end of the log): a log whose audit policy omits ResponseComplete
+#: (every event waits) is then read in bounded memory too.
+_WAITING_EVENTS = 10_000
+_WAITING_BYTES = 64 * 1024 * 1024
 _OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 _KINDS = {(group, resource): kind for (group, kind), (resource, _) in BUILTIN_RESOURCES.items()}
 
@@ -234,8 +240,10 @@ def stream_audit_log(path: str, filters: AuditFilters, summary: AuditReadSummary
     event and skipped line as it goes. AuditLogError when the file cannot be read (or its gzip stream
     ends early); a line that is no audit event is skipped and counted."""
     shown = "<stdin>" if path == "-" else path
-    #: Requests read at an earlier stage, waiting for their last: (rank, line, event) by auditID.
-    waiting: dict[str, tuple[int, int, dict[str, Any]]] = {}
+    #: Requests read at an earlier stage, waiting for their last: (rank, line, event, line's length) by auditID,
+    #: oldest first.
+    waiting: dict[str, tuple[int, int, dict[str, Any], int]] = {}
+    waiting_bytes = 0
     recent: deque[str] = deque()
     done: set[str] = set()
 
@@ -289,6 +297,8 @@ def stream_audit_log(path: str, filters: AuditFilters, summary: AuditReadSummary
                     summary.not_selected += 1
                     if earlier[0] >= rank:
                         continue
+                if earlier is not None:
+                    waiting_bytes -= earlier[3]
                 if rank >= _FINAL_RANK:
                     waiting.pop(audit_id, None)
                     finished(audit_id)
@@ -296,14 +306,23 @@ def stream_audit_log(path: str, filters: AuditFilters, summary: AuditReadSummary
                     if recorded is not None:
                         yield recorded
                 else:
-                    waiting[audit_id] = (rank, number, event)
+                    waiting[audit_id] = (rank, number, event, len(raw))
+                    waiting_bytes += len(raw)
+                    while len(waiting) > _WAITING_EVENTS or (waiting_bytes > _WAITING_BYTES and len(waiting) > 1):
+                        oldest = next(iter(waiting))
+                        _, oldest_line, oldest_event, size = waiting.pop(oldest)
+                        waiting_bytes -= size
+                        finished(oldest)
+                        recorded = hand_on(oldest_line, oldest_event)
+                        if recorded is not None:
+                            yield recorded
     except OSError as error:
         raise AuditLogError(f"{shown}: cannot read: {error.strerror or error}") from None
     except (EOFError, gzip.BadGzipFile) as error:
         raise AuditLogError(f"{shown}: not a complete gzip file: {error}") from None
     # Requests whose last stage the log does not hold (still running when it was copied, or an audit policy
     # that omits ResponseComplete), in the order they were read.
-    for _, number, event in sorted(waiting.values(), key=lambda entry: entry[1]):
+    for _, number, event, _ in sorted(waiting.values(), key=lambda entry: entry[1]):
         recorded = hand_on(number, event)
         if recorded is not None:
             yield recorded

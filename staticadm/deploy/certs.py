@@ -12,13 +12,17 @@ the other:
 certificate (the static pod) mounts holds no CA key: it never signs anything.
 
 Private keys are written with mode 0600 and every file is replaced atomically, because the daemon
-reloads the serving pair whenever the files change (rotation without a restart).
+reloads the serving pair whenever the files change (rotation without a restart). Files are only written in
+a :class:`~staticadm.atomicfile.PrivateDirectory` (owned by the writing user or root, not writable by group
+or others): anything else is refused with an :class:`~staticadm.atomicfile.UnsafeDirectoryError` that says
+how to fix it, so no other local user can plant a link there or read a key.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from staticadm.atomicfile import write_atomically
+from staticadm.atomicfile import PrivateDirectory
 
 SERVING_VALIDITY = datetime.timedelta(days=365)
 CA_VALIDITY = datetime.timedelta(days=3650)
@@ -78,38 +82,59 @@ class CertificateFiles:
 # -- the daemon's first start ----------------------------------------------------------------------
 
 
-def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls:
+def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None,
+                       create_ca: bool = True) -> GeneratedTls:
     """A CA and a serving certificate for 127.0.0.1, ::1 and localhost under ``state_dir/tls``.
 
     The CA is kept across restarts so the ``caBundle`` an operator put in the webhook configuration
-    stays valid; only the serving certificate is reissued when it nears expiry.
+    stays valid; only the serving certificate is reissued when it nears expiry. Without ``create_ca`` (a
+    renewal while serving) a missing CA is an error rather than a new CA no webhook configuration trusts.
     """
     now = now or datetime.datetime.now(datetime.UTC)
-    directory = state_dir / "tls"
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    files = CertificateFiles.in_directory(directory)
-    created = False
-    if files.ca_cert.exists() and files.ca_key.exists():
-        ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
-    else:
-        ca_key = _new_key()
-        ca_cert = ca_certificate(ca_key, now, CA_VALIDITY)
-        _write_private(files.ca_key, _key_pem(ca_key))
-        _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
-        created = True
-    if created or not _serving_still_good(files.cert, files.key, ca_cert, now):
-        _issue_serving(files, ca_key, ca_cert, now, SERVING_VALIDITY, DEFAULT_HOSTS)
-        created = True
+    with PrivateDirectory.open(state_dir) as state, state.subdirectory("tls") as directory:
+        files = CertificateFiles.in_directory(directory.path)
+        created = False
+        if files.ca_cert.exists() and files.ca_key.exists():
+            ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
+        elif not create_ca:
+            raise CertificateError(f"{directory.path}: the CA ({CA_CERT}, {CA_KEY}) is missing, so the serving "
+                                   "certificate cannot be renewed with it; restart the daemon to create a new CA "
+                                   "(and a new caBundle)")
+        else:
+            ca_key = _new_key()
+            ca_cert = ca_certificate(ca_key, now, CA_VALIDITY)
+            _write_ca(directory, ca_key, ca_cert)
+            created = True
+        if created or not _serving_still_good(files.cert, files.key, ca_cert, now):
+            _issue_serving(directory, ca_key, ca_cert, now, SERVING_VALIDITY, DEFAULT_HOSTS)
+            created = True
     return GeneratedTls(files.ca_cert, files.cert, files.key, created)
+
+
+def current_generated(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls | None:
+    """The serving pair already under ``state_dir/tls`` if it loads as a matching pair that has not expired (what
+    the daemon keeps serving when renewing it fails), else None."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    files = CertificateFiles.in_directory(state_dir / "tls")
+    try:
+        ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not _serving_still_good(files.cert, files.key, ca_cert, now - RENEW_BEFORE):
+        return None
+    return GeneratedTls(files.ca_cert, files.cert, files.key, created=False)
 
 
 def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, now: datetime.datetime) -> bool:
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        key_path.stat()
-    except (OSError, ValueError):
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
         return False
-    return cert.issuer == ca_cert.subject and cert.not_valid_after_utc - RENEW_BEFORE > now
+    # A key that is not the certificate's (a renewal interrupted between the two files) is reissued too.
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    matches = key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
+    return matches and cert.issuer == ca_cert.subject and cert.not_valid_after_utc - RENEW_BEFORE > now
 
 
 # -- staticadm certs -------------------------------------------------------------------------------
@@ -136,25 +161,25 @@ def create_certificates(directory: Path, *, hosts: Sequence[str] = DEFAULT_HOSTS
     if validity > ca_validity and not renew:
         raise CertificateError("the serving certificate cannot outlive its CA: give fewer --days or more --ca-days")
     files = CertificateFiles.in_directory(directory, ca_directory=ca_directory)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if ca_directory is not None:
-        ca_directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if renew:
-        ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
-        if ca_cert.not_valid_after_utc < now + validity:
-            raise CertificateError(f"{files.ca_cert}: the CA expires on {ca_cert.not_valid_after_utc:%Y-%m-%d}, "
-                                   "before the renewed serving certificate would; create a new CA with --force")
-        _issue_serving(files, ca_key, ca_cert, now, validity, names)
-        return files
-    existing = [path for path in (files.ca_cert, files.ca_key, files.cert, files.key) if path.exists()]
-    if existing and not force:
-        raise FileExistsError(f"refusing to overwrite {', '.join(str(p) for p in existing)}: use --renew to "
-                              "reissue the serving certificate with the existing CA, or --force to replace all")
-    ca_key = _new_key()
-    ca_cert = ca_certificate(ca_key, now, ca_validity)
-    _write_private(files.ca_key, _key_pem(ca_key))
-    _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
-    _issue_serving(files, ca_key, ca_cert, now, validity, names)
+    with PrivateDirectory.open(directory) as serving_dir, \
+            PrivateDirectory.open(ca_directory or directory) as ca_dir:
+        if renew:
+            ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
+            if ca_cert.not_valid_after_utc < now + validity:
+                raise CertificateError(f"{files.ca_cert}: the CA expires on "
+                                       f"{ca_cert.not_valid_after_utc:%Y-%m-%d}, before the renewed serving "
+                                       "certificate would; create a new CA with --force")
+            _issue_serving(serving_dir, ca_key, ca_cert, now, validity, names)
+            return files
+        existing = [path for path in (files.ca_cert, files.ca_key, files.cert, files.key)
+                    if os.path.lexists(path)]
+        if existing and not force:
+            raise FileExistsError(f"refusing to overwrite {', '.join(str(p) for p in existing)}: use --renew to "
+                                  "reissue the serving certificate with the existing CA, or --force to replace all")
+        ca_key = _new_key()
+        ca_cert = ca_certificate(ca_key, now, ca_validity)
+        _write_ca(ca_dir, ca_key, ca_cert)
+        _issue_serving(serving_dir, ca_key, ca_cert, now, validity, names)
     return CertificateFiles.in_directory(directory, ca_directory=ca_directory, ca_created=True)
 
 
@@ -199,14 +224,20 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _issue_serving(files: CertificateFiles, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
+def _issue_serving(directory: PrivateDirectory, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate,
                    now: datetime.datetime, validity: datetime.timedelta, hosts: Sequence[str]) -> None:
     key = _new_key()
     cert = serving_certificate(key, ca_key, ca_cert, now, validity, hosts)
-    # Key first: the daemon only reloads once both files load as a matching pair, so the moment
-    # in between (new key, old certificate) is rejected and the previous pair keeps serving.
-    _write_private(files.key, _key_pem(key))
-    _write_public(files.cert, cert.public_bytes(serialization.Encoding.PEM))
+    # Both written before either is renamed into place (a full disk fails before any file changes), key first:
+    # the daemon only reloads once both files load as a matching pair, so the moment in between (new key, old
+    # certificate) is rejected and the previous pair keeps serving.
+    directory.write_together([(SERVING_KEY, _key_pem(key), 0o600),
+                              (SERVING_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)])
+
+
+def _write_ca(directory: PrivateDirectory, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+    directory.write_together([(CA_KEY, _key_pem(key), 0o600), (CA_CERT, cert.public_bytes(serialization.Encoding.PEM),
+                                                                0o644)])
 
 
 def ca_certificate(key: ec.EllipticCurvePrivateKey, now: datetime.datetime,
@@ -261,11 +292,3 @@ def serving_certificate(key: ec.EllipticCurvePrivateKey, ca_key: ec.EllipticCurv
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    write_atomically(path, data, 0o600)
-
-
-def _write_public(path: Path, data: bytes) -> None:
-    write_atomically(path, data, 0o644)

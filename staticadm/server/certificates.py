@@ -8,17 +8,25 @@ up by every serving process's :class:`~staticadm.server.listeners.ServingTls` as
 live SSL context, so only new handshakes see the new certificate and no request fails. A certificate given
 with ``--tls-cert`` belongs to the operator: it is never written, only measured and warned about (and
 reloaded when the operator replaces its files).
+
+A renewal that fails (a full disk, a read-only file system, a directory another user could now write or that
+was replaced since it was checked, a CA that cannot sign) never takes the serving certificate away: nothing is
+renamed into place until every new file is written, the current pair keeps serving, the failure is logged once
+per attempt with its cause, counted (``staticadm_tls_certificate_renewal_failures_total{cause}``) and the next
+attempt follows a back-off doubling from :data:`RETRY_FIRST` to :data:`RETRY_MAX`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import errno
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from staticadm.atomicfile import UnsafeDirectoryError
 from staticadm.deploy.certs import RENEW_BEFORE, ensure_self_signed
 from staticadm.server.listeners import ServingTls
 
@@ -27,6 +35,25 @@ from staticadm.server.listeners import ServingTls
 CHECK_INTERVAL = 60.0
 #: How often a certificate the daemon may not renew is warned about while it nears its end.
 WARN_INTERVAL = 24 * 3600.0
+#: The wait after a first failed renewal; it doubles with each failure in a row, up to RETRY_MAX (renewal starts
+#: 30 days before expiry, so an hour between attempts still leaves hundreds of them).
+RETRY_FIRST = 10.0
+RETRY_MAX = 3600.0
+#: Every cause a failed renewal is counted under.
+RENEWAL_FAILURE_CAUSES = ("no_space", "read_only", "unsafe_directory", "io", "ca")
+
+
+def renewal_failure_cause(error: BaseException) -> str:
+    """The metric label of why a renewal failed."""
+    if isinstance(error, UnsafeDirectoryError):
+        return "unsafe_directory"
+    if isinstance(error, OSError):
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "no_space"
+        if error.errno == errno.EROFS:
+            return "read_only"
+        return "io"
+    return "ca"
 
 
 def expiry_note(tls: ServingTls, now: float | None = None) -> str:
@@ -51,11 +78,16 @@ class CertificateLifetime:
     supervisor): renews a generated one (``state_dir`` given) when it is due, warns about a given one."""
 
     def __init__(self, tls: ServingTls, logger: Any, *, state_dir: Path | None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_renewal_failure: Callable[[str], None] = lambda _cause: None) -> None:
         self.tls = tls
         self.state_dir = state_dir
         self._log = logger
         self._clock = clock
+        self._on_renewal_failure = on_renewal_failure
+        #: Failed renewals in a row, and when the next may be attempted.
+        self.failures = 0
+        self._retry_at = 0.0
         self._warned_at: float | None = None
         #: The serving certificate's expiry a renewal could not move past the renewal window (its CA ends first).
         self._futile_expiry: float | None = None
@@ -78,7 +110,12 @@ class CertificateLifetime:
             # Wake when it becomes due rather than up to a minute late: a short-lived certificate renews on time.
             return max(0.05, min(CHECK_INTERVAL, due - now))
         if self.state_dir is not None and expires != self._futile_expiry:
-            self._renew(now)
+            if now < self._retry_at:
+                return max(0.05, min(CHECK_INTERVAL, self._retry_at - now))
+            if not self._renew(now):
+                backoff = min(RETRY_MAX, RETRY_FIRST * 2 ** (self.failures - 1))
+                self._retry_at = now + backoff
+                return backoff
             renewed = self.tls.expiries.get("serving", expires)
             if renewed - RENEW_BEFORE.total_seconds() > now:
                 return CHECK_INTERVAL
@@ -98,15 +135,27 @@ class CertificateLifetime:
                                   note=expiry_note(self.tls, now), cert=str(self.tls.cert))
         return CHECK_INTERVAL
 
-    def _renew(self, now: float) -> None:
+    def _renew(self, now: float) -> bool:
+        """One attempt; False (logged and counted) when it failed and the current certificate keeps serving."""
         assert self.state_dir is not None
         try:
-            ensure_self_signed(self.state_dir, now=datetime.datetime.fromtimestamp(now, datetime.UTC))
-        except (OSError, ValueError) as error:
-            self._log.error("cannot renew the generated serving certificate; retrying in a minute",
-                            state_dir=str(self.state_dir), err=str(error), note=expiry_note(self.tls, now))
-            return
+            # create_ca=False: a CA gone missing is a failure, never a new CA the caBundle does not hold.
+            ensure_self_signed(self.state_dir, now=datetime.datetime.fromtimestamp(now, datetime.UTC),
+                               create_ca=False)
+        except Exception as error:  # whatever it is, the current certificate keeps serving
+            self.failures += 1
+            cause = renewal_failure_cause(error)
+            retry = min(RETRY_MAX, RETRY_FIRST * 2 ** (self.failures - 1))
+            self._log.error("cannot renew the generated serving certificate; the current one keeps serving",
+                            state_dir=str(self.state_dir), cause=cause, err=f"{type(error).__name__}: {error}",
+                            failures_in_a_row=self.failures, retry_in_seconds=retry,
+                            note=expiry_note(self.tls, now))
+            self._on_renewal_failure(cause)
+            return False
+        self.failures = 0
+        self._retry_at = 0.0
         previous = self.tls.expiries.get("serving")
         self.tls.reload_if_changed()
         self._log.info("renewed the generated serving certificate with the same CA (the caBundle stays valid)",
                        cert=str(self.tls.cert), previous_expiry=previous, expiry=self.tls.expiries.get("serving"))
+        return True

@@ -6,12 +6,16 @@ both listeners with a thousand idle connections. Here:
 
 - a connection must finish its request headers within ``header_timeout`` of connecting or of its previous
   answer; an idle keep-alive connection is closed after ``idle_timeout``;
-- at most ``max_connections`` are open: a new one over the cap closes the longest-idle connection, or is
-  closed itself when every connection is busy;
+- at most ``max_connections`` are open, counted from accept, TLS handshakes in progress included: a new one
+  over the cap closes the oldest connection still in its handshake, one whose ClientHello has not arrived whole
+  first (a client that stalls there loses its place to the newcomer, so stalled handshakes can never hold the
+  listener, and a client whose handshake is under way is not the one closed while any such staller is left),
+  else the longest-idle connection, or is closed itself when every connection is busy with a request;
 - the soft ``RLIMIT_NOFILE`` is raised to the hard limit at start, and the cap stays below it;
 - accept errors (EMFILE and the like) are logged once per interval with a count, not once per attempt
   with a traceback;
-- memory freed by closed TLS connections is handed back to the system (``malloc_trim``) after a burst;
+- memory freed by closed TLS connections, finished or not, is handed back to the system (``malloc_trim``) after
+  a burst;
 - stopping, idle connections are closed at once and every request that has arrived is answered first; a
   worker that retires also answers the first request of every connection it has accepted, handshakes
   still running included (:meth:`ConnectionGuard.drain`).
@@ -28,7 +32,6 @@ import resource
 import sys
 import termios
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,9 +91,9 @@ class ConnectionGuard:
     stats: ConnectionStats = field(default_factory=ConnectionStats)
     #: The process is retiring: every answer says ``Connection: close``, so clients reconnect elsewhere.
     draining: bool = False
-    #: Accepted connections whose TLS handshake has not finished: asyncio only tells the handler once it has
-    #: (``opened``) and never if it fails, so they are held weakly and also forgotten when asyncio drops them.
-    _handshaking: weakref.WeakSet[GuardedRequestHandler] = field(default_factory=weakref.WeakSet)
+    #: Accepted connections whose TLS handshake has not finished, oldest first (``tls_front`` tells of their
+    #: accept, their handshake's end (``opened``) and their loss (``handshake_abandoned``)).
+    _handshaking: dict[GuardedRequestHandler, None] = field(default_factory=dict)
     _closed_since_trim: int = 0
     _trim: Callable[[int], int] | None = None
 
@@ -99,21 +102,28 @@ class ConnectionGuard:
 
     # -- called by the connections ----------------------------------------------------------------
 
+    def handshake_began(self, connection: GuardedRequestHandler) -> bool:
+        """A TLS connection was accepted: it counts against the cap from now; False when it must be closed at
+        once (everything busy)."""
+        if not self._make_room():
+            self.on_event("rejected")
+            return False
+        self._handshaking[connection] = None
+        return True
+
+    def handshake_abandoned(self, connection: GuardedRequestHandler) -> None:
+        """A connection was lost before its handshake completed (refused, timed out, closed by its client)."""
+        if self._handshaking.pop(connection, ...) is not ...:
+            self._closed_since_trim += 1
+
     def opened(self, connection: GuardedRequestHandler) -> bool:
-        """Registers a new connection; False when it must be closed at once (everything busy)."""
-        self._handshaking.discard(connection)
+        """Registers a new connection (a TLS one once its handshake is done); False when it must be closed at
+        once (everything busy)."""
         self.stats.opened += 1
-        if len(self.connections) >= self.max_connections:
-            idle = [c for c in self.connections if not c.busy]
-            if not idle:
-                self.on_event("rejected")
-                return False
-            oldest = min(idle, key=lambda c: c.idle_since)
-            self.stats.shed += 1
-            self.on_event("shed")
-            # Forgotten now, not when its connection_lost runs: a burst of accepts must each shed another.
-            self.closed(oldest)
-            oldest.close_now()
+        admitted_at_accept = self._handshaking.pop(connection, ...) is not ...
+        if not admitted_at_accept and not self._make_room():
+            self.on_event("rejected")
+            return False
         self.connections[connection] = None
         return True
 
@@ -121,9 +131,27 @@ class ConnectionGuard:
         if self.connections.pop(connection, ...) is not ...:
             self._closed_since_trim += 1
 
-    def accepted(self, connection: GuardedRequestHandler) -> None:
-        """A connection was accepted; it reaches :meth:`opened` when its handshake is done."""
-        self._handshaking.add(connection)
+    def _make_room(self) -> bool:
+        """Below the cap, or brought below it by closing the oldest handshake, else the longest-idle connection;
+        False when every connection is busy with a request. What is closed is forgotten now, not when its
+        connection_lost runs: a burst of accepts must each close another."""
+        if len(self.connections) + len(self._handshaking) < self.max_connections:
+            return True
+        if self._handshaking:
+            oldest_handshake = next((c for c in self._handshaking if not c.handshake_under_way),
+                                    next(iter(self._handshaking)))
+            self.handshake_abandoned(oldest_handshake)
+            victim = oldest_handshake
+        else:
+            idle = [c for c in self.connections if not c.busy]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: c.idle_since)
+            self.closed(victim)
+        self.stats.shed += 1
+        self.on_event("shed")
+        victim.close_now()
+        return True
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -165,6 +193,13 @@ class ConnectionGuard:
             self.on_event("timeout")
             self.closed(connection)
             connection.close_now()
+        # The handshake's own timer closes a stalled handshake at header_timeout; this is the backstop.
+        stalled = [c for c in self._handshaking if now - c.accepted_at > self.header_timeout + SWEEP_INTERVAL]
+        for connection in stalled:
+            self.stats.timed_out += 1
+            self.on_event("timeout")
+            self.handshake_abandoned(connection)
+            connection.close_now()
         if self._closed_since_trim >= TRIM_AFTER_CLOSED and self._trim is not None:
             # TLS connections leave their buffers in malloc's free lists: give them back after a burst.
             self._closed_since_trim = 0
@@ -190,9 +225,25 @@ class GuardedRequestHandler(RequestHandler):
         self.idle_since = time.monotonic()
         #: When bytes of the next request started arriving, if they have.
         self.header_started: float | None = None
-        guard.accepted(self)
+        #: The connection's transport while its TLS handshake runs (``transport`` is set once it is done).
+        self._accepted_transport: asyncio.Transport | None = None
+        #: OpenSSL has answered the client's whole ClientHello (``tls_front.HandshakeWatcher``).
+        self.handshake_under_way = False
+
+    def handshake_began(self, transport: asyncio.Transport) -> bool:
+        self.accepted_at = time.monotonic()
+        self._accepted_transport = transport
+        return self.guard.handshake_began(self)
+
+    def handshake_abandoned(self) -> None:
+        self._accepted_transport = None
+        self.guard.handshake_abandoned(self)
+
+    def handshake_answered(self) -> None:
+        self.handshake_under_way = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._accepted_transport = None
         super().connection_made(transport)
         self.idle_since = time.monotonic()
         if not self.guard.opened(self):
@@ -236,7 +287,7 @@ class GuardedRequestHandler(RequestHandler):
         return now - self.idle_since > limit
 
     def close_now(self) -> None:
-        transport = self.transport
+        transport = self.transport or self._accepted_transport
         if transport is not None:
             transport.close()
 

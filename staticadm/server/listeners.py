@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import secrets
 import socket
 import ssl
 import stat
@@ -23,6 +24,7 @@ from cryptography import x509
 
 # The daemon's first-start certificate lives with ``staticadm certs`` so there is one implementation;
 # re-exported here because the daemon's TLS setup reads it as part of the listeners.
+from staticadm.atomicfile import UnsafeDirectoryError, refuse_unless_owned
 from staticadm.deploy.certs import GeneratedTls, ensure_self_signed
 
 __all__ = ["GeneratedTls", "Listener", "ListenerError", "ServingTls", "bind_tcp_socket", "bind_unix_socket",
@@ -134,11 +136,17 @@ class Listener:
 def bind_unix_socket(path: Path, mode: int) -> socket.socket:
     """Bind ``path`` with ``mode``, replacing a stale socket but never a live one or another file.
 
-    The socket is bound under a temporary name, given its mode, and renamed into place, so there is
-    no moment at which the path exists with the default (umask) permissions, and a stale socket is
-    replaced atomically.
+    The socket is bound under a fresh temporary name, created with its mode (the umask set for the bind: a
+    chmod by name would follow a link put in its place), and renamed into place, so there is no moment at
+    which the path exists with other permissions, and a stale socket is replaced atomically. Its directory must
+    belong to this user or root and be writable by neither group nor others unless it has the sticky bit
+    (``/tmp``): in any other another local user could put their own socket in the daemon's place.
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        refuse_unless_owned(path.parent, os.stat(path.parent), what="create the unix socket in", sticky_shared=True)
+    except UnsafeDirectoryError as error:
+        raise ListenerError(f"--socket {path}: {error}") from None
     try:
         existing = os.lstat(path)
     except FileNotFoundError:
@@ -148,13 +156,15 @@ def bind_unix_socket(path: Path, mode: int) -> socket.socket:
             raise ListenerError(f"--socket {path}: exists and is not a socket; refusing to replace it")
         if _socket_is_live(path):
             raise ListenerError(f"--socket {path}: another process is listening on it")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        temporary.unlink()
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(str(temporary))
-        os.chmod(temporary, mode)
+        # The process's umask, for the bind only: start-up, before any thread that creates files.
+        umask = os.umask(0o777 & ~mode)
+        try:
+            sock.bind(str(temporary))
+        finally:
+            os.umask(umask)
         os.replace(temporary, path)
         sock.listen(128)
     except OSError as error:

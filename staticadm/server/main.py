@@ -33,12 +33,19 @@ from staticadm.admission.namespaces import (
     parse_namespaces,
 )
 from staticadm.analysis import QUICK_KINDS, SLOW_KINDS, Analyser, FindingKind
+from staticadm.atomicfile import UnsafeDirectoryError
 from staticadm.cluster.view import ClusterView
+from staticadm.deploy.certs import current_generated
 from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
-from staticadm.server.certificates import CertificateLifetime, expiry_note
+from staticadm.server.certificates import (
+    RENEWAL_FAILURE_CAUSES,
+    CertificateLifetime,
+    expiry_note,
+    renewal_failure_cause,
+)
 from staticadm.server.config import ServeConfig, effective_options
 from staticadm.server.connections import (
     AcceptErrorLimiter,
@@ -466,8 +473,17 @@ class _Daemon:
             try:
                 generated = ensure_self_signed(state_dir)
             except (OSError, ValueError) as error:
-                raise ListenerError(f"--state-dir {state_dir}: cannot create the serving certificate: {error}") \
-                    from error
+                # A renewal that fails never takes a certificate that still serves away, at start-up either (the
+                # lifetime task retries); a directory others could write is refused whatever it holds.
+                current = None if isinstance(error, UnsafeDirectoryError) else current_generated(state_dir)
+                if current is None:
+                    raise ListenerError(f"--state-dir {state_dir}: cannot create the serving certificate: "
+                                        f"{error}") from error
+                cause = renewal_failure_cause(error)
+                self.log.error("cannot renew the generated serving certificate; the current one keeps serving",
+                               state_dir=str(state_dir), cause=cause, err=f"{type(error).__name__}: {error}")
+                self.metrics.tls_certificate_renewal_failures.labels(cause=cause).inc()
+                generated = current
             cert, key = generated.cert, generated.key
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
@@ -484,7 +500,11 @@ class _Daemon:
         assert self.tls is not None
         generated = self.config.tls_cert is None
         state_dir = (self.config.state_dir or Path(".")) if generated else None
-        return CertificateLifetime(self.tls, self.log, state_dir=state_dir)
+        for cause in RENEWAL_FAILURE_CAUSES:
+            self.metrics.tls_certificate_renewal_failures.labels(cause=cause)
+        return CertificateLifetime(
+            self.tls, self.log, state_dir=state_dir,
+            on_renewal_failure=lambda cause: self.metrics.tls_certificate_renewal_failures.labels(cause=cause).inc())
 
     # -- run ---------------------------------------------------------------------------------------
 

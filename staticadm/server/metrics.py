@@ -368,6 +368,11 @@ class Metrics:
             "TLS handshakes the HTTPS listener refused, by OpenSSL's reason (PEER_DID_NOT_RETURN_A_CERTIFICATE: "
             "no client certificate; CERTIFICATE_VERIFY_FAILED: not signed by client-ca).",
             ("reason",), registry=self.registry)
+        self.tls_certificate_renewal_failures = Counter(
+            f"{PREFIX}_tls_certificate_renewal_failures_total",
+            "Renewals of the generated serving certificate that failed, by cause (no_space, read_only, "
+            "unsafe_directory, io, ca); the current certificate kept serving.",
+            ("cause",), registry=self.registry)
         # livemin: with workers, the oldest certificate any running process still serves.
         self.tls_certificate_expiry = self._gauge(
             f"{PREFIX}_tls_certificate_expiry_timestamp_seconds",

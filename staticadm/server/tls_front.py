@@ -13,6 +13,12 @@ the whole header timeout. Here, as in Go (``crypto/tls`` reading the first recor
   required", "unknown ca"), then the end of the stream, and is closed when the client closes or after
   ``REFUSED_GRACE``, whichever comes first;
 - a client that sends nothing is closed at the handshake timeout, as before.
+
+A connection counts against the connection cap from its accept, handshake included: the app protocol (the
+guarded aiohttp handler) is told when the handshake begins and, if it never completes, when the connection is
+lost (:class:`HandshakeWatcher`); the guard may refuse it at once. Until the handshake completes, the SSL
+protocol reads into a buffer of :data:`HANDSHAKE_READ_BUFFER` bytes rather than asyncio's 256 KiB, so a
+client that stalls mid-handshake holds a few tens of KiB, not a quarter of a MiB.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import asyncio
 import ssl
 from asyncio import sslproto
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 #: What Go's net/http writes to a TLS connection whose first bytes are an HTTP request, and nothing more.
 HTTP_TO_HTTPS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
@@ -33,8 +39,53 @@ _ALERT, _HANDSHAKE = 0x15, 0x16
 #: close (a close with the client's bytes unread would reset the connection and could lose the alert).
 REFUSED_GRACE = 0.05
 
+#: The SSL protocol's read buffer until the handshake is done: one full TLS record (16 KiB of plaintext plus its
+#: largest overhead), so a ClientHello is read in one piece whatever its size; then asyncio's own 256 KiB.
+HANDSHAKE_READ_BUFFER = 16 * 1024 + 2048
+
 #: (reason, detail) of a client refused before OpenSSL saw it.
 Refusal = Callable[[str, str], None]
+
+
+class HandshakeWatcher(Protocol):
+    """What an app protocol may implement to hear of its connection before the handshake completes."""
+
+    def handshake_began(self, transport: asyncio.Transport) -> bool:
+        """The connection was accepted; False closes it at once (over the connection cap)."""
+
+    def handshake_abandoned(self) -> None:
+        """The connection was lost; a no-op once the handshake completed (``connection_made`` came first)."""
+
+    def handshake_answered(self) -> None:
+        """OpenSSL answered the client's first flight (its whole ClientHello arrived): a client that stalls
+        before that never gets here."""
+
+
+class _BoundedSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's SSL protocol with a small read buffer until its handshake is done, telling ``watcher`` when its
+    connection is lost (asyncio tells the app protocol only once the handshake has completed)."""
+
+    max_size = HANDSHAKE_READ_BUFFER
+    watcher: HandshakeWatcher | None = None
+    _answered = False
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is None:
+            # The class attribute, not 256 KiB allocated at once: get_buffer grows the buffer on the next read.
+            self.max_size = sslproto.SSLProtocol.max_size  # type: ignore[misc]
+        super()._on_handshake_complete(handshake_exc)
+
+    def _process_outgoing(self) -> None:
+        if not self._answered and self.watcher is not None and self._outgoing.pending:  # type: ignore[attr-defined]
+            self._answered = True
+            self.watcher.handshake_answered()
+        super()._process_outgoing()  # type: ignore[misc]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        watcher, self.watcher = self.watcher, None
+        super().connection_lost(exc)
+        if watcher is not None:
+            watcher.handshake_abandoned()
 
 
 class _HookedContext:
@@ -68,21 +119,32 @@ class TlsFront(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
+        began = getattr(app_protocol, "handshake_began", None)
+        self._watcher: HandshakeWatcher | None = app_protocol if callable(began) else None  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        if self._watcher is not None and not self._watcher.handshake_began(transport):
+            self._watcher = None
+            transport.abort()  # over the cap: nothing to flush, and no wait for a close to finish
+            return
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self._handshake_timeout
         self._timer = loop.call_at(self._deadline, transport.close)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_timer()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.handshake_abandoned()
 
     def eof_received(self) -> bool:
         return False  # closed before it said anything: the transport closes itself
 
     def data_received(self, data: bytes) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return
         self._head += data
         if len(self._head) < _RECORD_HEADER:
             return
@@ -117,9 +179,11 @@ class TlsFront(asyncio.Protocol):
         # the bytes read so far handed to it as if it had read them.
         # Untyped on purpose: typeshed wants an SSLContext (any object with wrap_bio serves), a waiter future
         # (None is "nobody waits") and whole seconds (asyncio takes any positive number).
-        make_protocol: Any = sslproto.SSLProtocol
+        make_protocol: Any = _BoundedSSLProtocol
         protocol = make_protocol(loop, self._app_protocol, _HookedContext(self._context, self._after_refusal), None,
                                  server_side=True, ssl_handshake_timeout=remaining)
+        # From now on the SSL protocol hears of the connection's end, and tells the watcher.
+        protocol.watcher, self._watcher = self._watcher, None
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         data = memoryview(bytes(self._head))

@@ -288,3 +288,39 @@ def test_a_recorded_request_body_is_typed_and_defaulted_as_kube_apiserver_admitt
                or "object: spec.dnsPolicy" in note for note in by_uid["a1"].audit["notes"])
     updated = by_uid["a4"].review["request"]["object"]
     assert updated["spec"]["strategy"]["type"] == "RollingUpdate" and updated["spec"]["template"]["spec"]
+
+
+def test_a_log_of_requests_that_never_reach_their_last_stage_is_read_in_bounded_memory(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """An audit policy that omits ResponseComplete: every event waits for a last stage that never comes. They were
+    all held until the end of the log (a 300 MB log: 372 MB resident); now at most 64 MiB of them are (here 1 MiB),
+    the oldest handed on as it stands, and each request is still evaluated once."""
+    import tracemalloc
+
+    from staticadm.admission import audit_log
+
+    monkeypatch.setattr(audit_log, "_WAITING_BYTES", 1024 * 1024, raising=False)
+    big = "x" * 50_000
+    events = [event(f"r{index}", "create", {"resource": "configmaps", "namespace": "shop", "name": f"c{index}",
+                                            "apiVersion": "v1"}, level="Request", stage="RequestReceived",
+                    request_object={"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": f"c{index}", "namespace": "shop"}, "data": {"k": big}})
+              for index in range(400)]
+    events.insert(3, event("r1", "create", {"resource": "configmaps", "namespace": "shop", "name": "c1",
+                                            "apiVersion": "v1"}, level="Request", code=201,
+                           request_object={"apiVersion": "v1", "kind": "ConfigMap",
+                                           "metadata": {"name": "c1", "namespace": "shop"}, "data": {"k": "final"}}))
+    log = write_log(tmp_path / "audit.log", events)
+    summary = audit_log.AuditReadSummary()
+    tracemalloc.start()
+    try:
+        seen = []
+        for recorded in audit_log.stream_audit_log(str(log), audit_log.AuditFilters(), summary):
+            seen.append(recorded.review["request"]["uid"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert log.stat().st_size > 16 * 1024 * 1024
+    assert peak < 8 * 1024 * 1024, peak
+    assert sorted(seen) == sorted(f"r{index}" for index in range(400)) and summary.requests == 400
+    assert seen[0] == "r1"  # its last stage came while it waited: that one is evaluated

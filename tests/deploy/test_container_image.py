@@ -132,7 +132,7 @@ def test_the_static_pod_serves_kube_apiserver(image: Path, tmp_path: Path, short
                    env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     # What the pod mounts holds no CA key (the CA stays in /etc/staticadm/ca, not mounted).
     assert sorted(path.name for path in tls.iterdir()) == ["serving.crt", "serving.key"]
-    for path in (tls, *tls.iterdir()):
+    for path in tls.iterdir():
         os.chown(path, 65532, 65532)
     for path in (node.root, *node.root.rglob("*")):
         if path.is_dir():

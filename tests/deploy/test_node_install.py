@@ -253,6 +253,8 @@ PROVIDED_ELSEWHERE = {
     "/etc/staticadm/tls": "the static pod's alternative to the state directory: its header's `staticadm certs`",
     "/etc/staticadm/ca": "the static pod's CA directory (not mounted), made by its header's `staticadm certs`",
     "/etc/staticadm/ca/ca.crt": "the static pod's CA, made by its header's `staticadm certs`",
+    "/etc/staticadm/tls/serving.crt": "the static pod's serving certificate, made by its header's `staticadm certs`",
+    "/etc/staticadm/tls/serving.key": "the static pod's serving key, made by its header's `staticadm certs`",
     "/etc/staticadm/kubeconfig": 'cluster view (`kubeadm kubeconfig user`): docs/deployment.md, "Cluster view"',
     "/run/credentials/staticadm.service/kubeconfig": "systemd's LoadCredential= of that kubeconfig",
     "/etc/staticadm/namespaces.yaml": "optional --namespaces file, written by the operator",
