@@ -209,27 +209,29 @@ def _refuse_unless_private(path: Path, info: os.stat_result) -> None:
     refuse_unless_owned(path, info, what="write keys or state in")
 
 
-def refuse_unless_owned(path: Path, info: os.stat_result, *, what: str, sticky_shared: bool = False) -> None:
+def refuse_unless_owned(path: Path, info: os.stat_result, *, what: str, shared_ok: bool = False) -> None:
     """:class:`UnsafeDirectoryError` unless ``info`` (of ``path``) is a directory owned by this user or root that
-    neither group nor others may write; with ``sticky_shared`` one they may write with the sticky bit set (``/tmp``:
-    nobody may rename or remove another's entries there) is accepted too. ``what`` says what would be done there."""
+    neither group nor others may write; with ``shared_ok`` its mode is not judged, only its owner. ``what`` says
+    what would be done there."""
     if not stat.S_ISDIR(info.st_mode):
         raise UnsafeDirectoryError(f"{path} is not a directory")
     user = os.geteuid()
     mode = stat.S_IMODE(info.st_mode)
     foreign = info.st_uid not in (user, 0)
-    shared = bool(mode & (stat.S_IWGRP | stat.S_IWOTH)) and not (sticky_shared and mode & stat.S_ISVTX)
+    shared = bool(mode & (stat.S_IWGRP | stat.S_IWOTH)) and not shared_ok
     if not (foreign or shared):
         return
     why = []
     if foreign:
         why.append(f"it belongs to {_user_name(info.st_uid)}, not to {_user_name(user)}")
     if shared:
-        why.append("its group or others may write it" + (" and it has no sticky bit" if sticky_shared else ""))
+        why.append("its group or others may write it")
+    fix = " && ".join(([f"chown {_login(user)} {path}"] if foreign or not shared_ok else [])
+                      + ([f"chmod go-w {path}"] if not shared_ok else []))
     raise UnsafeDirectoryError(
         f"refusing to {what} {path}: owner {_user_name(info.st_uid)}, mode {mode:04o}; "
         f"{' and '.join(why)}, so another local user could read, plant or replace its files; fix it with "
-        f"`chown {_login(user)} {path} && chmod go-w {path}` (as root), or choose a directory of your own")
+        f"`{fix}` (as root), or choose a directory of your own")
 
 
 def _user_name(uid: int) -> str:

@@ -139,12 +139,13 @@ def bind_unix_socket(path: Path, mode: int) -> socket.socket:
     The socket is bound under a fresh temporary name, created with its mode (the umask set for the bind: a
     chmod by name would follow a link put in its place), and renamed into place, so there is no moment at
     which the path exists with other permissions, and a stale socket is replaced atomically. Its directory must
-    belong to this user or root and be writable by neither group nor others unless it has the sticky bit
-    (``/tmp``): in any other another local user could put their own socket in the daemon's place.
+    belong to this user or root: one another user made first (``/tmp/staticadm-UID``) would let them put their own
+    socket in the daemon's place. Its mode is the operator's: a pod's emptyDir is 0777 and reachable by nobody
+    else.
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     try:
-        refuse_unless_owned(path.parent, os.stat(path.parent), what="create the unix socket in", sticky_shared=True)
+        refuse_unless_owned(path.parent, os.stat(path.parent), what="create the unix socket in", shared_ok=True)
     except UnsafeDirectoryError as error:
         raise ListenerError(f"--socket {path}: {error}") from None
     try:
