@@ -48,6 +48,7 @@ from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
 from staticadm.cel.reads import Reads
 from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation, Program
+from staticadm.kinds.mutated import TypedDecodingError, inert_apply_configuration, inert_json_patch, retyped
 from staticadm.model import MatchCondition
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
 from staticadm.patch.decode import decoding_error, strings_decode
@@ -57,6 +58,12 @@ from staticadm.snapshot import Snapshot
 from staticadm.yamljson import copy_json
 
 _Invocation = Invocation[CompiledMutatingPolicy]
+
+#: The operations kube-apiserver's MutatingAdmissionPolicy plugin handles (``mutating/plugin.go``:
+#: ``admission.NewHandler(admission.Create, admission.Update, admission.Connect)``): the admission chain never
+#: calls it for a DELETE, so no policy is looked at then, whatever its rules say (``operations: ["*"]``). The
+#: ValidatingAdmissionPolicy plugin handles all four.
+HANDLED_OPERATIONS = frozenset({"CREATE", "UPDATE", "CONNECT"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +281,16 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
             return current, ""
         except JSONPatchError as error:
             return None, f"JSON Patch: {error}"
-        if strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+        if not strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+            refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
+            if refused is not None:
+                raise _InternalError(refused)
+        if inert_json_patch(operations, kind.group, kind.kind):
             return patched, ""
-        refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
-        if refused is not None:
-            raise _InternalError(refused)
-        return patched, ""
+        try:
+            return retyped(patched, current, kind.group, kind.version, kind.kind, "json"), ""
+        except TypedDecodingError as error:
+            raise _InternalError(str(error)) from None
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
     patch = kept.plain_forms.copy(value, patch_type) if constant else None
@@ -301,7 +312,12 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return None, f"error applying patch: {error}"
     if key is not None and not validated:
         kept.accepted_patches.accept(key, value)
-    return merged, ""
+    if inert_apply_configuration(patch, kind.group, kind.kind):
+        return merged, ""
+    try:
+        return retyped(merged, current, kind.group, kind.version, kind.kind, "unstructured"), ""
+    except TypedDecodingError as error:
+        return None, str(error)
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
@@ -612,7 +628,12 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     excluded = is_excluded(request)
     final = request.object
     internal: dict[str, Any] | None = None
-    if not excluded and snapshot.mutating:
+    handled = request.operation in HANDLED_OPERATIONS
+    if not handled and explain:
+        for compiled in snapshot.mutating:
+            state.skipped(compiled.name, None, f"MutatingAdmissionPolicies do not run on {request.operation} "
+                                               "requests (kube-apiserver's plugin handles CREATE, UPDATE and CONNECT)")
+    if not excluded and handled and snapshot.mutating:
         positions = policy_candidates(snapshot, request, mutating=True)
         view = RequestMatch(request, namespaces)
         invocations = [invocation
