@@ -18,7 +18,6 @@ from staticadm.snapshot import Snapshot
 from tests.admission.helpers import UID, parsed, review, snapshot
 
 
-
 def admitted(obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` as kube-apiserver holds a Pod: typed and defaulted (what it sends, and what each mutation leaves)."""
     typed = as_admitted(obj)
