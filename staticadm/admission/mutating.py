@@ -1,7 +1,8 @@
 """MutatingAdmissionPolicy evaluation: kube-apiserver's mutating policy dispatcher, answered as a webhook.
 
-``evaluate_mutating`` collects the (policy, binding) invocations in Kubernetes' order, runs each
-policy's mutations in order on the object as the previous ones left it, re-runs ``IfNeeded`` policies
+``evaluate_mutating`` collects the (policy, binding) invocations in Kubernetes' order (for CREATE, UPDATE and
+CONNECT requests: the plugin handles no other), runs each policy's mutations in order on the object as the
+previous ones left it (typed again and defaulted, for a built-in kind), re-runs ``IfNeeded`` policies
 once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` and
 ``reinvocationcontext.go``), filters errors through each policy's failurePolicy, and answers with an
 RFC 6902 patch from the request's object to the mutated one.
@@ -263,8 +264,10 @@ _CONTAINERS = (dict, list)
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
                     constant: bool, kept: KeptForSnapshot) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
-    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
-    is a constant mutation's, kept across requests."""
+    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``, ``kinds/mutated.py``).
+    The mutated object of a built-in kind is the one kube-apiserver holds next: typed again and defaulted
+    (``retyped``; a mutation that only writes strings to the object's own labels or annotations leaves it so
+    already). ``constant``: ``value`` is a constant mutation's, kept across requests."""
     patch_type = mutation.mutation.patch_type
     if patch_type == "JSONPatch":
         operations = kept.plain_forms.copy(value, patch_type) if constant else None
