@@ -129,10 +129,10 @@ def retyped(after: Any, before: Any, group: str, version: str, kind: str, decodi
                                  internal=False) from None
     if encoder.touched <= _INERT_FIELDS and type_id not in _READ_THEIR_METADATA:
         return value
-    # Defaulting writes in place, and the value shares parts with ``before``: it works on a copy, kept only when it
-    # set something (the copy shares nothing, so the next mutation walks all of it).
+    # Defaulting writes in place, and the value shares parts with ``before``: it works on a copy.
     defaulted = copy_json(value)
-    return defaulted if apply_defaults(defaulted, type_id, types) else value
+    apply_defaults(defaulted, type_id, types)
+    return defaulted
 
 
 class _Failure(Exception):
