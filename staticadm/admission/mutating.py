@@ -1,7 +1,8 @@
 """MutatingAdmissionPolicy evaluation: kube-apiserver's mutating policy dispatcher, answered as a webhook.
 
-``evaluate_mutating`` collects the (policy, binding) invocations in Kubernetes' order, runs each
-policy's mutations in order on the object as the previous ones left it, re-runs ``IfNeeded`` policies
+``evaluate_mutating`` collects the (policy, binding) invocations in Kubernetes' order (for CREATE, UPDATE and
+CONNECT requests: the plugin handles no other), runs each policy's mutations in order on the object as the
+previous ones left it (typed again and defaulted, for a built-in kind), re-runs ``IfNeeded`` policies
 once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` and
 ``reinvocationcontext.go``), filters errors through each policy's failurePolicy, and answers with an
 RFC 6902 patch from the request's object to the mutated one.
@@ -48,6 +49,7 @@ from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_
 from staticadm.cel.libraries.objects import ConversionError, is_jsonpatch, is_object, to_plain
 from staticadm.cel.reads import Reads
 from staticadm.compiled import CompiledMutatingPolicy, CompiledMutation, Program
+from staticadm.kinds.mutated import TypedDecodingError, inert_apply_configuration, inert_json_patch, retyped
 from staticadm.model import MatchCondition
 from staticadm.patch.apply import ApplyConfigurationError, apply_configuration
 from staticadm.patch.decode import decoding_error, strings_decode
@@ -57,6 +59,12 @@ from staticadm.snapshot import Snapshot
 from staticadm.yamljson import copy_json
 
 _Invocation = Invocation[CompiledMutatingPolicy]
+
+#: The operations kube-apiserver's MutatingAdmissionPolicy plugin handles (``mutating/plugin.go``:
+#: ``admission.NewHandler(admission.Create, admission.Update, admission.Connect)``): the admission chain never
+#: calls it for a DELETE, so no policy is looked at then, whatever its rules say (``operations: ["*"]``). The
+#: ValidatingAdmissionPolicy plugin handles all four.
+HANDLED_OPERATIONS = frozenset({"CREATE", "UPDATE", "CONNECT"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +264,10 @@ _CONTAINERS = (dict, list)
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
                     constant: bool, kept: KeptForSnapshot) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
-    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``). ``constant``: ``value``
-    is a constant mutation's, kept across requests."""
+    that does not decode into the typed object of a built-in ``kind`` (``patch/decode.py``, ``kinds/mutated.py``).
+    The mutated object of a built-in kind is the one kube-apiserver holds next: typed again and defaulted
+    (``retyped``; a mutation that only writes strings to the object's own labels or annotations leaves it so
+    already). ``constant``: ``value`` is a constant mutation's, kept across requests."""
     patch_type = mutation.mutation.patch_type
     if patch_type == "JSONPatch":
         operations = kept.plain_forms.copy(value, patch_type) if constant else None
@@ -274,12 +284,16 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
             return current, ""
         except JSONPatchError as error:
             return None, f"JSON Patch: {error}"
-        if strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+        if not strings_decode(patched, operations, kind.group, kind.version, kind.kind):
+            refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
+            if refused is not None:
+                raise _InternalError(refused)
+        if inert_json_patch(operations, kind.group, kind.kind):
             return patched, ""
-        refused = decoding_error(patched, current, kind.group, kind.version, kind.kind)
-        if refused is not None:
-            raise _InternalError(refused)
-        return patched, ""
+        try:
+            return retyped(patched, current, kind.group, kind.version, kind.kind, "json"), ""
+        except TypedDecodingError as error:
+            raise _InternalError(str(error)) from None
     if not is_object(value) or value["name"] != "Object":
         return None, "unsupported return type from ApplyConfiguration expression"
     patch = kept.plain_forms.copy(value, patch_type) if constant else None
@@ -301,7 +315,12 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return None, f"error applying patch: {error}"
     if key is not None and not validated:
         kept.accepted_patches.accept(key, value)
-    return merged, ""
+    if inert_apply_configuration(patch, kind.group, kind.kind):
+        return merged, ""
+    try:
+        return retyped(merged, current, kind.group, kind.version, kind.kind, "unstructured"), ""
+    except TypedDecodingError as error:
+        return None, str(error)
 
 
 def _run_invocation(state: _Dispatch, invocation: _Invocation, current: Any,
@@ -612,7 +631,12 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     excluded = is_excluded(request)
     final = request.object
     internal: dict[str, Any] | None = None
-    if not excluded and snapshot.mutating:
+    handled = request.operation in HANDLED_OPERATIONS
+    if not handled and explain:
+        for compiled in snapshot.mutating:
+            state.skipped(compiled.name, None, f"MutatingAdmissionPolicies do not run on {request.operation} "
+                                               "requests (kube-apiserver's plugin handles CREATE, UPDATE and CONNECT)")
+    if not excluded and handled and snapshot.mutating:
         positions = policy_candidates(snapshot, request, mutating=True)
         view = RequestMatch(request, namespaces)
         invocations = [invocation

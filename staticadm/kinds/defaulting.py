@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from staticadm.cel.libraries import quantity as quantities
-from staticadm.kinds.go_types import NO_DEFAULT, GoTypes
+from staticadm.kinds.go_types import NO_DEFAULT, GoField, GoTypes
 from staticadm.kinds.typed import canonical_quantity, is_empty
 from staticadm.yamljson import copy_json
 
@@ -72,16 +72,16 @@ class _Walk:
         defaulter = _DEFAULTERS.get(type_id)
         if defaulter is not None:
             defaulter(self, value, path)
-        fields = self.types.structs[type_id]
-        for go_field in fields:
-            if go_field.default is not NO_DEFAULT and _unset(value.get(go_field.name)) and \
+        for go_field, has_default, rounds, descends in _plan(self.types, type_id):
+            if has_default and _unset(value.get(go_field.name)) and \
                     not (go_field.omitempty and is_empty(go_field.default, go_field.ref)):
                 self.set(value, go_field.name, copy_json(go_field.default), path)
-            if go_field.ref.startswith(_CORE_RESOURCE_LIST) and type_id.startswith(_CORE):
+            if rounds:
                 _round_up_resource_list(value.get(go_field.name))
-            child = value.get(go_field.name)
-            if child is not None:
-                self.value(child, go_field.ref, _join(path, go_field.name))
+            if descends:
+                child = value.get(go_field.name)
+                if child is not None:
+                    self.value(child, go_field.ref, _join(path, go_field.name))
 
     def value(self, value: Any, ref: str, path: str) -> None:
         while ref.startswith("*"):
@@ -99,6 +99,50 @@ class _Walk:
 
 
 _CORE_RESOURCE_LIST = "map:quantity"
+
+#: A struct's fields the walk has something to do with: (field, has a +default marker, is a core resource list to
+#: round, holds structs that defaulting changes). The rest (scalars without a default, structs nothing defaults
+#: anywhere inside) are skipped: the walk costs what defaulting can touch.
+_FieldPlan = tuple[GoField, bool, bool, bool]
+_PLANS: dict[str, tuple[_FieldPlan, ...]] = {}
+_DEFAULTED_INSIDE: dict[str, bool] = {}
+
+
+def _plan(types: GoTypes, type_id: str) -> tuple[_FieldPlan, ...]:
+    found = _PLANS.get(type_id)
+    if found is None:
+        entries = []
+        for go_field in types.structs[type_id]:
+            has_default = go_field.default is not NO_DEFAULT
+            rounds = go_field.ref.startswith(_CORE_RESOURCE_LIST) and type_id.startswith(_CORE)
+            descends = _holds_defaulted(types, go_field.ref)
+            if has_default or rounds or descends:
+                entries.append((go_field, has_default, rounds, descends))
+        found = _PLANS[type_id] = tuple(entries)
+    return found
+
+
+def _holds_defaulted(types: GoTypes, ref: str) -> bool:
+    """Whether a value of ``ref`` holds a struct the walk defaults (``_Walk.value``'s references)."""
+    ref = ref.lstrip("*")
+    for prefix in ("@", "[]@", "map:@"):
+        if ref.startswith(prefix):
+            return _defaulted_inside(types, ref[len(prefix):])
+    return False
+
+
+def _defaulted_inside(types: GoTypes, type_id: str) -> bool:
+    known = _DEFAULTED_INSIDE.get(type_id)
+    if known is not None:
+        return known
+    # A recursive type (JSONSchemaProps) is walked while its answer is being found.
+    _DEFAULTED_INSIDE[type_id] = True
+    answer = type_id in _DEFAULTERS or any(
+        go_field.default is not NO_DEFAULT or (go_field.ref.startswith(_CORE_RESOURCE_LIST) and
+                                               type_id.startswith(_CORE)) or _holds_defaulted(types, go_field.ref)
+        for go_field in types.structs[type_id])
+    _DEFAULTED_INSIDE[type_id] = answer
+    return answer
 
 
 def _unset(value: Any) -> bool:

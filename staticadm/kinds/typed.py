@@ -28,13 +28,13 @@ from staticadm.cel.libraries import quantity as quantities
 from staticadm.gofmt import parse_duration
 from staticadm.kinds.go_types import GoField, GoTypes
 
-_INTEGER_RANGES = {
+INTEGER_RANGES = {
     "int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1), "int32": (-(1 << 31), (1 << 31) - 1),
     "int64": (-(1 << 63), (1 << 63) - 1), "uint8": (0, (1 << 8) - 1), "uint16": (0, (1 << 16) - 1),
     "uint32": (0, (1 << 32) - 1), "uint64": (0, (1 << 64) - 1),
 }
 #: Encoders whose zero value is written as these (the struct types with their own MarshalJSON).
-_SPECIAL_ZERO: dict[str, Any] = {"time": None, "microtime": None, "duration": "0s", "quantity": "0",
+SPECIAL_ZERO: dict[str, Any] = {"time": None, "microtime": None, "duration": "0s", "quantity": "0",
                                  "intorstring": 0, "raw": None}
 _RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[-+]\d{2}:\d{2})")
 
@@ -60,7 +60,7 @@ def round_trip(obj: dict[str, Any], type_id: str, types: GoTypes) -> tuple[dict[
 def is_empty(value: Any, ref: str) -> bool:
     """encoding/json's ``omitempty`` test on an encoded value: false, 0, "", nil, and empty lists and maps;
     a struct (and every type with its own encoder, which are structs) is never empty, a pointer only nil."""
-    if ref.startswith("@") or ref in _SPECIAL_ZERO:
+    if ref.startswith("@") or ref in SPECIAL_ZERO:
         return False
     if value is None:
         return True
@@ -86,8 +86,8 @@ def zero_value(ref: str, types: GoTypes) -> Any:
     """The encoding of a Go zero value of ``ref``."""
     if ref.startswith("@"):
         return _Encoder(types, RoundTrip()).struct({}, ref[1:], "")
-    if ref in _SPECIAL_ZERO:
-        return _SPECIAL_ZERO[ref]
+    if ref in SPECIAL_ZERO:
+        return SPECIAL_ZERO[ref]
     if ref.startswith(("*", "[]", "map:")) or ref in ("any", "bytes"):
         return None
     if ref == "string":
@@ -143,7 +143,7 @@ class _Encoder:
             if not isinstance(value, dict):
                 raise _wrong(path, value, "an object")
             return {key: self.value(value[key], ref[4:], _join(path, key)) for key in sorted(value)}
-        if ref in _INTEGER_RANGES:
+        if ref in INTEGER_RANGES:
             return self._integer(value, ref, path)
         return self._scalars[ref](value, path)
 
@@ -169,7 +169,7 @@ class _Encoder:
             return 0
         if isinstance(value, bool) or not isinstance(value, int):
             raise _wrong(path, value, f"an integer ({ref})")
-        low, high = _INTEGER_RANGES[ref]
+        low, high = INTEGER_RANGES[ref]
         if not low <= value <= high:
             raise TypedObjectError(f"{path}: {value} does not fit in {ref}")
         return value

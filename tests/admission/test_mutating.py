@@ -13,13 +13,22 @@ import jsonpatch
 
 from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
+from staticadm.kinds import as_admitted
 from staticadm.snapshot import Snapshot
 from tests.admission.helpers import UID, parsed, review, snapshot
 
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
-       "spec": {"containers": [{"name": "app", "image": "nginx:1.27"},
-                               {"name": "mesh-proxy", "image": "proxy:0.9", "args": ["--old"]}]}}
+
+def admitted(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as kube-apiserver holds a Pod: typed and defaulted (what it sends, and what each mutation leaves)."""
+    typed = as_admitted(obj)
+    assert typed is not None
+    return typed.value
+
+
+POD = admitted({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1.27"},
+                                        {"name": "mesh-proxy", "image": "proxy:0.9", "args": ["--old"]}]}})
 
 POD_RULES = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                                 "resources": ["pods"]}]}
@@ -84,6 +93,9 @@ def test_sidecar_injection_with_apply_configuration_merges_containers_by_name(tm
     # The existing mesh-proxy is updated field by field (its args stay); the new container is appended.
     expected["spec"]["containers"][1]["image"] = "proxy:1.0"
     expected["spec"]["containers"].append({"name": "log-shipper", "image": "shipper:2"})
+    # kube-apiserver defaults the object after each mutation: the new container gets its pull policy and so on.
+    expected = admitted(expected)
+    assert expected["spec"]["containers"][2]["imagePullPolicy"] == "IfNotPresent"
     assert patched(outcome, POD) == expected
     assert outcome.mutated_object == expected
     assert outcome.invoked == (("inject.static.k8s.io", "inject-binding.static.k8s.io"),)
@@ -96,6 +108,7 @@ def test_sidecar_injection_with_json_patch(tmp_path: Path) -> None:
     snap = single(tmp_path, json_patch(expression))
     expected = copy.deepcopy(POD)
     expected["spec"]["containers"].append({"name": "log-shipper", "image": "shipper:2"})
+    expected = admitted(expected)
     assert patched(mutate(snap, pod_review()), POD) == expected
     # Already injected: no patch at all.
     unchanged = mutate(snap, pod_review(obj=expected))

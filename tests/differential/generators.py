@@ -7,8 +7,11 @@ mutations (JSON Patch and apply configurations, reinvocation). Expressions are d
 the Kubernetes CEL libraries, optional values, nulls, empty and missing fields, runtime errors and costs near
 the limits, combined with ``!``, ``&&``, ``||`` and ``?:``. Requests are CREATE or UPDATE of a custom kind
 (``widgets.example.com``: neither side decodes it into a type) whose fields are present, missing, null, empty
-or of the wrong type, and of two built-in kinds (ConfigMap, Deployment) written in their typed form, which
-the oracle's typed round trip leaves as they are.
+or of the wrong type, and of three built-in kinds (ConfigMap, Deployment, Pod) in the form kube-apiserver sends
+them: typed and defaulted (``staticadm.kinds.as_admitted``), which the oracle's typed round trip leaves as they
+are. Requests are CREATE, UPDATE or DELETE, or a CONNECT (``pods/exec``, a PodExecOptions object); mutations
+chain up to three, including the shapes the typed object changes between mutations (empty maps and lists a
+mutation adds, values the typed object cannot hold, canonical quantities and times).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
+
+from staticadm.kinds import as_admitted
 
 API = "admissionregistration.k8s.io/v1"
 
@@ -40,7 +45,10 @@ class Kind:
 WIDGET = Kind("example.com", "v1", "Widget", "widgets")
 CONFIGMAP = Kind("", "v1", "ConfigMap", "configmaps")
 DEPLOYMENT = Kind("apps", "v1", "Deployment", "deployments")
-KINDS = (WIDGET, CONFIGMAP, DEPLOYMENT)
+POD = Kind("", "v1", "Pod", "pods")
+#: A CONNECT's: ``pods/exec`` carries a PodExecOptions.
+EXEC = Kind("", "v1", "PodExecOptions", "pods/exec")
+KINDS = (WIDGET, CONFIGMAP, DEPLOYMENT, POD, EXEC)
 
 # -- expressions --------------------------------------------------------------------------------------------
 
@@ -176,6 +184,60 @@ APPLY_CONFIGURATIONS = (
 )
 
 
+#: Mutations of the built-in kinds' typed objects, by kind: what the typed object changes between mutations
+#: (empty maps and lists dropped, quantities and times held canonically, values it cannot hold, defaults of what a
+#: mutation adds) and what a later mutation of the chain then sees.
+_METADATA_MUTATIONS = (
+    ("JSONPatch", "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {}}]"),
+    ("JSONPatch", "[JSONPatch{op: 'add', path: '/metadata/labels', value: {}}]"),
+    ("JSONPatch", "[JSONPatch{op: 'add', path: '/metadata/annotations/direct', value: 'x'}]"),
+    ("JSONPatch", "has(object.metadata.annotations) ? "
+                  "[JSONPatch{op: 'add', path: '/metadata/labels/annotated', value: 'y'}] : []"),
+    ("JSONPatch", "[JSONPatch{op: 'remove', path: '/metadata/labels/app'}]"),
+    ("JSONPatch", "[JSONPatch{op: 'add', path: '/metadata/creationTimestamp', value: 'yesterday'}]"),
+    ("JSONPatch", "[JSONPatch{op: 'add', path: '/metadata/creationTimestamp', value: '2021-02-03T04:05:06.5+01:00'}]"),
+    ("ApplyConfiguration", "Object{metadata: Object.metadata{annotations: {}}}"),
+    ("ApplyConfiguration", "Object{metadata: Object.metadata{labels: {'empty': ''}}}"),
+    ("ApplyConfiguration", "Object{metadata: Object.metadata{labels: {'applied': 'yes'}}}"),
+)
+BUILTIN_MUTATIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "Pod": (
+        *_METADATA_MUTATIONS,
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/spec/containers/0/resources/limits', "
+                      "value: {'cpu': '0.5', 'memory': '1024Mi'}}]"),
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/spec/containers/-', value: {'name': 'side', 'image': 'side:1'}}]"),
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/spec/initContainers', value: []}]"),
+        ("JSONPatch", "has(object.spec.initContainers) ? "
+                      "[JSONPatch{op: 'add', path: '/metadata/labels/init', value: 'y'}] : []"),
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/spec/containers/0/resources/limits', value: {'cpu': 'bad'}}]"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{initContainers: []}}"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{containers: [Object.spec.containers{name: 'c', resources: "
+                               "Object.spec.containers.resources{requests: {'cpu': '0.5'}}}]}}"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{terminationGracePeriodSeconds: dyn(2.5)}}"),
+    ),
+    "Deployment": (
+        *_METADATA_MUTATIONS,
+        ("JSONPatch", "[JSONPatch{op: 'replace', path: '/spec/replicas', value: 5}]"),
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/spec/template/spec/containers/0/resources', "
+                      "value: {'limits': {'cpu': 'bad'}}}]"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{replicas: dyn(2.5)}}"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{replicas: 4294967297}}"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{strategy: Object.spec.strategy{rollingUpdate: "
+                               "Object.spec.strategy.rollingUpdate{maxSurge: 2.5}}}}"),
+        ("ApplyConfiguration", "Object{spec: Object.spec{template: Object.spec.template{spec: "
+                               "Object.spec.template.spec{containers: [Object.spec.template.spec.containers{"
+                               "name: 'c', resources: Object.spec.template.spec.containers.resources{"
+                               "limits: {'cpu': 'bad'}}}]}}}}"),
+    ),
+    "ConfigMap": (
+        *_METADATA_MUTATIONS,
+        ("JSONPatch", "[JSONPatch{op: 'add', path: '/data', value: {}}]"),
+        ("JSONPatch", "has(object.data) ? [JSONPatch{op: 'add', path: '/metadata/labels/data', value: 'y'}] : []"),
+    ),
+    "PodExecOptions": (("JSONPatch", "[JSONPatch{op: 'add', path: '/command/-', value: 'x'}]"),),
+}
+
+
 @st.composite
 def boolean_expressions(draw: st.DrawFn, variable_atoms: tuple[str, ...] = (), depth: int = 2) -> str:
     """A boolean expression: an atom, or two joined."""
@@ -212,7 +274,7 @@ NAMESPACE_SELECTORS = (
 @st.composite
 def match_constraints(draw: st.DrawFn) -> dict[str, Any]:
     kinds = tuple(draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=3, unique=True)))
-    operations = draw(st.sampled_from((["CREATE"], ["CREATE", "UPDATE"], ["*"], ["UPDATE"])))
+    operations = draw(st.sampled_from((["CREATE"], ["CREATE", "UPDATE"], ["*"], ["UPDATE"], ["*"], ["CONNECT"])))
     constraints: dict[str, Any] = {"resourceRules": _rules(kinds, operations)}
     object_selector = draw(st.sampled_from(SELECTORS))
     if object_selector is not None:
@@ -293,10 +355,23 @@ def validating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
 @st.composite
 def mutating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
     name = f"m{index}.static.k8s.io"
-    spec = draw(policy_spec())
+    if draw(st.booleans()):
+        spec = draw(policy_spec())
+    else:
+        # One that applies to every request of its kinds (the built-in ones, half the time), so that its chained
+        # mutations run: on the typed objects, on DELETE (which it must not reach) and on CONNECT.
+        kind = draw(st.sampled_from((DEPLOYMENT, POD, POD, CONFIGMAP, EXEC)))
+        spec = {"matchConstraints": {"resourceRules": _rules((kind,), ["*"])},
+                "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+                "reinvocationPolicy": draw(st.sampled_from(("Never", "IfNeeded"))),
+                "mutations": [{"patchType": patch_type, ("jsonPatch" if patch_type == "JSONPatch" else
+                                                         "applyConfiguration"): {"expression": expression}}
+                              for patch_type, expression in draw(st.lists(
+                                  st.sampled_from(BUILTIN_MUTATIONS[kind.kind]), min_size=1, max_size=3))]}
+        return _with_binding(name, index, spec, draw(st.sampled_from(SELECTORS[:1] * 3 + SELECTORS)))
     spec["reinvocationPolicy"] = draw(st.sampled_from(("Never", "IfNeeded")))
     mutations = []
-    for _ in range(draw(st.integers(1, 2))):
+    for _ in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
             mutations.append({"patchType": "JSONPatch",
                               "jsonPatch": {"expression": draw(st.sampled_from(JSON_PATCHES))}})
@@ -304,8 +379,11 @@ def mutating_policy(draw: st.DrawFn, index: int) -> list[dict[str, Any]]:
             mutations.append({"patchType": "ApplyConfiguration",
                               "applyConfiguration": {"expression": draw(st.sampled_from(APPLY_CONFIGURATIONS))}})
     spec["mutations"] = mutations
+    return _with_binding(name, index, spec, draw(st.sampled_from(SELECTORS)))
+
+
+def _with_binding(name: str, index: int, spec: dict[str, Any], selector: Any) -> list[dict[str, Any]]:
     binding_spec: dict[str, Any] = {"policyName": name}
-    selector = draw(st.sampled_from(SELECTORS))
     if selector is not None:
         binding_spec["matchResources"] = {"objectSelector": selector}
     return [{"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": {"name": name}, "spec": spec},
@@ -385,34 +463,69 @@ def deployment(draw: st.DrawFn, name: str, namespace: str) -> dict[str, Any]:
 
 
 @st.composite
+def pod(draw: st.DrawFn, name: str, namespace: str) -> dict[str, Any]:
+    labels = draw(labels_strategy())
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = labels
+    annotations = draw(st.sampled_from((None, {"note": "a"})))
+    if annotations:
+        metadata["annotations"] = annotations
+    container: dict[str, Any] = {"name": "c", "image": draw(st.sampled_from(("nginx", "nginx:1.27")))}
+    resources = draw(st.sampled_from((None, {"limits": {"cpu": "1", "memory": "1Gi"}}, {"requests": {"cpu": "0.5"}})))
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {"containers": [container]}
+    if draw(st.booleans()):
+        spec["initContainers"] = [{"name": "init", "image": "busybox:1"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def exec_options() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PodExecOptions", "stdout": True, "container": "c", "command": ["ls"]}
+
+
+def admitted(obj: dict[str, Any]) -> dict[str, Any]:
+    """A built-in object as kube-apiserver sends it: typed and defaulted (the oracle does neither)."""
+    typed = as_admitted(obj)
+    return obj if typed is None else typed.value
+
+
+@st.composite
 def objects_of(draw: st.DrawFn, kind: Kind, name: str, namespace: str) -> dict[str, Any]:
     if kind is WIDGET:
         return draw(widget(name, namespace, large=draw(st.integers(0, 9)) == 0))
     if kind is CONFIGMAP:
-        return draw(configmap(name, namespace))
-    return draw(deployment(name, namespace))
+        return admitted(draw(configmap(name, namespace)))
+    if kind is POD:
+        return admitted(draw(pod(name, namespace)))
+    if kind is EXEC:
+        return exec_options()
+    return admitted(draw(deployment(name, namespace)))
 
 
 @st.composite
 def requests(draw: st.DrawFn, count: int) -> list[dict[str, Any]]:
     found = []
     for index in range(count):
-        kind = draw(st.sampled_from((WIDGET, WIDGET, WIDGET, WIDGET, CONFIGMAP, DEPLOYMENT)))
+        kind = draw(st.sampled_from((WIDGET, WIDGET, WIDGET, WIDGET, CONFIGMAP, DEPLOYMENT, POD, POD, EXEC)))
         namespace = draw(st.sampled_from(tuple(NAMESPACES)))
         name = draw(st.sampled_from(("w", "web-1", "x")))
-        operation = draw(st.sampled_from(("CREATE", "CREATE", "UPDATE")))
-
-        obj = draw(objects_of(kind, name, namespace))
-        old = draw(objects_of(kind, name, namespace)) if operation == "UPDATE" else None
+        operation = "CONNECT" if kind is EXEC else draw(st.sampled_from(("CREATE", "CREATE", "UPDATE", "DELETE")))
+        obj = None if operation == "DELETE" else draw(objects_of(kind, name, namespace))
+        old = draw(objects_of(kind, name, namespace)) if operation in ("UPDATE", "DELETE") else None
+        resource, _, subresource = kind.resource.partition("/")
         request: dict[str, Any] = {
             "uid": f"req-{index}",
             "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
-            "resource": {"group": kind.group, "version": kind.version, "resource": kind.resource},
+            "resource": {"group": kind.group, "version": kind.version, "resource": resource},
             "name": name, "namespace": namespace, "operation": operation,
             "userInfo": {"username": draw(st.sampled_from(("alice", "bob"))),
                          "groups": draw(st.sampled_from((["system:authenticated"], ["admins", "dev"], [])))},
             "object": obj, "oldObject": old,
         }
+        if subresource:
+            request["subResource"] = subresource
         found.append({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
     return found
 
@@ -432,6 +545,6 @@ def policy_sets(draw: st.DrawFn) -> PolicySet:
     objects: list[dict[str, Any]] = []
     for index in range(draw(st.integers(1, 3))):
         objects += draw(validating_policy(index))
-    if draw(st.integers(0, 2)) == 0:
-        objects += draw(mutating_policy(0))
+    for index in range(draw(st.sampled_from((0, 0, 1, 1, 2)))):
+        objects += draw(mutating_policy(index))
     return PolicySet(objects, draw(requests(REQUESTS_PER_SET)))
