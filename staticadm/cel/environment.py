@@ -49,7 +49,7 @@ from staticadm.cel.evaluation import (
     runtime_error,
     to_python,
 )
-from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
+from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros, quantity
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.schema_types import ADMISSION_REQUEST_TYPE, NAMESPACE_TYPE, KindType, admission_pool
 from staticadm.cel.types import parse_type, runtime_kind
@@ -491,6 +491,8 @@ class CelEnvironment:
                 for suffix, params in _concrete_parameter_types(("int", "dyn", "dyn", "list(dyn)"), frozenset())
                 if params[1] in (T.LIST, T.MAP)
             ]),
+            cel.FunctionDecl(rewrite.QUANTITY_VALUE_FUNCTION, [
+                cel.Overload("staticadm_quantity_value", T.MAP, [T.MAP], impl=quantity.equality_key)]),
             cel.FunctionDecl(
                 rewrite.RANGE_GUARD_FUNCTION, [cel.Overload("staticadm_range_guard", T.INT, [T.INT], impl=range_guard)]
             ),

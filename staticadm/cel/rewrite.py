@@ -28,6 +28,10 @@ RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
 #: ``@staticadm.direct()``: whether a loop that builds a list longer than ``APPEND_SLICE`` runs natively
 #: (see ``stepping.py``).
 DIRECT_FUNCTION = "@staticadm.direct"
+#: What ``==``/``!=`` compare of an operand the checker typed as a Quantity (``quantity.equality_key``).
+QUANTITY_VALUE_FUNCTION = "@staticadm.quantityValue"
+#: The checked type name of a Kubernetes Quantity.
+_QUANTITY_TYPE = "kubernetes.Quantity"
 #: Appends a loop that builds a list may make natively; longer ones run in slices of this (``stepping.py``).
 APPEND_SLICE = 256
 STEP_MESSAGE = "@staticadm: evaluated in steps"
@@ -520,6 +524,12 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             fixed[node.id] = cost.charge_amount(how.charge, tuple(size or 0 for size in literal_sizes)) + how.extra
         else:
             sized[node.id] = how
+    #: ``==``/``!=`` nodes and the positions of their operands that are Quantities, found before any is replaced.
+    quantity_equalities = {
+        node.id: positions for node in ast.walk(result.expr)
+        if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in ("_==_", "_!=_")
+        and (positions := tuple(index for index, operand in enumerate(node.call_expr.args)
+                                if types.get(operand.id) == _QUANTITY_TYPE))}
     sized_ids = frozenset(sized)
     weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids, fixed)
                for node in ast.walk(result.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"}
@@ -582,6 +592,11 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 _negated_duration_behind_dyn(node, ids)
             elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
+            for position in quantity_equalities.get(node.id, ()):
+                # A Quantity's payload may carry its representation, which Quantity.Equal does not compare.
+                operand = ast.Expr()
+                operand.CopyFrom(call_node.args[position])
+                call_node.args[position].CopyFrom(call(ids(), QUANTITY_VALUE_FUNCTION, operand))
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map,
                               boolean=types.get(node.id) == "bool")
