@@ -28,6 +28,7 @@ from staticadm.cel import (
     lexer,
     linking,
     messages,
+    narrowing,
     optional_results,
     reads,
     rewrite,
@@ -453,6 +454,10 @@ class CelEnvironment:
         def fail(message: str) -> bool:
             raise ValueError(message)
 
+        def no_such_overload(function: str, argument: Any) -> bool:
+            # cel-go's guarded overload (common/decls MaybeNoSuchOverload) names the function and the argument's type.
+            raise ValueError(f"no such overload: {function}({string_format.type_name(argument)})")
+
         def map_insert_entry(target: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
             if key in target:
                 raise ValueError(f"insert failed: key {key!r} already exists")
@@ -491,6 +496,9 @@ class CelEnvironment:
                 for suffix, params in _concrete_parameter_types(("int", "dyn", "dyn", "list(dyn)"), frozenset())
                 if params[1] in (T.LIST, T.MAP)
             ]),
+            cel.FunctionDecl(rewrite.NO_SUCH_OVERLOAD_FUNCTION, [
+                cel.Overload("staticadm_no_such_overload" + suffix, T.BOOL, params, impl=no_such_overload)
+                for suffix, params in _concrete_parameter_types(("string", "dyn"), frozenset())]),
             cel.FunctionDecl(rewrite.QUANTITY_VALUE_FUNCTION, [
                 cel.Overload("staticadm_quantity_value", T.MAP, [T.MAP], impl=quantity.equality_key)]),
             cel.FunctionDecl(
@@ -604,6 +612,7 @@ class CelEnvironment:
         except DecodeError:
             return CompileError(AST_DEPTH_MESSAGE)
         typed_variables.restore_selections(checked, typed.names)
+        narrowed = narrowing.analyze(checked)
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_flatten_targets(checked),
@@ -614,6 +623,7 @@ class CelEnvironment:
             *(validators.check_undeclared(checked, "authorizer") if kind is ExpressionKind.MESSAGE_EXPRESSION
               else ()),
             *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
+            *narrowed.issues,
         ]
         if issues:
             rendered = []
@@ -637,7 +647,7 @@ class CelEnvironment:
         boundary.guard(checked, self._python_functions)
         prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
                                    owner=declaration_index, typed_calls=self._typed_calls, foldable=self._foldable,
-                                   struct_literals=self._fold_literals)
+                                   struct_literals=self._fold_literals, guards=narrowed.guards)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
