@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -413,6 +414,7 @@ class CelEnvironment:
             for suffix, params in _concrete_parameter_types(first.params, opaque_names):
                 engine_overloads.append(cel.Overload(first.overload_id + suffix, result, params,
                                                      is_member=first.member, impl=impl))
+        engine_overloads.extend(_refusing_overloads(function, opaque_names))
         return cel.FunctionDecl(function.name, engine_overloads)
 
     def _typed_runtime_decls(self, functions: Sequence[Function],
@@ -864,6 +866,49 @@ def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str
             parsed = parse_type(param, opaque_names, runtime=True)
             variants = [(suffix, [*types, parsed]) for suffix, types in variants]
     return variants
+
+
+def _kinds(param: str, opaque_names: frozenset[str]) -> tuple[str, ...]:
+    """The ``_CONCRETE_KINDS`` names of the runtime values a declared parameter takes."""
+    kind = runtime_kind(param, opaque_names)
+    if kind == "DYN":
+        return tuple(name for name, _ in _CONCRETE_KINDS)
+    return ({"list": "list", "map": "map", "NULL": "null"}.get(kind) or kind.lower(),)
+
+
+def _refusing_overloads(function: Function, opaque_names: frozenset[str]) -> list[cel.Overload]:
+    """For a function with a Kubernetes value among its parameters (carried as a map), overloads taking a map there
+    with every combination of the other arguments' kinds it has no overload for, refusing them in Python, which
+    sees the value's type: ``no such overload: containsIP(net.CIDR, int)`` as cel-go words it, where the engine
+    would name the map. Arguments holding optional values never get here (``boundary``)."""
+    declared = [o for o in function.overloads if o.overload_id not in _STANDARD_OVERLOAD_IDS]
+    covered: set[tuple[bool, tuple[str, ...]]] = set()
+    shapes: set[tuple[bool, tuple[bool, ...]]] = set()
+    for overload in declared:
+        kinds = [_kinds(param, opaque_names) for param in overload.params]
+        covered.update((overload.member, combination) for combination in itertools.product(*kinds))
+        opaque = tuple(param.strip() in opaque_names for param in overload.params)
+        if any(opaque):
+            shapes.add((overload.member, opaque))
+    names = dict(_CONCRETE_KINDS)
+
+    def refuse(*args: Any) -> Any:
+        raise ValueError(f"no such overload: {function.name}("
+                         f"{', '.join(string_format.type_name(arg) for arg in args)})")
+
+    refusing = []
+    for member, opaque in sorted(shapes):
+        # The first Kubernetes value stays a map (the receiver, mostly); every other argument takes any kind.
+        first = opaque.index(True)
+        choices = [("map",) if position == first else tuple(names) for position in range(len(opaque))]
+        for combination in itertools.product(*choices):
+            if (member, combination) in covered:
+                continue
+            covered.add((member, combination))
+            refusing.append(cel.Overload(f"staticadm_refuse_{function.name}_{'_'.join(combination)}"
+                                         f"{'_member' if member else ''}", cel.Type.BOOL,
+                                         [names[kind] for kind in combination], is_member=member, impl=refuse))
+    return refusing
 
 
 def _dispatching_impl(name: str, overloads: Sequence[Overload],

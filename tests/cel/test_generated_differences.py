@@ -118,6 +118,27 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("overloads", "object.spec.name.endsWith(object.spec.count)", Error("no such overload")),
     ("overloads", "object.spec.count.matches('a')", Error("no such overload")),
     ("overloads", "quantity(object.spec.count).isInteger()", Error("no such overload: quantity(int)")),
+    # An argument that fails before reaching a function the engine cannot hand an optional value to reports its
+    # own error, as in cel-go (issue 44).
+    ("texts", "ip(dyn(null).spec.?ip.orValue('')).family() == 4", Error("no such key: spec")),
+    ("texts", "ip(object.spec.name.nope.?ip.orValue('')).family() == 4", Error("no such key: nope")),
+    ("texts", "isIP(object.spec.count.x.?ip.orValue(''))", Error("no such key: x")),
+    # Overload errors name Kubernetes' types and cel-go's call styles.
+    ("texts", "cidr(object.spec.cidr).containsIP(object.spec.?nothing.orValue(null))",
+     Error("no such overload: containsIP(net.CIDR, null_type)")),
+    ("texts", "quantity('1').isLessThan(dyn(1))", Error("no such overload: isLessThan(kubernetes.Quantity, int)")),
+    ("texts", "format.dns1123Label().validate(object.spec.count).hasValue()",
+     Error("no such overload: validate(kubernetes.NamedFormat, int)")),
+    ("texts", "object.spec.?nothing.orValue(null).flatten() == []", Error("no such overload: null_type.flatten()")),
+    ("texts", "object.spec.map.flatten() == []", Error("no such overload: map(dyn, dyn).flatten()")),
+    ("texts", "object.spec.name.flatten(1) == []", Error("no such overload: string.flatten(int)")),
+    ("texts", "object.spec.nested.flatten(dyn(1.5)) == []",
+     Error("internal error: interface conversion: ref.Val is types.Double, not types.Int")),
+    ("texts", "object.spec.count.sort() == []", Error("no such overload: sort")),
+    ("texts", "object.spec.count.distinct() == []",
+     Error("internal error: interface conversion: types.Int is not traits.Lister: missing method Contains")),
+    ("texts", "object.spec.map.distinct() == []",
+     Error("internal error: interface conversion: *types.baseMap is not traits.Lister: missing method Add")),
     # cel-go's checker binds the free element type of a generic list function's result on a dyn to the first
     # overload it is passed to, and runs a call narrowed to one overload as that overload (issue 44).
     ("narrowed calls", "object.spec.nested.flatten().exists(x, string(x).startsWith('a'))",

@@ -72,24 +72,11 @@ def _request_list_to_json(kind: str, oracle: Answer, ours: Answer, found: list[s
     return "type conversion error from 'list(dyn)' to '*structpb.Value'" in oracle.message
 
 
-_KUBERNETES_TYPE = re.compile(r"no such overload: (\w+)\((?:kubernetes|net)\.\w+")
-
-
-def _opaque_type_name(kind: str, oracle: Answer, ours: Answer, found: list[str]) -> bool:
-    # A Kubernetes value (a NamedFormat, a Quantity...) is a tagged map in the engine: a call on one with an
-    # argument of the wrong type names it "map" where cel-go names its type. Only the text differs.
-    if oracle.allowed != ours.allowed or not _KUBERNETES_TYPE.search(json.dumps(oracle.as_dict())):
-        return False
-    texts = json.dumps(oracle.as_dict()), json.dumps(ours.as_dict())
-    return _KUBERNETES_TYPE.sub(r"no such overload: \1(map", texts[0]) == texts[1]
-
-
 #: Each documented limit's test on one request's answers and their differences.
 GAP_TESTS: dict[str, Callable[[str, Answer, Answer, list[str]], bool]] = {
     "sort-of-an-error": _sort_on_error,
     "deduced-schema-of-custom-kinds": _deduced_schema,
     "request-lists-as-jsonpatch-values": _request_list_to_json,
-    "kubernetes-value-type-names": _opaque_type_name,
 }
 
 
