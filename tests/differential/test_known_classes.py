@@ -19,7 +19,8 @@ from tests.admission import test_match_condition_budget as budget
 from tests.admission import test_policy_texts as texts
 from tests.cel import test_generated_differences as classes
 from tests.differential.generators import API
-from tests.differential.harness import Answer, oracle_answers, oracle_or_skip, write_manifests
+from tests.differential.harness import Answer, LoadRefused, oracle_answers, oracle_or_skip, write_manifests
+from tests.manifests import test_go_yaml_documents as documents
 
 oracle_or_skip()
 
@@ -117,3 +118,15 @@ def test_the_policy_text_classes_are_answered_as_kube_apiserver_answers(tmp_path
                                                                                         strict=True))
                      if (problem := texts.disagreement(index, expected, answer)) is not None]
     assert not disagreements, "\n".join(disagreements)
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), documents.CASES, ids=[case[0] for case in documents.CASES])
+def test_manifest_files_load_as_kube_apiserver_loads_them(tmp_path: Path, name: str, text: str,
+                                                          expected: str | None) -> None:
+    directory = documents.write_case(tmp_path, text)
+    try:
+        oracle_answers(directory, [])
+    except LoadRefused as refused:
+        assert expected is not None and expected in str(refused), f"{name}: kube-apiserver refused it: {refused}"
+    else:
+        assert expected is None, f"{name}: kube-apiserver loaded it"
