@@ -1,20 +1,21 @@
 """Calls cel-go's type checker narrows to one overload where the engine's checker keeps them all.
 
 A generic list function called on a ``dyn`` (``object.spec.tags.flatten()``, ``sort()``, ``distinct()``,
-``reverse()``, ``slice()``, ``first()``/``last()``) has a result whose element type is a free type variable in
-cel-go's checker (checker.go ``resolveOverload``: ``dyn`` is assignable to ``list(list(T))`` without binding
-``T``); cel-cpp's checker makes it ``dyn``. cel-go binds such a variable to the parameter type of the first
-overload it is passed to (``isAssignableList`` commits the mapping of the first overload that matches, in
-declaration order) and keeps only the overloads that agree: ``string(x)`` of an element keeps
-``string_to_string`` alone (``size(x)`` binds it to ``bytes``). A call the checker resolved to a single overload runs
-that overload's guarded implementation (interpreter/planner.go ``resolveFunction``, common/decls
-``guardedUnaryOp``), which answers ``no such overload: string(int)`` for any other argument, where the engine
-dispatches on the value and converts it.
+``reverse()``, ``slice()``, ``first()``/``last()``, ``[] + object.spec.tags``) has a result whose element type is a
+free type variable in cel-go's checker (checker.go ``resolveOverload``: ``dyn`` is assignable to ``list(list(T))``
+without binding ``T``); cel-cpp's checker makes it ``dyn``. cel-go binds such a variable to the parameter type of
+the first overload it is passed to (``isAssignableList`` commits the mapping of the first overload that matches, in
+declaration order) and keeps only the overloads that agree: ``string(x)`` of an element keeps ``string_to_string``
+alone (``size(x)`` binds it to ``bytes``). A list concatenated with a ``dyn`` has the other list's element type
+(``[1] + object.spec.tags``: ``string(x)`` of its elements keeps ``int64_to_string``). A call the checker resolved
+to a single overload runs that overload's guarded implementation (interpreter/planner.go ``resolveFunction``,
+common/decls ``guardedUnaryOp``), which answers ``no such overload: string(int)`` for any other argument, where the
+engine dispatches on the value and converts it.
 
-``analyze`` follows the checker's order (target, arguments, then the call; a comprehension's range before its
-loop) over those element types, and returns the calls to guard and the calls cel-go refuses (a variable bound
-by an earlier call passed to a conversion or a relation that takes no value of its type). ``rewrite.prepare``
-wraps each guarded call's argument in a test of its runtime type.
+``analyze`` follows the checker's order (target, arguments, then the call; a comprehension's range before its loop)
+over those element types, and returns the calls to guard and the calls cel-go refuses (a variable bound by an
+earlier call passed to a conversion or a relation that takes no value of its type). ``rewrite.prepare`` wraps each
+guarded call's argument in a test of its runtime type.
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ class _Checker:
             return None
         if function == "_[_]" and len(arguments) == 2 and isinstance(arguments[0], ListOf):
             return arguments[0].element
+        if function == "_+_" and len(call.args) == 2:
+            return self._concatenation(node, call.args, arguments)
         if function in OVERLOADS and len(call.args) == 1 and arguments[0] is not None:
             self._narrow(node, function, arguments[0])
         elif function in _RELATIONS and len(call.args) == 2 and any(isinstance(a, str) for a in arguments):
@@ -190,8 +193,31 @@ class _Checker:
         self.analysis.issues.append(Issue(node.id, f"found no matching overload for '{function}' applied to "
                                                    f"'({left}, {right})'"))
 
+    def _concatenation(self, node: Any, operands: Any, tracked: list[GoType | None]) -> GoType | None:
+        """``a + b`` of lists where one is a ``dyn``: cel-go's ``add_list`` (list(T), list(T)) binds ``T`` from the
+        other (``[1] + object.spec.tags`` is a ``list(int)``, its elements ints to every later call), or leaves
+        it free (``[] + object.spec.tags``)."""
+        if any(isinstance(argument, ListOf) for argument in tracked):
+            return next(argument for argument in tracked if isinstance(argument, ListOf))
+        operand_types = [self.types.get(operand.id, "dyn") for operand in operands]
+        if "dyn" not in operand_types:
+            return None
+        other = next(t for t, operand in zip(operand_types, operands, strict=True) if t != "dyn") \
+            if operand_types.count("dyn") == 1 else None
+        if other is None or not other.startswith("list(") or not other.endswith(")"):
+            return None
+        element = other[len("list("):-1]
+        if element == "dyn" or element.startswith("_var") or (len(element) <= 3 and element[:1] == "T"):
+            literal = next(operand for t, operand in zip(operand_types, operands, strict=True) if t != "dyn")
+            if literal.WhichOneof("expr_kind") == "list_expr" and not literal.list_expr.elements:
+                return ListOf(self.fresh())
+            return None
+        return ListOf(element)
+
     def _narrow(self, node: Any, function: str, argument: GoType) -> None:
         parameters = OVERLOADS[function]
+        if isinstance(argument, str) and argument.startswith(("list(", "map(")):
+            argument = argument.split("(", 1)[0]
         if isinstance(argument, Var):
             # The first overload binds the variable; the others then disagree with it.
             self.bindings[argument.number] = parameters[0]

@@ -156,6 +156,11 @@ CASES: list[tuple[str, str, Outcome]] = [
      Error("no such overload: string(map)")),
     ("narrowed calls", "object.spec.nested.flatten().exists(x, int(x) == 1 || string(x) == '1')", Value(True)),
     ("narrowed calls", "object.spec.mixed.distinct().exists(x, int(x) == 1)", Value(True)),
+    ("narrowed calls", "([1] + object.spec.mixed).exists(x, string(x) == 'a')",
+     Error("no such overload: string(string)")),
+    ("narrowed calls", "(object.spec.mixed + [1]).exists(x, string(x) == 'a')",
+     Error("no such overload: string(string)")),
+    ("narrowed calls", "([] + object.spec.mixed).exists(x, string(x) == 'a')", Value(True)),
     ("narrowed calls", "object.spec.nested.flatten().exists(x, string(x) == '1' && x > 0)",
      Refused("found no matching overload for '_>_' applied to '(string, int)'")),
     # resource.Quantity holds a fraction of a binary suffix as an inf.Dec, and "1000m" as int64Amount{1000, -3}:

@@ -135,6 +135,7 @@ WIDGET_ATOMS = (
     "cidr(object.spec.cidr).containsIP(dyn(object.spec.count))",
     "quantity('1').isLessThan(dyn(object.spec.count))",
     "object.spec.nested.flatten() == [1, 2]",
+    "([1] + object.spec.items).exists(x, string(x) == '1')",
 )
 
 #: What a variable may hold, and a boolean atom reading it (``{name}``: the variable's name).
