@@ -34,6 +34,7 @@ QUANTITY_VALUE_FUNCTION = "@staticadm.quantityValue"
 NO_SUCH_OVERLOAD_FUNCTION = "@staticadm.noSuchOverload"
 #: The checked type name of a Kubernetes Quantity.
 _QUANTITY_TYPE = "kubernetes.Quantity"
+_QUANTITY_LIST_TYPE = "list(kubernetes.Quantity)"
 #: Appends a loop that builds a list may make natively; longer ones run in slices of this (``stepping.py``).
 APPEND_SLICE = 256
 STEP_MESSAGE = "@staticadm: evaluated in steps"
@@ -531,9 +532,10 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     #: ``==``/``!=`` nodes and the positions of their operands that are Quantities, found before any is replaced.
     quantity_equalities = {
         node.id: positions for node in ast.walk(result.expr)
-        if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in ("_==_", "_!=_")
-        and (positions := tuple(index for index, operand in enumerate(node.call_expr.args)
-                                if types.get(operand.id) == _QUANTITY_TYPE))}
+        if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in ("_==_", "_!=_", "@in")
+        and (positions := tuple((index, types.get(operand.id) == _QUANTITY_TYPE)
+                                for index, operand in enumerate(node.call_expr.args)
+                                if types.get(operand.id) in (_QUANTITY_TYPE, _QUANTITY_LIST_TYPE)))}
     sized_ids = frozenset(sized)
     weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids, fixed)
                for node in ast.walk(result.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"}
@@ -596,11 +598,18 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 _negated_duration_behind_dyn(node, ids)
             elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
-            for position in quantity_equalities.get(node.id, ()):
-                # A Quantity's payload may carry its representation, which Quantity.Equal does not compare.
+            for position, single in quantity_equalities.get(node.id, ()):
+                # A Quantity's payload may carry its representation, which Quantity.Equal does not compare: a
+                # Quantity, or each of a list of them (list equality and ``in`` compare elements with Equal).
                 operand = ast.Expr()
                 operand.CopyFrom(call_node.args[position])
-                call_node.args[position].CopyFrom(call(ids(), QUANTITY_VALUE_FUNCTION, operand))
+                if single:
+                    compared = call(ids(), QUANTITY_VALUE_FUNCTION, operand)
+                else:
+                    element = call(ids(), QUANTITY_VALUE_FUNCTION, ident(ids(), "@qe"))
+                    compared = _comprehension(ids, "@qe", operand, "@qv", list_of(ids()),
+                                              call(ids(), "_+_", ident(ids(), "@qv"), list_of(ids(), element)))
+                call_node.args[position].CopyFrom(compared)
             if guards and node.id in guards:
                 _guarded(node, guards[node.id], ids)
             if node.id in sized:

@@ -117,6 +117,8 @@ def test_representation_is_apimachinerys(text: str, representation: tuple[str, i
         ("quantity('1000m') == quantity('1')", True),
         ("quantity('1.5Ki') != quantity('1536')", False),
         ("[quantity('1000m')].all(x, x == quantity('1') && !x.isInteger())", True),
+        ("[quantity('1000m')] == [quantity('1')] && quantity('1000m') in [quantity('1')]", True),
+        ("[quantity('1000m'), quantity('2')] != [quantity('1'), quantity('2.0')]", False),
     ],
 )
 def test_representation_decides_as_in_kubernetes(expression: str, value: bool) -> None:

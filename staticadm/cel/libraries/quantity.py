@@ -13,7 +13,8 @@ read that representation: ``1000m``, ``0.0``, ``1.5Ki`` and ``2.0Ki`` are not in
 (``int64Amount{1000, -3}``, ``{0, -1}`` and inf.Decs), and add/sub keep or change it as Go's do. The
 payload carries the representation's kind and scale under ``repr`` where it is not the value's normalized
 one (every factor of ten in the scale); ``==``/``!=`` between operands the checker typed as Quantity
-compare values only (``equality_key``, applied by the rewrite). Quantities inside lists, maps or ``dyn``
+compare values only (``equality_key``, applied by the rewrite; also to each element of a ``list(Quantity)`` under
+``==``, ``!=`` and ``in``). Quantities inside maps or behind ``dyn``
 compared as a whole still compare their payloads. The Format is not kept: no function of the library
 reads it.
 """
