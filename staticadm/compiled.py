@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.admission.match_plan import MatchPlan
 from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, admission_environment, compile_expression
 from staticadm.cel.cost import MAX_EXPRESSION_COST
@@ -312,7 +313,7 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
     validations = []
     for i, validation in enumerate(spec.validations):
         message_program = None
-        if validation.message_expression.strip():
+        if gofmt.trim_space(validation.message_expression):
             message_program = _linked(programs.program(ExpressionKind.MESSAGE_EXPRESSION, i), variables,
                                       mutating=False)
         validations.append(CompiledValidation(

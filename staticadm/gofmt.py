@@ -3,7 +3,7 @@
 One implementation of each: ``strconv.Quote`` (also ``%q``), ``strconv.FormatFloat`` ('g' and 'f',
 shortest), ``%v`` and ``%#v`` of unstructured values (``interface{}`` holding JSON), Go type names of
 such values, the JSON type names ``encoding/json``'s decoding errors use, ``encoding/json.Marshal``,
-``time.ParseDuration`` and cel-go's ``string(duration)``.
+``time.ParseDuration``, cel-go's ``string(duration)`` and ``strings.TrimSpace``.
 Each function cites the Go source it follows.
 """
 
@@ -15,6 +15,17 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
+
+#: Go's ``unicode.IsSpace`` (unicode/graphic.go: the Latin-1 spaces, then the White_Space property), what
+#: ``strings.TrimSpace`` strips. Python's ``str.strip()`` also strips U+001C..U+001F, which Go keeps.
+GO_SPACE = "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+           "\u2028\u2029\u202f\u205f\u3000"
+
+
+def trim_space(text: str) -> str:
+    """Go's ``strings.TrimSpace``."""
+    return text.strip(GO_SPACE)
+
 
 _SIMPLE_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
 

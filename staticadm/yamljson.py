@@ -9,12 +9,17 @@ through here, so each gets the same guarantees:
   orjson), so it stops at :data:`MAX_DEPTH`, before anything recursive has seen the text: YAML is built
   from libyaml's event stream (a state machine; PyYAML's composer, which recurses in C and overflows the
   stack near 30,000 levels, is never used), JSON is measured by a scan that does not recurse.
-- **Aliases.** A document may not expand past :data:`MAX_EXPANDED_NODES` nodes or
-  :data:`MAX_ALIAS_EXPANSION_RATIO` times its own size ("billion laughs"), and may not refer to itself.
+- **Aliases.** go-yaml v2's rule (decode.go ``allowedAliasRatio``): once more than 1,000 nodes were decoded
+  and more than 100 of them through aliases, aliases may have made at most 99% of them (less for documents
+  past 400,000 decodes), else "document contains excessive aliasing" ("billion laughs"); a document may
+  not refer to itself, nor expand past :data:`MAX_EXPANDED_NODES` nodes (staticadm's own bound).
 - **Scalars as kube-apiserver reads them**: go-yaml v2's resolution (``y``/``n``/``on``/``off`` are
   booleans, ``1:30`` is text, ``1e3`` and ``0o17`` are numbers) and sigs.k8s.io/yaml's conversion to JSON
-  (:mod:`staticadm.yamlresolve`): timestamps stay text, merge keys (``<<``) apply, map keys become strings,
-  duplicate keys are an error (strict decoding).
+  (:mod:`staticadm.yamlresolve`): timestamps stay text, merge keys (``<<``) apply, map keys become strings.
+  Strict decoding refuses a key set twice in one map as go-yaml holds it (typed: ``y`` is the bool true,
+  ``"true"`` a string), merged keys included (``<<`` into a map that has the key, two merged maps sharing
+  one); keys that only meet as JSON strings load, the later in the document kept (kube-apiserver keeps either:
+  sigs.k8s.io/yaml ranges over a Go map).
 - **Errors** are :class:`ParseError` naming the line and column (of the whole text, so they locate the
   document of a stream too), never a ``RecursionError`` or PyYAML's ``<unicode string>``.
 """
@@ -47,11 +52,22 @@ from staticadm.yamlresolve import MERGE_TAG, Resolved, ResolveError, go_key_text
 #: as copy.deepcopy does), beside their callers' frames. Real objects nest a few dozen levels.
 MAX_DEPTH = 400
 KUBERNETES_MAX_DEPTH = 10_000
-#: Above this many nodes after alias expansion a document is refused outright.
+#: Above this many nodes after alias expansion a document is refused outright (staticadm's bound; go-yaml's alias
+#: ratio lets a multi-megabyte document expand further).
 MAX_EXPANDED_NODES = 1_000_000
-#: Aliases may not multiply a document by more than this factor (plus some slack for small files).
-MAX_ALIAS_EXPANSION_RATIO = 10
-ALIAS_EXPANSION_SLACK = 10_000
+#: go-yaml v2 decode.go: the alias ratio scales from 99% to 10% between these decode counts.
+_ALIAS_RATIO_RANGE_LOW = 400_000
+_ALIAS_RATIO_RANGE_HIGH = 4_000_000
+EXCESSIVE_ALIASING = "yaml: document contains excessive aliasing"
+
+
+def allowed_alias_ratio(decodes: int) -> float:
+    """go-yaml v2's ``allowedAliasRatio``."""
+    if decodes <= _ALIAS_RATIO_RANGE_LOW:
+        return 0.99
+    if decodes >= _ALIAS_RATIO_RANGE_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * ((decodes - _ALIAS_RATIO_RANGE_LOW) / (_ALIAS_RATIO_RANGE_HIGH - _ALIAS_RATIO_RANGE_LOW))
 
 
 class ParseError(ValueError):
@@ -214,13 +230,17 @@ def _another_document(loader: _Loader) -> None:
 class _Collection:
     """A map or list being built, with what its alias accounting and depth checks need."""
 
-    __slots__ = ("anchor", "first_node", "height", "key", "key_line", "key_shown", "merged", "state", "value")
+    __slots__ = ("anchor", "entries", "first_built", "first_decode", "go_keys", "height", "key", "key_identity",
+                 "key_line", "key_shown", "state", "value")
 
-    def __init__(self, value: dict[str, Any] | list[Any], anchor: str | None, first_node: int) -> None:
+    def __init__(self, value: dict[str, Any] | list[Any], anchor: str | None, first_decode: int,
+                 first_built: int) -> None:
         self.value = value
         self.anchor = anchor
-        #: The document's node count when this collection started: its size is the count at its end less this.
-        self.first_node = first_node
+        #: The nodes built before this collection (its own count included at its end).
+        self.first_built = first_built
+        #: go-yaml's decode count before this collection: its decodes are the count at its end less this.
+        self.first_decode = first_decode
         #: Levels below this one (0 while it holds only scalars).
         self.height = 0
         #: For maps: 0 expecting a key, 1 expecting the key's value, 2 expecting a merge key's value.
@@ -229,7 +249,15 @@ class _Collection:
         self.key_line = 0
         #: The key as go-yaml's duplicate-key error shows it (Go's %#v of the resolved key).
         self.key_shown = ""
-        self.merged: dict[str, Any] | None = None
+        #: The key as go-yaml's map holds it: its Go type and value.
+        self.key_identity: tuple[str, Any] = ("", None)
+        #: For maps: the keys set so far as go-yaml holds them, and every entry set (what a merge of it sets).
+        self.go_keys: set[tuple[str, Any]] = set()
+        self.entries: list[_Entry] = []
+
+
+#: A map entry as go-yaml sets it: the key's Go identity, its %#v, its JSON key and the line of its value.
+_Entry = tuple[tuple[str, Any], str, str, int]
 
 
 class _DocumentBuilder:
@@ -240,12 +268,15 @@ class _DocumentBuilder:
         self._loader = loader
         self._text_length = text_length
         self._stack: list[_Collection] = []
-        #: Anchor name -> (value, node count, height) of the anchored node, once it is complete; a scalar's
-        #: value is its :class:`Resolved`, converted where it is used (as a key or as a value).
-        self._anchors: dict[str, tuple[Any, int, int]] = {}
-        #: Nodes in the document as written, and as built (aliases expanded).
-        self._written = 0
+        #: Anchor name -> (value, go-yaml decodes, nodes built, height) of the anchored node, once it is complete;
+        #: a scalar's value is its :class:`Resolved`, converted where it is used (as a key or as a value).
+        self._anchors: dict[str, tuple[Any, int, int, int]] = {}
+        #: go-yaml's decode counts (decode.go ``decodeCount``, ``aliasCount``) and the nodes built.
+        self._decodes = 0
+        self._alias_decodes = 0
         self._built = 0
+        #: The entries of every map built (by id: aliases of a map are copies with its entries), for merges.
+        self._entries: dict[int, list[_Entry]] = {}
 
     def build(self) -> Any:
         try:
@@ -270,14 +301,15 @@ class _DocumentBuilder:
                 expects_key = self._expects_key()
                 # decode.go's isMerge: a plain "<<" or one tagged !!merge, as a map key.
                 if expects_key and event.value == "<<" and (plain or tag == MERGE_TAG):
+                    # go-yaml decodes the merge key's value into the map, never the key itself.
                     self._stack[-1].state = 2
-                    self._count(1, 1)
                     continue
                 resolved = self._resolve(event, tag, plain)
                 value, height = self._converted(resolved, event, as_key=expects_key), 0
-                self._count(1, 1)
+                self._decodes += 1
+                self._count(1)
                 if event.anchor is not None:
-                    self._anchors[event.anchor] = (resolved, 1, 0)
+                    self._anchors[event.anchor] = (resolved, 1, 1, 0)
             elif kind is MappingStartEvent or kind is SequenceStartEvent:
                 self._open(event, {} if kind is MappingStartEvent else [])
                 continue
@@ -293,16 +325,12 @@ class _DocumentBuilder:
                 self._add(value, height, event)
             else:
                 root = value
-        if self._built > self._written * MAX_ALIAS_EXPANSION_RATIO + ALIAS_EXPANSION_SLACK:
-            raise _DecodeError(f"invalid YAML: aliases expand {self._written} nodes to {self._built}, "
-                             f"more than {MAX_ALIAS_EXPANSION_RATIO} times the document (alias bomb?)")
         return root
 
     def _expects_key(self) -> bool:
         return bool(self._stack) and self._stack[-1].state == 0 and isinstance(self._stack[-1].value, dict)
 
-    def _count(self, written: int, built: int) -> None:
-        self._written += written
+    def _count(self, built: int) -> None:
         self._built += built
         if self._built > MAX_EXPANDED_NODES:
             raise _DecodeError(f"invalid YAML: document expands to more than {MAX_EXPANDED_NODES} nodes")
@@ -318,7 +346,9 @@ class _DocumentBuilder:
         """A scalar as sigs.k8s.io/yaml writes it: a JSON object key (text) or a JSON value."""
         try:
             if as_key:
-                self._stack[-1].key_shown = go_key_text(resolved)
+                collection = self._stack[-1]
+                collection.key_shown = go_key_text(resolved)
+                collection.key_identity = (type(resolved.value).__name__, resolved.value)
                 return json_key(resolved)
             return json_value(resolved)
         except ResolveError as error:
@@ -328,41 +358,59 @@ class _DocumentBuilder:
     def _open(self, event: Event, value: dict[str, Any] | list[Any]) -> None:
         if len(self._stack) >= MAX_DEPTH:
             raise ParseError(f"invalid YAML: {_too_deep(*_position(event)[:2])}")
-        self._count(1, 1)
-        self._stack.append(_Collection(value, event.anchor, self._built))  # type: ignore[attr-defined]
+        self._count(1)
+        self._stack.append(_Collection(value, event.anchor, self._decodes, self._built))  # type: ignore[attr-defined]
+        self._decodes += 1
 
     def _close(self) -> tuple[Any, int]:
         collection = self._stack.pop()
         value = collection.value
-        if isinstance(value, dict) and collection.merged:
-            # Explicit keys win over merged ones, which come first.
-            value = {**{k: v for k, v in collection.merged.items() if k not in value}, **value}
+        if isinstance(value, dict):
+            self._entries[id(value)] = collection.entries
         height = collection.height + 1
         if collection.anchor is not None:
-            self._anchors[collection.anchor] = (value, self._built - collection.first_node + 1, height)
+            self._anchors[collection.anchor] = (value, self._decodes - collection.first_decode,
+                                                self._built - collection.first_built + 1, height)
         return value, height
 
     def _alias(self, event: AliasEvent) -> tuple[Any, int]:
-        line, column, index = _position(event)
+        line, column, _ = _position(event)
         where = f"line {line}, column {column}"
         found = self._anchors.get(event.anchor)  # type: ignore[arg-type]
         if found is None:
             if any(collection.anchor == event.anchor for collection in self._stack):
                 raise ParseError(f"invalid YAML: {where}: recursive alias")
             raise ParseError(f"invalid YAML: {where}: found undefined alias {event.anchor!r}")
-        value, size, height = found
+        value, decodes, size, height = found
+        # go-yaml decodes the alias node, then the anchored node's every node again, through the alias; its
+        # ratio only grows while an alias is expanded, so checking after each one is checking after each node.
+        self._decodes += 1 + decodes
+        self._alias_decodes += decodes
+        if (self._alias_decodes > 100 and self._decodes > 1000
+                and self._alias_decodes / self._decodes > allowed_alias_ratio(self._decodes)):
+            raise _DecodeError(f"{EXCESSIVE_ALIASING} (at line {line}, column {column}: aliases made "
+                               f"{self._alias_decodes} of the {self._decodes} nodes decoded; alias bomb?)")
         if isinstance(value, Resolved):
             return self._converted(value, event, as_key=self._expects_key()), 0
         if len(self._stack) + height > MAX_DEPTH:
             raise ParseError(f"invalid YAML: {_too_deep(line, column)}")
-        # Refused before the copy when even the rest of the text could not bring the document up to the
-        # allowed ratio (no node takes less than half a character), so a bomb costs nothing to refuse.
-        most_written = self._written + 1 + 2 * (self._text_length - index)
-        if self._built + size > most_written * MAX_ALIAS_EXPANSION_RATIO + ALIAS_EXPANSION_SLACK:
-            raise _DecodeError(f"invalid YAML: {where}: aliases expand the document to more than "
-                               f"{MAX_ALIAS_EXPANSION_RATIO} times its size (alias bomb?)")
-        self._count(1, size)
-        return copy_json(value), height
+        self._count(size)
+        copied = copy_json(value)
+        self._register_copies(value, copied)
+        return copied, height
+
+    def _register_copies(self, original: Any, copied: Any) -> None:
+        """The entries of every map of an alias's copy are those of the map it copies (merges read them)."""
+        pending = [(original, copied)]
+        while pending:
+            source, target = pending.pop()
+            if isinstance(source, dict):
+                if id(source) in self._entries:
+                    self._entries[id(target)] = self._entries[id(source)]
+                pending.extend((source[key], target[key]) for key in source if isinstance(source[key], dict | list))
+            elif isinstance(source, list):
+                pending.extend((item, target[index]) for index, item in enumerate(source)
+                               if isinstance(item, dict | list))
 
     def _add(self, value: Any, height: int, event: Event) -> None:
         collection = self._stack[-1]
@@ -378,32 +426,36 @@ class _DocumentBuilder:
             collection.key_line = _position(event)[0]
             collection.state = 1
         elif collection.state == 2:
-            collection.merged = {**(collection.merged or {}), **_merge_sources(value)}
+            # decode.go merge: each merged map (a list's from its last) is decoded into this one, key by key.
+            for source in reversed(value) if isinstance(value, list) else [value]:
+                if not isinstance(source, dict):
+                    raise _DecodeError("invalid YAML: map merge requires map or sequence of maps as the value")
+                for identity, shown, key, line in self._entries.get(id(source), ()):
+                    self._set(collection, identity, shown, key, line, copy_json(source[key]))
             collection.state = 0
         else:
-            key = collection.key
-            if key in container:
-                raise _DecodeError(f"yaml: unmarshal errors:\n  line {collection.key_line}: "
-                                   f"key {collection.key_shown} already set in map")
-            container[key] = value
+            self._set(collection, collection.key_identity, collection.key_shown, collection.key,
+                      _position(event)[0] if not isinstance(value, dict | list) else collection.key_line, value)
             collection.state = 0
+
+    @staticmethod
+    def _set(collection: _Collection, identity: tuple[str, Any], shown: str, key: str, line: int,
+             value: Any) -> None:
+        """decode.go ``setMapIndex`` under strict decoding: a key go-yaml's map already holds is an error; keys
+        that only meet as JSON strings are two keys there, and the later one stays here."""
+        if identity in collection.go_keys:
+            raise _DecodeError(f"yaml: unmarshal errors:\n  line {line}: key {shown} already set in map")
+        collection.go_keys.add(identity)
+        collection.entries.append((identity, shown, key, line))
+        assert isinstance(collection.value, dict)
+        collection.value.pop(key, None)
+        collection.value[key] = value
 
 
 def _position(event: Event) -> tuple[int, int, int]:
     """Line and column (1-based) and character index where an event starts."""
     mark = event.start_mark
     return (mark.line + 1, mark.column + 1, mark.index) if mark is not None else (0, 0, 0)
-
-
-def _merge_sources(value: Any) -> dict[str, Any]:
-    """A merge key's value: one map, or a list of maps where earlier ones take precedence."""
-    sources = value if isinstance(value, list) else [value]
-    merged: dict[str, Any] = {}
-    for source in reversed(sources):
-        if not isinstance(source, dict):
-            raise _DecodeError("invalid YAML: map merge requires map or sequence of maps as the value")
-        merged.update(source)
-    return merged
 
 
 def _shown_key(key: Any) -> str:

@@ -97,9 +97,16 @@ def test_each_alias_is_a_value_of_its_own() -> None:
 def test_yaml_becomes_json_as_sigs_k8s_io_yaml_converts_it() -> None:
     assert parse_yaml("t: 2024-01-01T00:00:00Z\nd: 2024-01-01\n1: one\ntrue: yes\n'null': ~\n") == {
         "t": "2024-01-01T00:00:00Z", "d": "2024-01-01", "1": "one", "true": True, "null": None}
-    # Merge keys: explicit keys win, earlier maps of a merge list win over later ones.
-    assert parse_yaml("b: &b {x: 1, w: 1}\nc: &c {w: 2, z: 2}\nm:\n  <<: [*b, *c]\n  x: 3\n")["m"] == {
-        "w": 1, "z": 2, "x": 3}
+    # Merge keys set the merged maps' keys into the map (a merge list's from its last); under strict decoding a key
+    # set twice is an error, explicit or merged (go-yaml v2 decode.go merge + setMapIndex, as kube-apiserver loads).
+    assert parse_yaml("b: &b {x: 1, w: 1}\nc: &c {z: 2}\nm:\n  <<: [*b, *c]\n  v: 3\n")["m"] == {
+        "w": 1, "x": 1, "z": 2, "v": 3}
+    with pytest.raises(ParseError, match='line 4: key "message" already set in map'):
+        parse_yaml("a: &a {message: x}\nb:\n  <<: *a\n  message: y\n")
+    with pytest.raises(ParseError, match='line 1: key "w" already set in map'):
+        parse_yaml("b: &b {x: 1, w: 1}\nc: &c {w: 2, z: 2}\nm:\n  <<: [*b, *c]\n")
+    # Keys that only meet as JSON strings are two keys to go-yaml: they load (the later one is kept).
+    assert parse_yaml("m: {y: '1', 'true': '1', 1: a, '1': b}\n")["m"] == {"true": "1", "1": "b"}
     # "<<" anywhere but a map key is text, as go-yaml decodes it.
     assert parse_yaml("a: <<\nb: [<<]\n") == {"a": "<<", "b": ["<<"]}
     with pytest.raises(ParseError, match='line 2: key "a" already set in map'):

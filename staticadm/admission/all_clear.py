@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from staticadm import gofmt
 from staticadm.bounded import keep_bounded
 from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
@@ -293,7 +294,7 @@ def _read(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy], answe
             if value.__class__ is not str:
                 # Not a string or null: an error of the exact evaluation's to report.
                 return None
-            if trimmed := value.strip():
+            if trimmed := gofmt.trim_space(value):
                 published.append((key, trimmed))
         found.append(PolicyClear(None, tuple(published)))
     return found

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.admission.activation import RequestActivations
 from staticadm.admission.expressions import evaluate_match_conditions, run_program
 from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
@@ -139,7 +140,7 @@ def validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource,
             elif value is None:
                 audit.append(AuditResult(annotation.key, AuditAnnotationAction.EXCLUDE))
             elif isinstance(value, str):
-                trimmed = value.strip()
+                trimmed = gofmt.trim_space(value)
                 audit.append(AuditResult(annotation.key, AuditAnnotationAction.PUBLISH, trimmed) if trimmed
                              else AuditResult(annotation.key, AuditAnnotationAction.EXCLUDE))
             else:
@@ -173,13 +174,13 @@ def _decisions(compiled: CompiledValidatingPolicy, outcomes: list[tuple[Any, Exp
         message = ""
         result = messages[index] if messages is not None else None
         if isinstance(result, str):
-            candidate = result.strip()
+            candidate = gofmt.trim_space(result)
             if len(candidate.encode()) <= MAX_MESSAGE_EXPRESSION_BYTES and "\n" not in candidate:
                 message = candidate
         if not message and spec.message:
-            message = spec.message.strip()
+            message = gofmt.trim_space(spec.message)
         if not message:
-            message = f"failed expression: {spec.expression.strip()}"
+            message = f"failed expression: {gofmt.trim_space(spec.expression)}"
         decisions.append(PolicyDecision(DecisionAction.DENY, DecisionEvaluation.DENY, message, spec.reason or "Invalid",
                                         index))
     return decisions

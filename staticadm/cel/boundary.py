@@ -36,9 +36,7 @@ def guard(checked: Any, python_functions: frozenset[str]) -> int:
             continue
         operands = ([node.call_expr.target] if node.call_expr.HasField("target") else []) + list(node.call_expr.args)
         if any(operand.id in tainted for operand in operands):
-            message = ast.Expr(id=node.id + (1 << 40))
-            message.const_expr.string_value = MESSAGE.format(function=function)
-            node.CopyFrom(call(node.id, linking.FAIL_FUNCTION, message))
+            node.CopyFrom(_refused(node.id, function, operands))
             # The checked call's overload must go with it: a reference left behind reads as a call of the
             # replaced function on the message, which constant folding turned into a value (url('...') a URL
             # whose getHost() was "").
@@ -46,6 +44,29 @@ def guard(checked: Any, python_functions: frozenset[str]) -> int:
                 del checked.reference_map[node.id]
             replaced += 1
     return replaced
+
+
+def _refused(node_id: int, function: str, operands: list[Any]) -> Any:
+    """The call's replacement: its operands are evaluated first, natively (as a list literal), so one that fails
+    gives its own error as in cel-go (``ip(oldObject.spec.?ip.orValue(''))`` without ``oldObject``: ``no such key:
+    spec``); only then the error naming the function."""
+    # Ids no other node has: above any the expression uses, 1024 for each replaced call.
+    fresh = iter(range((1 << 40) + node_id * 1024, (1 << 40) + (node_id + 1) * 1024))
+
+    def failure() -> Any:
+        message = ast.Expr(id=next(fresh))
+        message.const_expr.string_value = MESSAGE.format(function=function)
+        return call(next(fresh), linking.FAIL_FUNCTION, message)
+
+    if not operands:
+        return call(node_id, linking.FAIL_FUNCTION, failure().call_expr.args[0])
+    evaluated = ast.Expr(id=next(fresh))
+    for operand in operands:
+        evaluated.list_expr.elements.add().CopyFrom(operand)
+    count = ast.Expr(id=next(fresh))
+    count.const_expr.int64_value = len(operands)
+    evaluated_all = call(next(fresh), "_==_", call(next(fresh), "size", evaluated), count)
+    return call(node_id, "_?_:_", evaluated_all, failure(), failure())
 
 
 def _may_hold_optional(type_name: str) -> bool:

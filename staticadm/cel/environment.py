@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from staticadm.cel import (
     lexer,
     linking,
     messages,
+    narrowing,
     optional_results,
     reads,
     rewrite,
@@ -49,7 +51,7 @@ from staticadm.cel.evaluation import (
     runtime_error,
     to_python,
 )
-from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros
+from staticadm.cel.libraries import BASE_LIBRARIES, MUTATION_LIBRARIES, macros, quantity
 from staticadm.cel.libraries.spec import Function, OpaqueType, Overload
 from staticadm.cel.schema_types import ADMISSION_REQUEST_TYPE, NAMESPACE_TYPE, KindType, admission_pool
 from staticadm.cel.types import parse_type, runtime_kind
@@ -412,6 +414,7 @@ class CelEnvironment:
             for suffix, params in _concrete_parameter_types(first.params, opaque_names):
                 engine_overloads.append(cel.Overload(first.overload_id + suffix, result, params,
                                                      is_member=first.member, impl=impl))
+        engine_overloads.extend(_refusing_overloads(function, opaque_names))
         return cel.FunctionDecl(function.name, engine_overloads)
 
     def _typed_runtime_decls(self, functions: Sequence[Function],
@@ -453,6 +456,10 @@ class CelEnvironment:
         def fail(message: str) -> bool:
             raise ValueError(message)
 
+        def no_such_overload(function: str, argument: Any) -> bool:
+            # cel-go's guarded overload (common/decls MaybeNoSuchOverload) names the function and the argument's type.
+            raise ValueError(f"no such overload: {function}({string_format.type_name(argument)})")
+
         def map_insert_entry(target: dict[Any, Any], key: Any, value: Any) -> dict[Any, Any]:
             if key in target:
                 raise ValueError(f"insert failed: key {key!r} already exists")
@@ -491,6 +498,11 @@ class CelEnvironment:
                 for suffix, params in _concrete_parameter_types(("int", "dyn", "dyn", "list(dyn)"), frozenset())
                 if params[1] in (T.LIST, T.MAP)
             ]),
+            cel.FunctionDecl(rewrite.NO_SUCH_OVERLOAD_FUNCTION, [
+                cel.Overload("staticadm_no_such_overload" + suffix, T.BOOL, params, impl=no_such_overload)
+                for suffix, params in _concrete_parameter_types(("string", "dyn"), frozenset())]),
+            cel.FunctionDecl(rewrite.QUANTITY_VALUE_FUNCTION, [
+                cel.Overload("staticadm_quantity_value", T.MAP, [T.MAP], impl=quantity.equality_key)]),
             cel.FunctionDecl(
                 rewrite.RANGE_GUARD_FUNCTION, [cel.Overload("staticadm_range_guard", T.INT, [T.INT], impl=range_guard)]
             ),
@@ -602,6 +614,7 @@ class CelEnvironment:
         except DecodeError:
             return CompileError(AST_DEPTH_MESSAGE)
         typed_variables.restore_selections(checked, typed.names)
+        narrowed = narrowing.analyze(checked)
         issues = [
             *validators.check_homogeneous_literals(checked),
             *validators.check_flatten_targets(checked),
@@ -612,6 +625,7 @@ class CelEnvironment:
             *(validators.check_undeclared(checked, "authorizer") if kind is ExpressionKind.MESSAGE_EXPRESSION
               else ()),
             *(validators.Issue(issue.node_id, issue.message) for issue in string_format.validate_format_calls(checked)),
+            *narrowed.issues,
         ]
         if issues:
             rendered = []
@@ -635,7 +649,7 @@ class CelEnvironment:
         boundary.guard(checked, self._python_functions)
         prepared = rewrite.prepare(checked, opaque_types=frozenset(self.opaque_types), null_variables=null_variables,
                                    owner=declaration_index, typed_calls=self._typed_calls, foldable=self._foldable,
-                                   struct_literals=self._fold_literals)
+                                   struct_literals=self._fold_literals, guards=narrowed.guards)
         try:
             program = self._runtime.deserialize(ast.encode(prepared.checked))
         except RuntimeError as error:
@@ -852,6 +866,49 @@ def _concrete_parameter_types(params: Sequence[str], opaque_names: frozenset[str
             parsed = parse_type(param, opaque_names, runtime=True)
             variants = [(suffix, [*types, parsed]) for suffix, types in variants]
     return variants
+
+
+def _kinds(param: str, opaque_names: frozenset[str]) -> tuple[str, ...]:
+    """The ``_CONCRETE_KINDS`` names of the runtime values a declared parameter takes."""
+    kind = runtime_kind(param, opaque_names)
+    if kind == "DYN":
+        return tuple(name for name, _ in _CONCRETE_KINDS)
+    return ({"list": "list", "map": "map", "NULL": "null"}.get(kind) or kind.lower(),)
+
+
+def _refusing_overloads(function: Function, opaque_names: frozenset[str]) -> list[cel.Overload]:
+    """For a function with a Kubernetes value among its parameters (carried as a map), overloads taking a map there
+    with every combination of the other arguments' kinds it has no overload for, refusing them in Python, which
+    sees the value's type: ``no such overload: containsIP(net.CIDR, int)`` as cel-go words it, where the engine
+    would name the map. Arguments holding optional values never get here (``boundary``)."""
+    declared = [o for o in function.overloads if o.overload_id not in _STANDARD_OVERLOAD_IDS]
+    covered: set[tuple[bool, tuple[str, ...]]] = set()
+    shapes: set[tuple[bool, tuple[bool, ...]]] = set()
+    for overload in declared:
+        kinds = [_kinds(param, opaque_names) for param in overload.params]
+        covered.update((overload.member, combination) for combination in itertools.product(*kinds))
+        opaque = tuple(param.strip() in opaque_names for param in overload.params)
+        if any(opaque):
+            shapes.add((overload.member, opaque))
+    names = dict(_CONCRETE_KINDS)
+
+    def refuse(*args: Any) -> Any:
+        raise ValueError(f"no such overload: {function.name}("
+                         f"{', '.join(string_format.type_name(arg) for arg in args)})")
+
+    refusing = []
+    for member, opaque in sorted(shapes):
+        # The first Kubernetes value stays a map (the receiver, mostly); every other argument takes any kind.
+        first = opaque.index(True)
+        choices = [("map",) if position == first else tuple(names) for position in range(len(opaque))]
+        for combination in itertools.product(*choices):
+            if (member, combination) in covered:
+                continue
+            covered.add((member, combination))
+            refusing.append(cel.Overload(f"staticadm_refuse_{function.name}_{'_'.join(combination)}"
+                                         f"{'_member' if member else ''}", cel.Type.BOOL,
+                                         [names[kind] for kind in combination], is_member=member, impl=refuse))
+    return refusing
 
 
 def _dispatching_impl(name: str, overloads: Sequence[Overload],

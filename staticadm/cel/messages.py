@@ -102,6 +102,8 @@ def _no_overload(call: str) -> str:
     if receiver is not None:
         types.insert(0, receiver.strip())
     function = match.group("function")
+    if function in _LIST_EXTENSION_TEXTS and types:
+        return _LIST_EXTENSION_TEXTS[function]([_TYPE_NAMES.get(t, t) for t in types])
     if function in _SINGLETONS:
         if types and (types[0] in _SINGLETONS[function] or types[0] in _RECEIVERS):
             return "no such overload"
@@ -109,6 +111,43 @@ def _no_overload(call: str) -> str:
     if function.startswith("@") or function.startswith("_") or function.startswith("!") or function in _SELF_CHECKED:
         return "no such overload"
     return f"no such overload: {function}({', '.join(_TYPE_NAMES.get(t, t) for t in types)})"
+
+
+#: cel-go's Type.String() of a value's runtime type, where it is not the type's name (``%v`` of ``arg.Type()``).
+_TYPE_STRINGS = {"map": "map(dyn, dyn)", "list": "list(dyn)"}
+#: The Go types of cel-go's values, as a failed interface conversion names them.
+_GO_TYPES = {"null_type": "types.Null", "string": "types.String", "int": "types.Int", "uint": "types.Uint",
+             "double": "types.Double", "bool": "types.Bool", "bytes": "types.Bytes", "map": "*types.baseMap",
+             "google.protobuf.Duration": "types.Duration", "duration": "types.Duration",
+             "google.protobuf.Timestamp": "types.Timestamp", "timestamp": "types.Timestamp"}
+#: Types among those that have ``Add`` (traits.Adder), the first method of traits.Lister Go finds missing.
+_ADDERS = frozenset({"string", "int", "uint", "double", "bytes", "google.protobuf.Duration", "duration",
+                     "google.protobuf.Timestamp", "timestamp"})
+
+
+def _flatten_text(types: list[str]) -> str:
+    """cel-go v0.29 ext/lists.go checks flatten's operands itself (its type guards are off): the receiver must be a
+    list (``no such overload: int.flatten()``), and a depth that is not an int panics in a type assertion."""
+    receiver, *rest = types
+    if receiver == "list" and rest:
+        return f"internal error: interface conversion: ref.Val is {_GO_TYPES.get(rest[0], rest[0])}, not types.Int"
+    arguments = ", ".join(_TYPE_STRINGS.get(t, t) for t in rest)
+    return f"no such overload: {_TYPE_STRINGS.get(receiver, receiver)}.flatten({arguments})"
+
+
+def _sort_text(types: list[str]) -> str:
+    # ext/lists.go's sort runs behind the traits.Lister trait: a string answers the call itself (bare text).
+    return "no such overload" if types[0] in _RECEIVERS else "no such overload: sort"
+
+
+def _distinct_text(types: list[str]) -> str:
+    # ext/lists.go's distinct asserts traits.Lister unchecked; kube-apiserver recovers the panic.
+    missing = "Contains" if types[0] in _ADDERS else "Add"
+    return (f"internal error: interface conversion: {_GO_TYPES.get(types[0], types[0])} is not traits.Lister: "
+            f"missing method {missing}")
+
+
+_LIST_EXTENSION_TEXTS = {"flatten": _flatten_text, "sort": _sort_text, "distinct": _distinct_text}
 
 
 #: The binding quotes Python reprs (with heap addresses and values) in some errors: never pass them on.

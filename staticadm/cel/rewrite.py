@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from staticadm.cel import ast, cost, structs
+from staticadm.cel import ast, cost, narrowing, structs
 from staticadm.cel.string_format import BOOL_KEY_PREFIX, DURATION_PREFIX
 from staticadm.cel.values import TYPE_TAG
 
@@ -28,6 +28,13 @@ RANGE_GUARD_FUNCTION = "@staticadm.rangeGuard"
 #: ``@staticadm.direct()``: whether a loop that builds a list longer than ``APPEND_SLICE`` runs natively
 #: (see ``stepping.py``).
 DIRECT_FUNCTION = "@staticadm.direct"
+#: What ``==``/``!=`` compare of an operand the checker typed as a Quantity (``quantity.equality_key``).
+QUANTITY_VALUE_FUNCTION = "@staticadm.quantityValue"
+#: ``no such overload: <function>(<argument's type>)``, raised for a call cel-go narrowed to another overload.
+NO_SUCH_OVERLOAD_FUNCTION = "@staticadm.noSuchOverload"
+#: The checked type name of a Kubernetes Quantity.
+_QUANTITY_TYPE = "kubernetes.Quantity"
+_QUANTITY_LIST_TYPE = "list(kubernetes.Quantity)"
 #: Appends a loop that builds a list may make natively; longer ones run in slices of this (``stepping.py``).
 APPEND_SLICE = 256
 STEP_MESSAGE = "@staticadm: evaluated in steps"
@@ -477,7 +484,8 @@ def _make_type_constant(node: Any, type_name: str) -> None:
 def prepare(checked: Any, *, opaque_types: frozenset[str],
             null_variables: frozenset[str] = frozenset(), owner: int = BODY_OWNER,
             typed_calls: Mapping[str, str] | None = None,
-            foldable: Mapping[str, Callable[[str], Any]] | None = None, struct_literals: bool = True) -> Prepared:
+            foldable: Mapping[str, Callable[[str], Any]] | None = None, struct_literals: bool = True,
+            guards: Mapping[int, narrowing.Guard] | None = None) -> Prepared:
     """The runtime form of a checked expression.
 
     ``null_variables`` are always null for this kind of expression (match conditions never see
@@ -488,7 +496,8 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     ``foldable`` maps overload ids of Kubernetes value constructors (``quantity('1Gi')``, ``ip(...)``,
     ``cidr``, ``url``, ``semver``) to their Python implementation: a call of one on a string literal is
     made now and replaced by its value (see ``_folded``). ``struct_literals`` turns ``Object``/``JSONPatch``
-    creations into map literals (see ``_struct_literal``).
+    creations into map literals (see ``_struct_literal``). ``guards`` are the calls cel-go runs as one
+    overload (``narrowing.analyze``): each is made to fail for an argument of another type (``_guarded``).
     """
     result = ast.CheckedExpr()
     result.CopyFrom(checked)
@@ -520,6 +529,13 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             fixed[node.id] = cost.charge_amount(how.charge, tuple(size or 0 for size in literal_sizes)) + how.extra
         else:
             sized[node.id] = how
+    #: ``==``/``!=`` nodes and the positions of their operands that are Quantities, found before any is replaced.
+    quantity_equalities = {
+        node.id: positions for node in ast.walk(result.expr)
+        if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in ("_==_", "_!=_", "@in")
+        and (positions := tuple((index, types.get(operand.id) == _QUANTITY_TYPE)
+                                for index, operand in enumerate(node.call_expr.args)
+                                if types.get(operand.id) in (_QUANTITY_TYPE, _QUANTITY_LIST_TYPE)))}
     sized_ids = frozenset(sized)
     weights = {node.id: cost.iteration_cost(node.comprehension_expr, function_of, sized_ids, fixed)
                for node in ast.walk(result.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"}
@@ -582,6 +598,20 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 _negated_duration_behind_dyn(node, ids)
             elif call_node.function == "lists.range" and len(call_node.args) == 1:
                 call_node.args[0].CopyFrom(call(ids(), RANGE_GUARD_FUNCTION, call_node.args[0]))
+            for position, single in quantity_equalities.get(node.id, ()):
+                # A Quantity's payload may carry its representation, which Quantity.Equal does not compare: a
+                # Quantity, or each of a list of them (list equality and ``in`` compare elements with Equal).
+                operand = ast.Expr()
+                operand.CopyFrom(call_node.args[position])
+                if single:
+                    compared = call(ids(), QUANTITY_VALUE_FUNCTION, operand)
+                else:
+                    element = call(ids(), QUANTITY_VALUE_FUNCTION, ident(ids(), "@qe"))
+                    compared = _comprehension(ids, "@qe", operand, "@qv", list_of(ids()),
+                                              call(ids(), "_+_", ident(ids(), "@qv"), list_of(ids(), element)))
+                call_node.args[position].CopyFrom(compared)
+            if guards and node.id in guards:
+                _guarded(node, guards[node.id], ids)
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map,
                               boolean=types.get(node.id) == "bool")
@@ -755,6 +785,19 @@ def _negated_duration_behind_dyn(node: Any, ids: Ids) -> None:
     wrapped = bind(ids, name, operand, negated)
     wrapped.id = node.id
     node.CopyFrom(wrapped)
+
+
+def _guarded(node: Any, guard: narrowing.Guard, ids: Ids) -> None:
+    """``f(x)`` that cel-go runs as the one overload taking ``guard.parameter``: its argument becomes
+    ``bind(g, x, type(g) == <parameter> ? g : <no such overload: f(type of g)>)``, so ``f`` sees either a value
+    its overload takes or the error, which it passes on."""
+    name = f"@narrowed{node.id}"
+    argument = ast.Expr()
+    argument.CopyFrom(node.call_expr.args[0])
+    matches = call(ids(), "_==_", call(ids(), "type", ident(ids(), name)), ident(ids(), guard.parameter))
+    refused = call(ids(), NO_SUCH_OVERLOAD_FUNCTION, _string(ids(), guard.function), ident(ids(), name))
+    node.call_expr.args[0].CopyFrom(bind(ids, name, argument, call(ids(), "_?_:_", matches, ident(ids(), name),
+                                                                    refused)))
 
 
 def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from staticadm import gofmt
+
 
 class DocumentError(Exception):
     """A file that cannot be split into documents; the message is shown to the operator."""
@@ -34,7 +36,7 @@ def split_documents(data: bytes) -> list[Document]:
     lines = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     for line in lines:
         if line.startswith("---"):
-            rest = line[3:].strip()
+            rest = gofmt.trim_space(line[3:])
             if rest and not rest.startswith("#"):
                 raise DocumentError(f"invalid Yaml document separator: {rest}")
             documents.append("".join(buffer))
@@ -42,6 +44,6 @@ def split_documents(data: bytes) -> list[Document]:
             continue
         buffer.append(line)
     documents.append("".join(buffer))
-    # Go's bytes.TrimSpace trims ASCII and Unicode whitespace, as str.strip() does.
-    trimmed = [doc.strip() for doc in documents]
+    # Go's bytes.TrimSpace (unicode.IsSpace: U+001C..U+001F are kept, unlike str.strip()).
+    trimmed = [gofmt.trim_space(doc) for doc in documents]
     return [Document(i, doc) for i, doc in enumerate(d for d in trimmed if d)]

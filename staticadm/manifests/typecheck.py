@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from staticadm import gofmt
 from staticadm.admission.request_builder import BUILTIN_RESOURCES
 from staticadm.cel import admission_environment
 from staticadm.cel.schema_types import has_kind, kind_type
@@ -83,7 +84,7 @@ def type_warnings(policy: ValidatingAdmissionPolicy) -> list[ManifestError]:
     for index, validation in enumerate(policy.spec.validations):
         for field_name, source in (("expression", validation.expression),
                                    ("messageExpression", validation.message_expression)):
-            if not source.strip():
+            if not gofmt.trim_space(source):
                 continue
             lines = []
             for gvk, object_type, variable_types in checked:

@@ -480,7 +480,7 @@ class Validator:
         names: set[str] = set()
         for i, condition in enumerate(conditions):
             item = idx(path, i)
-            trimmed = condition.expression.strip()
+            trimmed = gofmt.trim_space(condition.expression)
             if not trimmed:
                 errs.append(required(f"{item}.expression"))
             else:
@@ -502,11 +502,11 @@ class Validator:
         errs: list[FieldError] = []
         for i, variable in enumerate(variables):
             item = idx("spec.variables", i)
-            if not variable.name.strip():
+            if not gofmt.trim_space(variable.name):
                 errs.append(required(f"{item}.name", "name is not specified"))
             elif not is_cel_identifier(variable.name):
                 errs.append(invalid(f"{item}.name", gofmt.quote(variable.name), "name is not a valid CEL identifier"))
-            if not variable.expression.strip():
+            if not gofmt.trim_space(variable.expression):
                 errs.append(required(f"{item}.expression", "expression is not specified"))
             else:
                 # Each variable sees only the ones declared before it.
@@ -553,22 +553,22 @@ class Validator:
         errs: list[FieldError] = []
         path = idx("spec.validations", index)
         expression = validation.expression
-        if not expression.strip():
+        if not gofmt.trim_space(expression):
             errs.append(required(f"{path}.expression", "expression is not specified"))
         else:
             errs.extend(self._cel(ExpressionSite(ExpressionKind.VALIDATION, index, f"{path}.expression", expression,
                                                  names), expression))
         message_expression = validation.message_expression
-        if message_expression and not message_expression.strip():
+        if message_expression and not gofmt.trim_space(message_expression):
             errs.append(
                 invalid(f"{path}.messageExpression", gofmt.quote(message_expression), "must be non-empty if specified")
             )
-        elif message_expression.strip():
+        elif gofmt.trim_space(message_expression):
             # The untrimmed text keeps the compiler's column numbers right, as in Kubernetes.
             errs.extend(self._cel(ExpressionSite(ExpressionKind.MESSAGE_EXPRESSION, index, f"{path}.messageExpression",
                                                  message_expression, names), message_expression))
         message = validation.message
-        trimmed_message = message.strip()
+        trimmed_message = gofmt.trim_space(message)
         if message and not trimmed_message:
             errs.append(invalid(f"{path}.message", gofmt.quote(message), "message must be non-empty if specified"))
         elif _NEWLINES.search(trimmed_message):
@@ -586,7 +586,7 @@ class Validator:
             errs.extend(validate_qualified_name(f"{policy_name}/{annotation.key}", f"{path}.key"))
         else:
             errs.append(invalid(f"{path}.key", gofmt.quote(annotation.key), "requires metadata.name be non-empty"))
-        trimmed = annotation.value_expression.strip()
+        trimmed = gofmt.trim_space(annotation.value_expression)
         value_path = f"{path}.valueExpression"
         if not trimmed:
             errs.append(required(value_path, "valueExpression is not specified"))
@@ -662,7 +662,7 @@ class Validator:
 
     def _patch(self, kind: ExpressionKind, index: int, path: str, expression: str,
                names: tuple[str, ...]) -> list[FieldError]:
-        trimmed = expression.strip()
+        trimmed = gofmt.trim_space(expression)
         if not trimmed:
             return [required(path)]
         return self._cel(ExpressionSite(kind, index, path, trimmed, names), trimmed)

@@ -44,7 +44,7 @@ from staticadm.cel.libraries.spec import CelFunctionError
 )
 def test_parse_matches_apimachinery(text: str, value: str, canonical: str) -> None:
     parsed = q.quantity(text)
-    assert parsed == {"@k8s": "kubernetes.Quantity", "value": value}
+    assert q.equality_key(parsed) == {"@k8s": "kubernetes.Quantity", "value": value}
     assert q.canonical_string(parsed) == canonical
 
 
@@ -69,16 +69,67 @@ def test_parse_errors_use_apimachinery_text(text: str, message: str) -> None:
     assert q.is_quantity(text) is False
 
 
-def test_equal_values_have_equal_payloads() -> None:
+def test_equal_values_have_equal_equality_keys() -> None:
+    key = q.equality_key
     assert q.quantity("1Ki") == q.quantity("1024")
-    assert q.quantity("2000k") == q.quantity("0.002G") == q.quantity("2M")
-    assert q.quantity("200M") != q.quantity("0.3G")
+    assert key(q.quantity("2000k")) == key(q.quantity("0.002G")) == key(q.quantity("2M"))
+    assert key(q.quantity("200M")) != key(q.quantity("0.3G"))
+    assert key(q.quantity("1000m")) == q.quantity("1")
+
+
+@pytest.mark.parametrize(
+    ("text", "representation"),
+    [
+        # ParseQuantity's int64 fast path: int64Amount{value, scale}, the scale less the fraction's digits.
+        ("1000m", ("i", 1000, -3)),
+        ("0.0", ("i", 0, -1)),
+        ("1.5k", ("i", 15, 2)),
+        ("100Mi", ("i", 104857600, 0)),
+        ("-2.000m", ("i", -2000, -6)),
+        # A fraction of a binary suffix, more digits than an int64 holds, or below 1n: inf.Dec at scale 9.
+        ("0.5Ki", ("d", 512 * 10**9, 9)),
+        ("1.5Gi", ("d", 1610612736 * 10**9, 9)),
+        ("0.0Ki", ("d", 0, 1)),
+        ("1e-20", ("d", 1, 9)),
+        ("9Ei", ("d", 2**63 - 1, 0)),
+        ("1234567890123456789", ("d", 1234567890123456789 * 10**9, 9)),
+    ],
+)
+def test_representation_is_apimachinerys(text: str, representation: tuple[str, int, int]) -> None:
+    assert q.parse_representation(text) == representation
+    assert q._representation(q.quantity(text)) == representation
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        # Kubernetes' AsInt64 reads the representation: an inf.Dec or a negative scale is no integer.
+        ("quantity('0.5Ki').isInteger()", False),
+        ("quantity('1.5Gi').isInteger()", False),
+        ("quantity('1000m').isInteger()", False),
+        ("quantity('0.0').isInteger()", False),
+        ("quantity('1.5k').isInteger()", True),
+        ("quantity('1000m').add(1).isInteger()", False),
+        ("quantity('0.5').add(quantity('-0.5')).isInteger()", False),
+        ("quantity('1.5Ki').sub(quantity('1.5Ki')).isInteger()", False),
+        ("quantity('-2.000m').add(3).asApproximateFloat() < 2.998", True),
+        # Equality stays numeric (Quantity.Equal is Cmp(v) == 0).
+        ("quantity('1000m') == quantity('1')", True),
+        ("quantity('1.5Ki') != quantity('1536')", False),
+        ("[quantity('1000m')].all(x, x == quantity('1') && !x.isInteger())", True),
+        ("[quantity('1000m')] == [quantity('1')] && quantity('1000m') in [quantity('1')]", True),
+        ("[quantity('1000m'), quantity('2')] != [quantity('1'), quantity('2.0')]", False),
+    ],
+)
+def test_representation_decides_as_in_kubernetes(expression: str, value: bool) -> None:
+    assert evaluate_standalone(expression, {}) is value
 
 
 def test_arithmetic_and_comparison() -> None:
     fifty_k = q.quantity("50k")
-    assert q.add(fifty_k, q.quantity("20")) == q.quantity("50.02k")
-    assert q.sub(fifty_k, 20) == q.quantity("49980")
+    key = q.equality_key
+    assert key(q.add(fifty_k, q.quantity("20"))) == key(q.quantity("50.02k"))
+    assert key(q.sub(fifty_k, 20)) == key(q.quantity("49980"))
     assert q.as_integer(q.sub(q.add(fifty_k, 20), q.quantity("100k"))) == -49980
     assert q.compare_to(q.quantity("50M"), q.quantity("50Mi")) == -1
     assert q.is_greater_than(q.quantity("50Mi"), q.quantity("50M")) is True

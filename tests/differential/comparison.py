@@ -3,7 +3,10 @@ explained by a documented limit (``known_gaps.json``) or left unexplained (a fai
 
 A policy staticadm refuses at load (what kube-apiserver's API validation of the manifest refuses: compile
 errors, wrong result types) is taken out of the set with its bindings before both sides run: the oracle runs no
-API validation (its README), so it would load it and report the compile error at request time. The refusals are
+API validation (its README), so it would load it and report the compile error at request time. Each refused
+expression is probed in the oracle alone (``confirm_refusals``): kube-apiserver's plugin compiles it with the
+CompileCELExpression its API validation runs, so a ``compilation error`` there confirms the refusal, and an
+expression it compiles is a refusal kube-apiserver would not make (a failure of the suite). The refusals are
 counted by kind; the compile errors' texts and refusals are compared with the oracle's own in
 ``tests/cel/test_generated_differences.py``, replayed through the oracle in ``test_known_classes.py``.
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 from staticadm.kinds import as_admitted
 from staticadm.manifests.loader import load_manifest_directory
-from tests.differential.generators import NAMESPACES, WIDGET, PolicySet
+from tests.differential.generators import API, NAMESPACES, WIDGET, PolicySet
 from tests.differential.harness import (
     Answer,
     differences,
@@ -42,8 +45,10 @@ _REFUSED = re.compile(r'(ValidatingAdmissionPolicy|MutatingAdmissionPolicy|Valid
 def _sort_on_error(kind: str, oracle: Answer, ours: Answer, found: list[str]) -> bool:
     # cel-go's sort()/distinct() on an operand typed as a list that evaluated to an error panics, and
     # kube-apiserver reports the recovered panic instead of the error: only the text differs.
-    return ("internal error: interface conversion: *types.Err is not traits.Lister" in oracle.message
-            and oracle.allowed == ours.allowed and all(item.startswith(("message:", "warnings:")) for item in found))
+    # The text is in the message, or in a warning or audit annotation under a Warn or Audit action.
+    return ("internal error: interface conversion: *types.Err is not traits.Lister" in json.dumps(oracle.as_dict())
+            and oracle.allowed == ours.allowed
+            and all(item.startswith(("message:", "warnings:", "auditAnnotations:")) for item in found))
 
 
 def _deduced_schema(kind: str, oracle: Answer, ours: Answer, found: list[str]) -> bool:
@@ -74,18 +79,6 @@ def _request_list_to_json(kind: str, oracle: Answer, ours: Answer, found: list[s
     return "type conversion error from 'list(dyn)' to '*structpb.Value'" in oracle.message
 
 
-_KUBERNETES_TYPE = re.compile(r"no such overload: (\w+)\((?:kubernetes|net)\.\w+")
-
-
-def _opaque_type_name(kind: str, oracle: Answer, ours: Answer, found: list[str]) -> bool:
-    # A Kubernetes value (a NamedFormat, a Quantity...) is a tagged map in the engine: a call on one with an
-    # argument of the wrong type names it "map" where cel-go names its type. Only the text differs.
-    if oracle.allowed != ours.allowed or not _KUBERNETES_TYPE.search(json.dumps(oracle.as_dict())):
-        return False
-    texts = json.dumps(oracle.as_dict()), json.dumps(ours.as_dict())
-    return _KUBERNETES_TYPE.sub(r"no such overload: \1(map", texts[0]) == texts[1]
-
-
 def _defaulting_after_mutation(kind: str, oracle: Answer, ours: Answer, found: list[str]) -> bool:
     # kube-apiserver defaults a built-in kind's object after each mutation (dispatcher.go dispatchOne); the oracle
     # registers no defaulting functions (its README), so a mutation that adds a container leaves it undefaulted
@@ -103,7 +96,6 @@ GAP_TESTS: dict[str, Callable[[str, Answer, Answer, list[str]], bool]] = {
     "sort-of-an-error": _sort_on_error,
     "deduced-schema-of-custom-kinds": _deduced_schema,
     "request-lists-as-jsonpatch-values": _request_list_to_json,
-    "kubernetes-value-type-names": _opaque_type_name,
     "defaulting-after-mutation": _defaulting_after_mutation,
 }
 
@@ -127,6 +119,8 @@ class SetResult:
     #: (policy or binding, field, first line of the error) for each manifest staticadm refused.
     refused: list[tuple[str, str, str]] = field(default_factory=list)
     requests: list[RequestResult] = field(default_factory=list)
+    #: The refusals probed in kube-apiserver's plugin, by verdict (``confirm_refusals``).
+    refusals: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def unexplained(self) -> list[RequestResult]:
@@ -160,16 +154,94 @@ def loadable(objects: list[dict[str, Any]], directory: Path) -> tuple[list[dict[
     raise AssertionError("refusals do not converge")
 
 
+_PROBED_FIELD = re.compile(r"spec\.(validations|matchConditions|auditAnnotations|variables)\[(\d+)\]\."
+                           r"(expression|messageExpression|valueExpression)")
+_PROBE_REQUEST = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    "uid": "probe", "kind": {"group": WIDGET.group, "version": WIDGET.version, "kind": WIDGET.kind},
+    "resource": {"group": WIDGET.group, "version": WIDGET.version, "resource": WIDGET.resource},
+    "name": "w", "namespace": "default", "operation": "CREATE", "userInfo": {"username": "alice"},
+    "object": {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"},
+               "spec": {}}}}
+
+
+def _probe(policy: Mapping[str, Any], field_name: str) -> dict[str, Any] | None:
+    """A validating policy that evaluates only the refused expression of ``policy`` (at ``field_name``) on any
+    widget, with the policy's variables: kube-apiserver's plugin answers ``compilation error`` there when its
+    CompileCELExpression (which API validation runs) fails. None for a field this does not probe."""
+    match = _PROBED_FIELD.fullmatch(field_name)
+    if match is None or policy["kind"] != "ValidatingAdmissionPolicy":
+        return None
+    section, index, attribute = match.group(1), int(match.group(2)), match.group(3)
+    source = policy["spec"][section][index][attribute]
+    spec: dict[str, Any] = {"matchConstraints": {"resourceRules": [{
+        "apiGroups": [WIDGET.group], "apiVersions": [WIDGET.version], "operations": ["*"],
+        "resources": [WIDGET.resource]}]}, "failurePolicy": "Fail"}
+    variables = list(policy["spec"].get("variables") or [])
+    if section == "variables":
+        # Read it first; the variables after it are left out (it may not read them).
+        spec["validations"] = [{"expression": f"variables.{variables[index]['name']} == null || true"}]
+        variables = variables[:index + 1]
+    elif section == "validations" and attribute == "messageExpression":
+        spec["validations"] = [{"expression": "false", "messageExpression": source}]
+    elif section == "validations":
+        spec["validations"] = [{"expression": source}]
+    elif section == "matchConditions":
+        spec["matchConditions"] = [{"name": "probe", "expression": source}]
+        spec["validations"] = [{"expression": "true"}]
+    else:
+        spec["auditAnnotations"] = [{"key": "probe", "valueExpression": source}]
+    if variables:
+        spec["variables"] = variables
+    name = "probe.static.k8s.io"
+    return {"apiVersion": policy["apiVersion"], "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+            "spec": spec}
+
+
+#: Refusals that are the CEL engine's documented nesting limits (docs/cel.md "Nesting limits"), not kube-apiserver's.
+_ENGINE_LIMITS = ("levels staticadm's CEL parser (cel-cpp) accepts", "nests too deeply for staticadm to load")
+
+
+def confirm_refusals(objects: list[dict[str, Any]], refused: list[tuple[str, str, str]],
+                     directory: Path) -> dict[str, list[str]]:
+    """Each refusal of a CEL expression, probed in kube-apiserver's plugin (``_probe``): ``confirmed`` when it
+    answers ``compilation error``, ``contradicted`` when it compiles the expression (kube-apiserver would load
+    the policy), ``not probed`` for other refusals (structure, names, mutations: k8s.io/kubernetes validation),
+    ``engine limit`` for the engine's documented nesting limits."""
+    found: dict[str, list[str]] = {"confirmed": [], "contradicted": [], "not probed": [], "engine limit": []}
+    by_name = {item["metadata"]["name"]: item for item in objects}
+    for name, field_name, error in refused:
+        policy = by_name.get(name)
+        probe = _probe(policy, field_name) if policy is not None else None
+        described = f"{name} {field_name}: {error[:200]}"
+        if any(limit in error for limit in _ENGINE_LIMITS):
+            found["engine limit"].append(described)
+            continue
+        if probe is None:
+            found["not probed"].append(described)
+            continue
+        probe_directory = directory / f"probe-{len(found['confirmed']) + len(found['contradicted'])}"
+        binding = {"apiVersion": API, "kind": "ValidatingAdmissionPolicyBinding",
+                   "metadata": {"name": "probeb.static.k8s.io"},
+                   "spec": {"policyName": probe["metadata"]["name"], "validationActions": ["Deny"]}}
+        write_manifests(probe_directory, [probe, binding])
+        answer = oracle_answers(probe_directory, [_PROBE_REQUEST])[0]
+        text = json.dumps(answer.as_dict())
+        verdict = "confirmed" if "compilation error" in text else "contradicted"
+        found[verdict].append(described + ("" if verdict == "confirmed" else f" / kube-apiserver: {text[:300]}"))
+    return found
+
+
 def run_set(policy_set: PolicySet, directory: Path) -> SetResult:
     """Both sides' answers to every request of ``policy_set``, compared; ``directory`` is scratch space."""
     manifests = directory / "manifests"
     objects, refused = loadable(policy_set.objects, manifests)
+    refusals = confirm_refusals(policy_set.objects, refused, directory) if refused else {}
     write_manifests(manifests, objects)
     namespaces = directory / "namespaces.json"
     namespaces.write_text(namespace_list(NAMESPACES))
     theirs = oracle_answers(manifests, policy_set.reviews, namespaces)
     ours = staticadm_answers(manifests, policy_set.reviews, namespaces)
-    result = SetResult(refused)
+    result = SetResult(refused, refusals=refusals)
     for review, oracle, mine in zip(policy_set.reviews, theirs, ours, strict=True):
         found = differences(oracle, mine)
         kind = review["request"]["kind"]["kind"]

@@ -124,6 +124,26 @@ WIDGET_ATOMS = (
     "lists.range(3).all(i, i < object.spec.count)",
     "semver(object.?spec.?version.orValue('1.0.0')).isGreaterThan(semver('1.2.0'))",
     "object.spec.name.findAll('[a-z]').size() > 1",
+    # Quantities as resource.Quantity holds them (fractions of binary suffixes, "1000m": inf.Dec or a negative
+    # scale), issue 44.
+    "quantity(object.spec.q).isInteger()",
+    "quantity(object.spec.q).asInteger() > 0",
+    "quantity(object.spec.q).add(1).isInteger()",
+    "quantity(object.spec.q).sub(quantity('0.5Ki')).asApproximateFloat() > 0.0",
+    "quantity(object.spec.q) == quantity('1536')",
+    # dyn and type-parameter results fed to conversions and library calls (cel-go's checker narrows them).
+    "object.spec.nested.flatten().exists(x, string(x).startsWith('a'))",
+    "object.spec.nested.flatten().map(x, int(x)).size() > 0",
+    "object.spec.tags.sort().exists(x, string(x) == 'a')",
+    "object.spec.items.distinct().exists(x, int(x) == 1)",
+    "object.spec.items.reverse().exists(x, double(x) > 1.0)",
+    "string(object.spec.tags.first().orValue('')) == 'a'",
+    "object.spec.nested.flatten().all(x, size(x) >= 0)",
+    "ip(dyn(object.spec.ip)).family() == 4",
+    "cidr(object.spec.cidr).containsIP(dyn(object.spec.count))",
+    "quantity('1').isLessThan(dyn(object.spec.count))",
+    "object.spec.nested.flatten() == [1, 2]",
+    "([1] + object.spec.items).exists(x, string(x) == '1')",
 )
 
 #: What a variable may hold, and a boolean atom reading it (``{name}``: the variable's name).
@@ -398,7 +418,8 @@ _SPEC_FIELDS: dict[str, tuple[Any, ...]] = {
     "count": (3, 0, -1, 9223372036854775807, "3", 2.5, None),
     "items": ([1, 2, 3], [3, 1], [], [1], [{"a": 1}], ["a", 1], [2.5, 1]),
     "tags": (["a", "b"], ["b", "a"], [], ["a"], [""], [1, "a"]),
-    "q": ("1Gi", "3Gi", "500m", "bad", "1.5"),
+    "q": ("1Gi", "3Gi", "500m", "bad", "1.5", "0.5Ki", "1.5Gi", "1000m", "2.0Ki", "0.0", "1536"),
+    "nested": ([[1], [2]], [["a"], [1]], [[1.5]], [], [{"a": 1}], 3, [[]]),
     "url": ("https://h.example/x", "https://h.example:8443/p?q=1", "not a url", "/relative"),
     "ip": ("10.1.2.3", "127.0.0.1", "::1", "300.1.1.1"),
     "cidr": ("10.0.0.0/8", "192.168.0.0/16", "::/0", "bad"),

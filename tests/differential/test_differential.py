@@ -35,7 +35,8 @@ SETS = int(os.environ.get("STATICADM_DIFFERENTIAL_SETS", 4000 if PROFILE == "lon
 #: Figures of this run, reported at the end of the module (and written with STATICADM_DIFFERENTIAL_REPORT).
 FIGURES: dict[str, Any] = {"sets": 0, "requests": 0, "agree": 0, "by_kind": collections.Counter(),
                            "gaps": collections.Counter(), "refused": collections.Counter(),
-                           "unexplained": 0, "denied_by_oracle": 0, "patched_by_oracle": 0}
+                           "unexplained": 0, "denied_by_oracle": 0, "patched_by_oracle": 0,
+                           "refusals": collections.Counter(), "refusals_not_confirmed": []}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,6 +53,10 @@ def _record(policy_set: PolicySet, result: Any) -> None:
     FIGURES["sets"] += 1
     for item in result.refused:
         FIGURES["refused"][f"{item[1]}: {item[2][:90]}"] += 1
+    for verdict, items in result.refusals.items():
+        FIGURES["refusals"][verdict] += len(items)
+        if verdict != "confirmed":
+            FIGURES["refusals_not_confirmed"] += [f"{verdict}: {item}" for item in items]
     for request in result.requests:
         FIGURES["requests"] += 1
         FIGURES["by_kind"][request.kind] += 1
@@ -74,6 +79,7 @@ def test_staticadm_decides_as_kube_apiserver(policy_set: PolicySet) -> None:
         result = run_set(policy_set, Path(scratch))
     _record(policy_set, result)
     assert not result.unexplained, describe(policy_set, result)
+    assert not result.refusals.get("contradicted"), result.refusals["contradicted"]
 
 
 def test_every_known_gap_has_its_test() -> None:

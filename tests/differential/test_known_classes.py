@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from tests.admission import test_match_condition_budget as budget
+from tests.admission import test_policy_texts as texts
 from tests.cel import test_generated_differences as classes
 from tests.differential.generators import API
-from tests.differential.harness import Answer, oracle_answers, oracle_or_skip, write_manifests
+from tests.differential.harness import Answer, LoadRefused, oracle_answers, oracle_or_skip, write_manifests
+from tests.manifests import test_go_yaml_documents as documents
 
 oracle_or_skip()
 
@@ -106,3 +108,25 @@ def test_match_conditions_over_their_budget_are_answered_as_kube_apiserver_answe
             assert answer.allowed, (case.id, answer)
         else:
             assert answer.allowed and answer.patched is None, (case.id, answer)
+
+
+def test_the_policy_text_classes_are_answered_as_kube_apiserver_answers(tmp_path: Path) -> None:
+    reviews = texts.write_cases(tmp_path)
+    answers = oracle_answers(tmp_path, reviews)
+    disagreements = [f"{difference}: {spec}: {problem}"
+                     for index, ((difference, spec, expected), answer) in enumerate(zip(texts.CASES, answers,
+                                                                                        strict=True))
+                     if (problem := texts.disagreement(index, expected, answer)) is not None]
+    assert not disagreements, "\n".join(disagreements)
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), documents.CASES, ids=[case[0] for case in documents.CASES])
+def test_manifest_files_load_as_kube_apiserver_loads_them(tmp_path: Path, name: str, text: str,
+                                                          expected: str | None) -> None:
+    directory = documents.write_case(tmp_path, text)
+    try:
+        oracle_answers(directory, [])
+    except LoadRefused as refused:
+        assert expected is not None and expected in str(refused), f"{name}: kube-apiserver refused it: {refused}"
+    else:
+        assert expected is None, f"{name}: kube-apiserver loaded it"

@@ -5,11 +5,18 @@ suffix table, rounding of non-zero values away from zero to a multiple of 1n, an
 on binarySI quantities. Every parsed value is therefore a whole number of nano units, and add/sub keep
 it so; the value is held as a Python int of nano units, which makes arithmetic exact.
 
-The runtime payload is only the value (a normalized decimal string), because CEL ``==`` compares
+The runtime payload is the value (a normalized decimal string), because CEL ``==`` compares
 payloads and Kubernetes' ``Quantity.Equal`` is a numeric comparison: ``quantity("1Ki") ==
-quantity("1024")``. Kubernetes also remembers a Format and an int64-or-inf.Dec representation; those
-cannot live in a canonical payload, so the few results that depend on them are computed from the
-value (see ``_as_int64``).
+quantity("1024")``. A Quantity also holds its value either as an ``int64Amount`` (value, scale) or as an
+``inf.Dec`` (unscaled, scale), and ``AsInt64`` (``isInteger``/``asInteger``) and ``AsApproximateFloat64``
+read that representation: ``1000m``, ``0.0``, ``1.5Ki`` and ``2.0Ki`` are not integers to Kubernetes
+(``int64Amount{1000, -3}``, ``{0, -1}`` and inf.Decs), and add/sub keep or change it as Go's do. The
+payload carries the representation's kind and scale under ``repr`` where it is not the value's normalized
+one (every factor of ten in the scale); ``==``/``!=`` between operands the checker typed as Quantity
+compare values only (``equality_key``, applied by the rewrite; also to each element of a ``list(Quantity)`` under
+``==``, ``!=`` and ``in``). Quantities inside maps or behind ``dyn``
+compared as a whole still compare their payloads. The Format is not kept: no function of the library
+reads it.
 """
 
 from __future__ import annotations
@@ -154,12 +161,12 @@ def parse_nanos(text: str) -> int:
         raise QuantityError(ERR_FORMAT_WRONG)
     if text == "0":
         return 0
-    positive, value, _num, _denom, suffix = _scan(text)
+    positive, value, num, denom, suffix = _scan(text)
     base, exponent, fmt = _interpret_suffix(suffix)
     if not any(ch in _DIGITS for ch in value):
         # Go's int64 fast path reads a digit-less number ("." or "-.") as zero; only the inf.Dec
-        # path, taken below 1n, rejects it.
-        if base == 2 or exponent >= -9:
+        # path (below 1n, or a binary suffix from Pi up) rejects it.
+        if _fast_path_scale(num, denom, exponent, fmt) is not None:
             return 0
         raise QuantityError(ERR_NUMERIC)
     unscaled, scale = _decimal_digits(value)
@@ -184,6 +191,145 @@ def parse_nanos(text: str) -> int:
     if fmt == "BinarySI" and nanos > _MAX_ALLOWED_NANOS:
         nanos = _MAX_ALLOWED_NANOS
     return nanos if positive else -nanos
+
+
+#: ``maxInt64Factors``: the digits ParseQuantity reads into an int64 on its fast path.
+_MAX_INT64_FACTORS = 18
+_NANO_SCALE = -9
+
+#: A Quantity's representation: ("i", value, scale) is ``int64Amount`` (value * 10^scale); ("d", unscaled, scale)
+#: is ``inf.Dec`` (unscaled * 10^-scale).
+Representation = tuple[str, int, int]
+
+
+def _fast_path_scale(num: str, denom: str, exponent: int, fmt: str) -> int | None:
+    """The scale of the int64Amount ParseQuantity's fast path makes of the number, None where it takes the inf.Dec
+    path (too many digits for an int64, a fraction of a binary suffix, below 1n); an int64 overflow of the
+    product also falls to inf.Dec (``parse_representation``)."""
+    if fmt == "BinarySI":
+        if denom:
+            return None
+        # int32(float32(exponent)*3/10): exact for the binary exponents, multiples of ten.
+        precision = 15 - len(num) - (exponent * 3) // 10 - 1
+        scale = 0
+    else:
+        precision = _MAX_INT64_FACTORS - (len(num) + len(denom))
+        scale = exponent - len(denom)
+    if precision < 0 or scale < _NANO_SCALE:
+        return None
+    return scale
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_representation(text: str) -> Representation:
+    """How ``resource.ParseQuantity`` holds ``text`` (which ``parse_nanos`` accepted): the int64 fast path or
+    an inf.Dec rounded up to scale 9 (capped at 2^63-1 with scale 0 for binarySI)."""
+    if text == "0":
+        return ("i", 0, 0)
+    positive, value, num, denom, suffix = _scan(text)
+    base, exponent, fmt = _interpret_suffix(suffix)
+    scale = _fast_path_scale(num, denom, exponent, fmt)
+    if scale is not None:
+        result = int(num + denom) * (1 << exponent if fmt == "BinarySI" else 1)
+        if result <= _MAX_INT64:
+            return ("i", result if positive else -result, scale)
+    nanos = parse_nanos(text)
+    if nanos != 0:
+        if fmt == "BinarySI" and abs(nanos) == _MAX_ALLOWED_NANOS:
+            return ("d", _MAX_INT64 if positive else -_MAX_INT64, 0)
+        return ("d", nanos, 9)
+    # A zero is not rounded: it keeps the scale inf.Dec.SetString read, less a decimal suffix's exponent.
+    digits_scale = len(value.partition(".")[2]) if "." in value else 0
+    return ("d", 0, digits_scale - exponent if base == 10 else digits_scale)
+
+
+def _representation_nanos(representation: Representation) -> int:
+    kind, number, scale = representation
+    exponent = scale + 9 if kind == "i" else 9 - scale
+    return number * 10**exponent if exponent >= 0 else number // 10**-exponent
+
+
+def _normalized(nanos: int) -> Representation:
+    mantissa, exponent = _mantissa_exponent(nanos)
+    return ("i", mantissa, exponent) if _MIN_INT64 <= mantissa <= _MAX_INT64 else ("d", mantissa, -exponent)
+
+
+def _positive_scale_int64(base: int, scale: int) -> int | None:
+    """``positiveScaleInt64``: base * 10^scale, None when it leaves int64 (or base is the most negative int64)."""
+    if scale == 0:
+        return base
+    if base == _MIN_INT64:
+        return None
+    result = base * 10**scale
+    return result if _MIN_INT64 <= result <= _MAX_INT64 else None
+
+
+def _representation_int64(representation: Representation) -> int | None:
+    """``Quantity.AsInt64``: only an int64Amount of scale >= 0 whose value fits converts."""
+    kind, number, scale = representation
+    if kind == "d" or scale < 0:
+        return None
+    return _positive_scale_int64(number, scale)
+
+
+def _representation_float(representation: Representation) -> float:
+    """``Quantity.AsApproximateFloat64``."""
+    kind, number, scale = representation
+    exponent = scale if kind == "i" else -scale
+    try:
+        base = float(number)
+    except OverflowError:
+        base = math.copysign(math.inf, number)
+    if exponent == 0:
+        return base
+    return base * _go_pow10(exponent)
+
+
+def _in_int64(value: int) -> int | None:
+    return value if _MIN_INT64 <= value <= _MAX_INT64 else None
+
+
+def _int64_amount_add(left: Representation, right: Representation) -> Representation | None:
+    """``int64Amount.Add``: None where it reports an overflow (the caller then adds as inf.Decs)."""
+    _, a_value, a_scale = left
+    _, b_value, b_scale = right
+    if b_value == 0:
+        return left
+    if a_value == 0:
+        return right
+    if a_scale == b_scale:
+        total = _in_int64(a_value + b_value)
+        return None if total is None else ("i", total, a_scale)
+    if a_scale > b_scale:
+        shifted = _positive_scale_int64(a_value, a_scale - b_scale)
+        total = None if shifted is None else _in_int64(shifted + b_value)
+        return None if total is None else ("i", total, b_scale)
+    shifted = _positive_scale_int64(b_value, b_scale - a_scale)
+    total = None if shifted is None else _in_int64(a_value + shifted)
+    return None if total is None else ("i", total, a_scale)
+
+
+def _as_dec(representation: Representation) -> tuple[int, int]:
+    kind, number, scale = representation
+    return (number, scale) if kind == "d" else (number, -scale)
+
+
+def _representation_sum(left: Representation, right: Representation) -> Representation:
+    """``Quantity.Add``: as int64Amounts while both are and the sum fits, else as inf.Decs (scale the larger)."""
+    if left[0] == "i" and right[0] == "i":
+        total = _int64_amount_add(left, right)
+        if total is not None:
+            return total
+    (a_unscaled, a_scale), (b_unscaled, b_scale) = _as_dec(left), _as_dec(right)
+    scale = max(a_scale, b_scale)
+    return ("d", a_unscaled * 10**(scale - a_scale) + b_unscaled * 10**(scale - b_scale), scale)
+
+
+def _negated(representation: Representation) -> Representation:
+    kind, number, scale = representation
+    if kind == "i" and number == _MIN_INT64:
+        return representation  # Go's -b.value wraps
+    return (kind, -number, scale)
 
 
 def quantity_format(text: str) -> str:
@@ -212,14 +358,38 @@ def decimal_to_nanos(text: str) -> int:
     return -nanos if negative else nanos
 
 
-def make_quantity(nanos: int) -> dict[str, Any]:
+def make_quantity(nanos: int, representation: Representation | None = None) -> dict[str, Any]:
+    """A Quantity's payload; ``representation`` is kept where it is not the value's normalized one (the value
+    decides the number, so the kind and scale are what is kept)."""
+    if representation is not None and representation != _normalized(nanos):
+        kind, _, scale = representation
+        return make_opaque(TYPE_NAME, value=nanos_to_decimal(nanos), repr=f"{kind}:{scale}")
     return make_opaque(TYPE_NAME, value=nanos_to_decimal(nanos))
+
+
+def equality_key(value: Any) -> Any:
+    """What ``==`` compares of a Quantity (``Quantity.Equal`` is ``Cmp(v) == 0``): its value alone."""
+    if opaque_type_name(value) == TYPE_NAME and "repr" in value:
+        return make_opaque(TYPE_NAME, value=value["value"])
+    return value
 
 
 def _nanos(value: Any) -> int:
     if opaque_type_name(value) != TYPE_NAME:
         raise CelFunctionError("no such overload")
     return decimal_to_nanos(value["value"])
+
+
+def _representation(value: Any) -> Representation:
+    nanos = _nanos(value)
+    held = value.get("repr")
+    if not isinstance(held, str):
+        return _normalized(nanos)
+    kind, _, scale_text = held.partition(":")
+    scale = int(scale_text)
+    # nanos * 10^-9 == number * 10^scale (int64Amount) or number * 10^-scale (inf.Dec).
+    shift = -9 - scale if kind == "i" else scale - 9
+    return (kind, nanos * 10**shift if shift >= 0 else nanos // 10**-shift, scale)
 
 
 def _mantissa_exponent(nanos: int) -> tuple[int, int]:
@@ -263,29 +433,9 @@ def _go_pow10(n: int) -> float:
     return math.inf if n > 0 else 0.0
 
 
-def _as_approximate_float(nanos: int) -> float:
-    mantissa, exponent = _mantissa_exponent(nanos)
-    try:
-        base = float(mantissa)
-    except OverflowError:
-        base = math.copysign(math.inf, mantissa)
-    if exponent == 0:
-        return base
-    return base * _go_pow10(exponent)
-
-
-def _as_int64(nanos: int) -> int | None:
-    # Kubernetes' AsInt64 also fails for integral values stored with a negative scale or as inf.Dec
-    # (e.g. "1000m", "0.5Ki"); that representation is not in the payload, so only the value decides.
-    whole, frac = divmod(nanos, _NANO)
-    if frac or whole < _MIN_INT64 or whole > _MAX_INT64:
-        return None
-    return whole
-
-
 def quantity(text: str) -> dict[str, Any]:
     try:
-        return make_quantity(parse_nanos(text))
+        return make_quantity(parse_nanos(text), parse_representation(text))
     except QuantityError as err:
         raise CelFunctionError(str(err)) from None
 
@@ -299,18 +449,18 @@ def is_quantity(text: str) -> bool:
 
 
 def is_integer(value: dict[str, Any]) -> bool:
-    return _as_int64(_nanos(value)) is not None
+    return _representation_int64(_representation(value)) is not None
 
 
 def as_integer(value: dict[str, Any]) -> int:
-    result = _as_int64(_nanos(value))
+    result = _representation_int64(_representation(value))
     if result is None:
         raise CelFunctionError("cannot convert value to integer")
     return result
 
 
 def as_approximate_float(value: dict[str, Any]) -> float:
-    return _as_approximate_float(_nanos(value))
+    return _representation_float(_representation(value))
 
 
 def sign(value: dict[str, Any]) -> int:
@@ -318,19 +468,30 @@ def sign(value: dict[str, Any]) -> int:
     return (nanos > 0) - (nanos < 0)
 
 
-def _operand_nanos(other: Any) -> int:
-    # The int overloads wrap the operand with resource.NewQuantity(n, DecimalExponent).
+def _operand(other: Any) -> Representation:
+    # The int overloads wrap the operand with resource.NewQuantity(n, DecimalExponent): int64Amount{n, 0}.
     if isinstance(other, int) and not isinstance(other, bool):
-        return other * _NANO
-    return _nanos(other)
+        return ("i", other, 0)
+    return _representation(other)
+
+
+def _result(representation: Representation) -> dict[str, Any]:
+    return make_quantity(_representation_nanos(representation), representation)
 
 
 def add(value: dict[str, Any], other: Any) -> dict[str, Any]:
-    return make_quantity(_nanos(value) + _operand_nanos(other))
+    return _result(_representation_sum(_representation(value), _operand(other)))
 
 
 def sub(value: dict[str, Any], other: Any) -> dict[str, Any]:
-    return make_quantity(_nanos(value) - _operand_nanos(other))
+    # Quantity.Sub: int64Amount.Sub adds the negated int64Amount; inf.Dec subtracts.
+    left, right = _representation(value), _operand(other)
+    if left[0] == "i" and right[0] == "i":
+        total = _int64_amount_add(left, _negated(right))
+        if total is not None:
+            return _result(total)
+    unscaled, scale = _as_dec(right)
+    return _result(_representation_sum(left, ("d", -unscaled, scale)))
 
 
 def compare_to(value: dict[str, Any], other: dict[str, Any]) -> int:

@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from staticadm import gofmt
 from staticadm.cel.libraries.spec import CelFunctionError, Function, Overload, require_element_type
 from staticadm.cel.string_format import FormatError, decode_arguments, format_string
-
-#: Go's ``unicode.IsSpace``, what ``strings.TrimSpace`` strips (Python's ``str.strip`` also strips
-#: U+001C..U+001F, which Go keeps).
-_GO_SPACE = "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-            "\u2028\u2029\u202f\u205f\u3000"
 
 
 def _out_of_range(index: int) -> CelFunctionError:
@@ -116,7 +112,7 @@ def substring(text: str, start: int, end: int | None = None) -> str:
 
 
 def trim(text: str) -> str:
-    return text.strip(_GO_SPACE)
+    return gofmt.trim_space(text)
 
 
 def quote(text: str) -> str:
