@@ -6,8 +6,6 @@ import io
 import json
 from pathlib import Path
 
-import pytest
-
 from staticadm.cli import main
 
 POD = ("apiVersion: v1\nkind: Pod\nmetadata: {name: web, labels: {app: web}}\n"
@@ -20,13 +18,14 @@ def evaluate(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def test_a_variable_from_a_yaml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_variable_from_a_yaml_file(tmp_path: Path) -> None:
     (tmp_path / "pod.yaml").write_text(POD)
     code, out, _ = evaluate("--var", f"object=@{tmp_path / 'pod.yaml'}", "object.spec.containers.map(c, c.name)")
     assert (code, json.loads(out)) == (0, ["c"])
-    code, _, _ = evaluate("--var", f"object=@{tmp_path / 'missing.yaml'}", "object")
-    # argparse reports a bad option value itself, on the process's stderr.
-    assert code == 2 and "missing.yaml: No such file or directory" in capsys.readouterr().err
+    code, _, err = evaluate("--var", f"object=@{tmp_path / 'missing.yaml'}", "object")
+    # A bad option value is reported on the command's stderr, naming the subcommand.
+    assert code == 2 and "staticadm cel eval: argument --var: " in err
+    assert "missing.yaml: No such file or directory" in err
 
 
 def test_mutation_expressions_show_what_kube_apiserver_would_apply(tmp_path: Path) -> None:
