@@ -140,6 +140,21 @@ def test_directory_or_file_becoming_world_writable_keeps_the_last_good(make_daem
         assert wait_for(lambda: "v1: pods labelled" in (denied_message(daemon) or ""))
 
 
+def test_a_chmod_is_seen_without_a_signal_or_the_poll(make_daemon: DaemonFactory) -> None:
+    """The harness polls once an hour: a chmod of the directory or of a manifest (inotify IN_ATTRIB) alone must
+    refuse the world-writable path, and the chmod back must serve again, within seconds."""
+    daemon = make_daemon()
+    for target, opened, closed in ((daemon.manifests, 0o777, 0o755), (daemon.manifests / "deny.yaml", 0o666, 0o644)):
+        before = daemon.metric(RELOADS, {"status": "failure"})
+        target.chmod(opened)
+        assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before), target  # noqa: B023
+        assert f"'{target}' is world-writable" in daemon.log()
+        assert "note: the manifest directory on disk is invalid" in daemon.get("/readyz?verbose").body.decode()
+        target.chmod(closed)
+        # The same content as served: nothing to swap in, and the directory on disk is fine again.
+        assert wait_for(lambda: "note:" not in daemon.get("/readyz?verbose").body.decode()), target
+
+
 def test_world_writable_allowed_explicitly(make_daemon: DaemonFactory) -> None:
     daemon = make_daemon(start=False, args=["--allow-world-writable-manifests"])
     daemon.manifests.chmod(0o777)
