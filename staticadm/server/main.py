@@ -189,6 +189,8 @@ class _Daemon:
                                               else None)
         if self.state is not None:
             self.state.shadow_problem = shadow_problem(result)
+            if self.state.shadow is not None:
+                self.state.shadow.first_load_over()
         watcher = self.shadow_watcher
         self.shadow_reporter.report(result, retry_seconds=watcher.retry_seconds if watcher else 0.0)
 
@@ -218,6 +220,8 @@ class _Daemon:
             result = await loop.run_in_executor(None, source.apply, message.reason, message.contents)
             if result.status is ReloadStatus.SUCCESS and result.served is not None:
                 self.metrics.set_worker_shadow_hash(result.served.content_hash)
+            if self.state is not None and self.state.shadow is not None:
+                self.state.shadow.first_load_over()
 
         self._in_background(apply())
 
@@ -255,6 +259,9 @@ class _Daemon:
     def _on_disk_state(self, disk: DiskState) -> None:
         if self.state is not None:
             self.state.disk_problem, self.state.shadow_problem = disk.problem, disk.shadow_problem
+            if disk.shadow_problem is not None and self.state.shadow is not None:
+                # The supervisor could not load the shadow directory: nothing is coming to wait for.
+                self.state.shadow.first_load_over()
 
     def _on_worker_load(self, result: ReloadResult | None) -> None:
         served = self.source.current
