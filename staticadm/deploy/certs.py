@@ -54,7 +54,10 @@ class GeneratedTls:
     ca_cert: Path
     cert: Path
     key: Path
+    #: The serving certificate was written now (a new CA's first, or a renewal by the existing CA).
     created: bool
+    #: The CA was created now (its caBundle is new); False when an existing CA signed a renewed certificate.
+    ca_created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,7 @@ def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None)
     directory = state_dir / "tls"
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     files = CertificateFiles.in_directory(directory)
-    created = False
+    ca_created = created = False
     if files.ca_cert.exists() and files.ca_key.exists():
         ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
     else:
@@ -96,11 +99,11 @@ def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None)
         ca_cert = ca_certificate(ca_key, now, CA_VALIDITY)
         _write_private(files.ca_key, _key_pem(ca_key))
         _write_public(files.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
-        created = True
-    if created or not _serving_still_good(files.cert, files.key, ca_cert, now):
+        ca_created = True
+    if ca_created or not _serving_still_good(files.cert, files.key, ca_cert, now):
         _issue_serving(files, ca_key, ca_cert, now, SERVING_VALIDITY, DEFAULT_HOSTS)
         created = True
-    return GeneratedTls(files.ca_cert, files.cert, files.key, created)
+    return GeneratedTls(files.ca_cert, files.cert, files.key, created, ca_created)
 
 
 def _serving_still_good(cert_path: Path, key_path: Path, ca_cert: x509.Certificate, now: datetime.datetime) -> bool:

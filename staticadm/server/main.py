@@ -423,9 +423,14 @@ class _Daemon:
                 raise ListenerError(f"--state-dir {state_dir}: cannot create the serving certificate: {error}") \
                     from error
             cert, key = generated.cert, generated.key
+            if generated.created and not generated.ca_created:
+                # Due (or missing) at start-up: the same words as a renewal while running, since it is one.
+                self.log.info("renewed the generated serving certificate with the same CA (the caBundle stays valid)",
+                              ca=str(generated.ca_cert), cert=str(cert), at="startup")
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
-                          ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
+                          ca=str(generated.ca_cert), cert=str(cert), ca_created=generated.ca_created,
+                          serving_created=generated.created)
         for reason in HANDSHAKE_HINTS:
             self.metrics.tls_handshake_failures.labels(reason=reason)
         return ServingTls(cert, key, self.config.client_ca, self.log,
