@@ -120,8 +120,12 @@ def serve_worker(spec: WorkerSpec) -> int:
 
 def disk_problem(result: ReloadResult) -> str | None:
     """For /readyz?verbose: why the directory on disk is not what is served, if it is not."""
-    if result.status is not ReloadStatus.FAILURE or result.served is None:
+    if result.status is not ReloadStatus.FAILURE:
         return None
+    # The same words whether or not a good load came before: only what is served differs.
+    if result.served is None:
+        return (f"the manifest directory on disk is invalid ({_failed_since(result)}); nothing is served yet "
+                "(admission requests get 503)")
     return (f"the manifest directory on disk is invalid ({_failed_since(result)}); serving the last good "
             f"configuration {result.served.content_hash or '(empty)'}")
 
@@ -690,7 +694,7 @@ class _Supervisor(_Daemon):
     def _on_reload(self, result: ReloadResult) -> None:
         # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
         self._record_reload(result)
-        if self.pool is not None and self.source.current is not None:
+        if self.pool is not None:
             self._disk_state = replace(self._disk_state, problem=disk_problem(result))
             self._send(self._disk_state)
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
