@@ -128,6 +128,42 @@ class Listener:
     description: str
 
 
+def open_doors(listeners: Sequence[tuple[Listener, bool]], client_ca: Path | None) -> list[tuple[str, str]]:
+    """What lets any local user in: an HTTPS listener that asks no client certificate (every local user reaches
+    loopback), a unix socket whose mode lets other users connect (connecting needs write permission). Said at
+    start and in /readyz?verbose, never refused: a first run from a checkout is exactly this, on purpose.
+    Each as (the listener, what is open)."""
+    doors = []
+    for listener, tls in listeners:
+        if tls and client_ca is None:
+            doors.append((listener.description, "asks no client certificate (no --client-ca): every local user "
+                          "can send reviews and read /metrics"))
+        elif not tls:
+            mode = _socket_mode(listener)
+            if mode is not None and mode & 0o002:
+                doors.append((listener.description, f"mode {mode:04o}: every local user can connect (give "
+                              "--socket-mode 0660, or SocketMode=0660 under socket activation)"))
+    return doors
+
+
+def _socket_mode(listener: Listener) -> int | None:
+    """The permission bits of a unix socket's file, if it has one (an abstract or unnamed socket has none). A socket
+    we bound is named by its description (``unix:PATH``): it was bound under a temporary name, then renamed."""
+    if listener.description.startswith("unix:"):
+        name: Any = listener.description.removeprefix("unix:")
+    else:
+        try:
+            name = listener.sock.getsockname()
+        except OSError:
+            return None
+    if not isinstance(name, str) or not name or name.startswith("\0"):
+        return None
+    try:
+        return stat.S_IMODE(os.stat(name).st_mode)
+    except OSError:
+        return None
+
+
 # -- unix socket -----------------------------------------------------------------------------------
 
 

@@ -55,6 +55,7 @@ from staticadm.server.listeners import (
     bind_tcp_socket,
     bind_unix_socket,
     ensure_self_signed,
+    open_doors,
     remove_unix_socket,
     socket_inode,
     split_activated,
@@ -383,10 +384,13 @@ class _Daemon:
         conflict must not leave a dead socket where clients look for the winner's)."""
         listeners: list[tuple[Listener, bool]] = []
         try:
-            return self._bind_listeners(listeners)
+            self._bind_listeners(listeners)
         except ListenerError:
             self._close_listeners(listeners)
             raise
+        for listener, door in open_doors(listeners, self.config.client_ca):
+            self.log.warning("open to every local user", listener=listener, detail=door)
+        return listeners
 
     def _bind_listeners(self, listeners: list[tuple[Listener, bool]]) -> list[tuple[Listener, bool]]:
         activated_unix, activated_tcp = split_activated(listen_fds())
@@ -484,6 +488,8 @@ class _Daemon:
             serving_tls = self.tls
             state.ready_notes["tls-certificate"] = lambda: expiry_note(serving_tls)
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
+        doors = "; ".join(f"{listener} {door}" for listener, door in open_doors(listeners, self.config.client_ca))
+        state.ready_notes["open-to-local-users"] = lambda: doors
         if self.shadow_source is not None:
             state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
         self.metrics.export_from_start(ENDPOINTS, shadow=self.shadow_source is not None, cluster=cluster is not None)

@@ -4,6 +4,7 @@ and no Secret data in logs or answers."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import ssl
@@ -37,6 +38,42 @@ def test_unix_socket_mode_and_owner(make_daemon: DaemonFactory) -> None:
     assert (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid())
     # No other files left next to it (the socket is bound under a temporary name, then renamed).
     assert [p.name for p in daemon.socket_path.parent.iterdir()] == [daemon.socket_path.name]
+
+
+def _open_doors(daemon: Daemon) -> list[dict[str, object]]:
+    return [record for record in map(json.loads, filter(lambda line: line.startswith("{"), daemon.log().splitlines()))
+            if record.get("msg") == "open to every local user"]
+
+
+def test_https_without_a_client_ca_is_said_at_start_and_in_readyz(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon()
+    [door] = _open_doors(daemon)
+    assert door["level"] == "warning" and door["listener"] == f"https://127.0.0.1:{daemon.port}"
+    assert "no --client-ca" in str(door["detail"])
+    assert (f"note: open-to-local-users: https://127.0.0.1:{daemon.port} asks no client certificate"
+            in daemon.get("/readyz?verbose").body.decode())
+
+
+@pytest.mark.parametrize("mode", ["0666", "0777", "0662"])
+def test_a_socket_mode_that_lets_other_users_connect_is_said(make_daemon: DaemonFactory, tmp_path: Path,
+                                                             mode: str) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    daemon = make_daemon(args=["--socket-mode", mode, "--client-ca", str(write_ca(make_ca("clients"),
+                                                                                  pki / "ca.crt"))])
+    assert daemon.socket_path is not None
+    [door] = _open_doors(daemon)
+    assert door["listener"] == f"unix:{daemon.socket_path}" and str(door["detail"]).startswith(f"mode {mode}")
+    assert f"note: open-to-local-users: unix:{daemon.socket_path} mode {mode}" in \
+        daemon.get("/readyz?verbose").body.decode()
+
+
+def test_no_open_door_is_said_of_the_shipped_modes(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    daemon = make_daemon(args=["--workers", "2", "--client-ca", str(write_ca(make_ca("clients"), pki / "ca.crt"))])
+    assert _open_doors(daemon) == []
+    assert "open-to-local-users" not in daemon.get("/readyz?verbose").body.decode()
 
 
 def _handshake(daemon: Daemon, context: ssl.SSLContext) -> tuple[str, str] | None:
