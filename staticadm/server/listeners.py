@@ -234,11 +234,11 @@ def remove_unix_socket(path: Path, inode: int | None) -> None:
 # -- TCP -------------------------------------------------------------------------------------------
 
 
-def bind_tcp_socket(host: str, port: int) -> socket.socket:
+def bind_tcp_socket(host: str, port: int, *, option: str = "listen") -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
-        raise ListenerError(f"--listen {host}:{port}: {error}") from error
+        raise ListenerError(f"--{option} {host}:{port}: {error}") from error
     family, kind, proto, _name, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -255,7 +255,7 @@ def bind_tcp_socket(host: str, port: int) -> socket.socket:
             hint = (f"; another program listens there (`ss -ltnp 'sport = :{port}'` names it): give staticadm another "
                     "port here and the same one in the webhook configuration's URL (webhook-config --url) and the "
                     "webhook kubeconfig's user entry")
-        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}{hint}") from error
+        raise ListenerError(f"--{option} {host}:{port}: {error.strerror or error}{hint}") from error
     sock.setblocking(False)
     return sock
 

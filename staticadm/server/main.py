@@ -61,6 +61,7 @@ from staticadm.server.listeners import (
     split_activated,
 )
 from staticadm.server.metrics import Metrics, ProcessMetrics
+from staticadm.server.metrics_listener import MetricsListener, MetricsToken
 from staticadm.server.reporting import ReloadReporter
 from staticadm.server.shadow import ShadowEvaluator
 from staticadm.server.supervision import TaskHealth, supervise
@@ -453,6 +454,34 @@ class _Daemon:
         state_dir = (self.config.state_dir or Path(".")) if generated else None
         return CertificateLifetime(self.tls, self.log, state_dir=state_dir)
 
+    def _metrics_listener(self, exposition: Callable[[], Awaitable[bytes]]) -> MetricsListener | None:
+        """--metrics-listen, in the process that owns the listeners: the serving certificate without a client CA,
+        and the token of --metrics-token-file (staticadm.server.metrics_listener says why)."""
+        config = self.config
+        if config.metrics_listen is None or config.metrics_token_file is None:
+            return None
+        token = MetricsToken(config.metrics_token_file, self.log)
+        host, port = config.metrics_listen
+        sock = bind_tcp_socket(host, port, option="metrics-listen")
+        try:
+            serving = self.tls or self._serving_tls()
+            tls = ServingTls(serving.cert, serving.key, None, self.log)
+        except ListenerError:
+            sock.close()
+            raise
+        return MetricsListener(sock, tls, token, exposition, header_timeout=config.header_timeout,
+                               idle_timeout=config.idle_timeout)
+
+    async def _start_metrics_listener(self, listener: MetricsListener | None,
+                                      supervised: Callable[[str, Callable[[], Awaitable[None]]], asyncio.Task[None]],
+                                      background: list[asyncio.Task[None]]) -> None:
+        if listener is None:
+            return
+        await listener.start()
+        background.append(supervised("metrics-tls-reload", listener.tls.watch))
+        background.append(supervised("metrics-connection-sweeper", listener.guard.run))
+        self.log.info("listening", address=f"https://{_address(listener.sock)}", serves="/metrics (bearer token)")
+
     # -- run ---------------------------------------------------------------------------------------
 
     async def run(self) -> int:
@@ -464,6 +493,15 @@ class _Daemon:
             namespaces = self._namespaces()
             listeners = self.link.listeners() if self.link is not None else self._listeners()
         except ListenerError as error:
+            return self._fail(str(error))
+
+        async def exposition() -> bytes:
+            return self.metrics.exposition()
+
+        try:
+            metrics_listener = self._metrics_listener(exposition) if self.link is None else None
+        except ListenerError as error:
+            self._close_listeners(listeners)
             return self._fail(str(error))
         if self.link is not None and any(tls for _, tls in listeners):
             self.tls = self._serving_tls()
@@ -550,6 +588,7 @@ class _Daemon:
             # The watchdog pings from the start: a first load that takes long is not a hang.
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
+            await self._start_metrics_listener(metrics_listener, supervised, background)
             if cluster is not None:
                 background.append(supervised("namespace-informer", cluster.namespaces.run))
             if self.shadow_watcher is not None:
@@ -646,6 +685,8 @@ class _Daemon:
             if not await wait_idle(state, max(0.0, grace_ends - time.monotonic())):
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
+            if metrics_listener is not None:
+                await metrics_listener.stop()
             await runner.cleanup()
             if cluster is not None:
                 await cluster.close()
@@ -757,6 +798,16 @@ class _Supervisor(_Daemon):
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
+
+        async def exposition() -> bytes:
+            assert self.pool is not None
+            return await self.pool.collect()
+
+        try:
+            metrics_listener = self._metrics_listener(exposition)
+        except ListenerError as error:
+            self._close_listeners(listeners)
+            return self._fail(str(error))
         for listener, _ in listeners:
             self.log.info("listening", address=listener.description, workers=self.config.workers)
         config = self.config
@@ -785,6 +836,7 @@ class _Supervisor(_Daemon):
             background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
                               for index in range(pool.count))
             background.append(supervised("worker-heartbeat", pool.heartbeat))
+            await self._start_metrics_listener(metrics_listener, supervised, background)
             if self.tls is not None:
                 # The workers serve the files; the supervisor renews them (and measures them for /metrics).
                 background.append(supervised("tls-reload", self.tls.watch))
@@ -808,6 +860,8 @@ class _Supervisor(_Daemon):
             self.notifier.stopping()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
+            if metrics_listener is not None:
+                await metrics_listener.stop()
             await pool.stop(self.config.shutdown_grace)
             for task in background:
                 task.cancel()
