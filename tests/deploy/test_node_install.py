@@ -256,6 +256,8 @@ PROVIDED_ELSEWHERE = {
     "/etc/staticadm/ca/ca.crt": "the static pod's CA, made by its header's `staticadm certs`",
     "/etc/staticadm/kubeconfig": 'cluster view (`kubeadm kubeconfig user`): docs/deployment.md, "Cluster view"',
     "/run/credentials/staticadm.service/kubeconfig": "systemd's LoadCredential= of that kubeconfig",
+    "/run/credentials/staticadm.service/metrics-token": "systemd's LoadCredential= of the metrics listener's token "
+                                                        '(docs/operations.md, "Metrics for Prometheus")',
     "/etc/staticadm/namespaces.yaml": "optional --namespaces file, written by the operator",
     "/etc/staticadm/shadow": "optional --shadow-manifests directory, made by the operator",
     "/run/staticadm/staticadm.sock": "exists while the daemon runs (checked by the unit test above)",
