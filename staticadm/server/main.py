@@ -170,6 +170,8 @@ class _Daemon:
         self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
         self.tls: ServingTls | None = None
+        #: The generated serving certificate was (re)issued as the daemon started.
+        self._issued_at_start = False
         self.source = ManifestSource(config.manifests, allow_world_writable=config.allow_world_writable_manifests)
         self.watcher = DirectoryWatcher(self.source, poll_interval=config.poll_interval, logger=self.log,
                                         on_result=self._on_reload, on_reloading=self._on_reloading)
@@ -432,6 +434,7 @@ class _Daemon:
                 raise ListenerError(f"--state-dir {state_dir}: cannot create the serving certificate: {error}") \
                     from error
             cert, key = generated.cert, generated.key
+            self._issued_at_start = generated.created
             if generated.created and not generated.ca_created:
                 # Due (or missing) at start-up: the same words as a renewal while running, since it is one.
                 self.log.info("renewed the generated serving certificate with the same CA (the caBundle stays valid)",
@@ -452,7 +455,8 @@ class _Daemon:
         assert self.tls is not None
         generated = self.config.tls_cert is None
         state_dir = (self.config.state_dir or Path(".")) if generated else None
-        return CertificateLifetime(self.tls, self.log, state_dir=state_dir)
+        return CertificateLifetime(self.tls, self.log, state_dir=state_dir,
+                                   just_issued=generated and self._issued_at_start)
 
     def _metrics_listener(self, exposition: Callable[[], Awaitable[bytes]]) -> MetricsListener | None:
         """--metrics-listen, in the process that owns the listeners: the serving certificate without a client CA,
