@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.events import (
+    DirAttribEvent,
     DirCreatedEvent,
     DirDeletedEvent,
     DirModifiedEvent,
     DirMovedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -50,11 +52,13 @@ FIRST_RETRY = 0.5
 MAX_RETRY = 10.0
 
 #: The events asked of the kernel (watchdog turns them into the inotify mask), so nothing else costs a wakeup.
-#: In the manifest directory: every change of content or name. Opens and reads are left out: reading the
+#: In the manifest directory: every change of content, name or mode (a chmod is inotify's IN_ATTRIB, which
+#: watchdog reports as its own Attrib events: a directory or file made world-writable is refused, and made
+#: safe again is served, at once rather than at the next poll). Opens and reads are left out: reading the
 #: directory opens every file, and reacting to our own reads would reload forever.
 _DIRECTORY_EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent, FileClosedEvent,
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, DirModifiedEvent]
+    FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent, FileClosedEvent, FileAttribEvent,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, DirModifiedEvent, DirAttribEvent]
 #: In its parent: only entries appearing, disappearing or being renamed (the directory or a symlink to it).
 #: Writes to other files there (a log file beside the manifests, say) must not wake three watchdog threads
 #: per write on the admission path's interpreter.

@@ -58,7 +58,10 @@ class GeneratedTls:
     ca_cert: Path
     cert: Path
     key: Path
+    #: The serving certificate was written now (a new CA's first, or a renewal by the existing CA).
     created: bool
+    #: The CA was created now (its caBundle is new); False when an existing CA signed a renewed certificate.
+    ca_created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,7 @@ def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None,
     now = now or datetime.datetime.now(datetime.UTC)
     with PrivateDirectory.open(state_dir) as state, state.subdirectory("tls") as directory:
         files = CertificateFiles.in_directory(directory.path)
-        created = False
+        ca_created = created = False
         if files.ca_cert.exists() and files.ca_key.exists():
             ca_cert, ca_key = load_ca(files.ca_cert, files.ca_key)
         elif not create_ca:
@@ -104,11 +107,11 @@ def ensure_self_signed(state_dir: Path, *, now: datetime.datetime | None = None,
             ca_key = _new_key()
             ca_cert = ca_certificate(ca_key, now, CA_VALIDITY)
             _write_ca(directory, ca_key, ca_cert)
-            created = True
-        if created or not _serving_still_good(files.cert, files.key, ca_cert, now):
+            ca_created = True
+        if ca_created or not _serving_still_good(files.cert, files.key, ca_cert, now):
             _issue_serving(directory, ca_key, ca_cert, now, SERVING_VALIDITY, DEFAULT_HOSTS)
             created = True
-    return GeneratedTls(files.ca_cert, files.cert, files.key, created)
+    return GeneratedTls(files.ca_cert, files.cert, files.key, created, ca_created)
 
 
 def current_generated(state_dir: Path, *, now: datetime.datetime | None = None) -> GeneratedTls | None:

@@ -78,7 +78,7 @@ class CertificateLifetime:
     supervisor): renews a generated one (``state_dir`` given) when it is due, warns about a given one."""
 
     def __init__(self, tls: ServingTls, logger: Any, *, state_dir: Path | None,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.time, just_issued: bool = False,
                  on_renewal_failure: Callable[[str], None] = lambda _cause: None) -> None:
         self.tls = tls
         self.state_dir = state_dir
@@ -90,7 +90,11 @@ class CertificateLifetime:
         self._retry_at = 0.0
         self._warned_at: float | None = None
         #: The serving certificate's expiry a renewal could not move past the renewal window (its CA ends first).
+        #: A certificate issued at start-up (``just_issued``) and due already is as far as its CA lets it go.
         self._futile_expiry: float | None = None
+        issued = tls.expiries.get("serving")
+        if just_issued and issued is not None and issued - RENEW_BEFORE.total_seconds() <= clock():
+            self._futile_expiry = issued
 
     async def run(self) -> None:
         while True:

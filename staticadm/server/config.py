@@ -105,6 +105,10 @@ class ServeConfig:
     shadow_manifests: Path | None = None
     #: The installed static webhook registration (webhook-config --out-dir), read to compare with the policies.
     webhook_config_dir: Path | None = None
+    #: (host, port) of the HTTPS listener that serves only /metrics, to a bearer token; None: none.
+    metrics_listen: tuple[str, int] | None = None
+    #: The bearer token the metrics listener requires (Prometheus' credentials_file holds the same).
+    metrics_token_file: Path | None = None
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,6 +182,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"with --workers: a worker that has grown this many MiB beyond its size after loading its "
              f"snapshot is replaced by a new one (which starts first; the old one then drains), bounding the "
              f"memory the CEL engine does not give back (default: {DEFAULT_WORKER_MEMORY_GROWTH_MIB})")
+    add("--metrics-listen", metavar="HOST:PORT", default=None,
+        help="an HTTPS listener (the serving certificate, no client certificate asked) that serves only GET /metrics, "
+             "to a request carrying the bearer token of --metrics-token-file: Prometheus' door, apart from "
+             "kube-apiserver's client CA (default: none; /metrics is also on the unix socket and --listen)")
+    add("--metrics-token-file", metavar="FILE", default=None,
+        help="the bearer token --metrics-listen requires (Prometheus: authorization.credentials_file); read again "
+             "when it changes (default: none)")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
@@ -188,7 +199,8 @@ _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tl
                  "kubeconfig", "authorization-cache-authorized-ttl", "authorization-cache-unauthorized-ttl",
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
-                 "workers", "worker-memory-growth", "shadow-manifests", "webhook-config-dir")
+                 "workers", "worker-memory-growth", "shadow-manifests", "webhook-config-dir", "metrics-listen",
+                 "metrics-token-file")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -239,8 +251,10 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["socket_mode"] = _parse_mode(values["socket-mode"])
     if "listen" in values:
         updates["listen"] = parse_listen(str(values["listen"])) if values["listen"] not in ("", None) else None
+    if values.get("metrics-listen") not in ("", None):
+        updates["metrics_listen"] = parse_listen(str(values["metrics-listen"]), option="metrics-listen")
     for name in ("tls-cert", "tls-key", "client-ca", "namespaces", "kubeconfig", "state-dir", "shadow-manifests",
-                 "webhook-config-dir"):
+                 "webhook-config-dir", "metrics-token-file"):
         if values.get(name) not in (None, ""):
             updates[name.replace("-", "_")] = Path(str(values[name]))
     for name in ("poll-interval", "shutdown-grace", "body-timeout", "header-timeout", "idle-timeout",
@@ -265,6 +279,9 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
     config = replace(config, **updates)
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key must be given together")
+    if (config.metrics_listen is None) != (config.metrics_token_file is None):
+        raise ConfigError("--metrics-listen and --metrics-token-file must be given together: the metrics listener "
+                          "answers only requests carrying the file's bearer token")
     if config.namespaces is not None and config.kubeconfig is not None:
         raise ConfigError("--namespaces and --kubeconfig are two sources of namespaces: give one")
     return config
@@ -278,7 +295,7 @@ def effective_options(config: ServeConfig) -> dict[str, Any]:
         value = getattr(config, name.replace("-", "_"))
         if isinstance(value, Path):
             value = str(value)
-        elif name == "listen" and value is not None:
+        elif name in ("listen", "metrics-listen") and value is not None:
             value = format_listen(value)
         elif name == "socket-mode":
             value = f"{value:04o}"
@@ -299,10 +316,10 @@ def default_workers(cores: int | None = None) -> int:
     return max(2, min(cores if cores is not None else os.cpu_count() or 1, 4))
 
 
-def parse_listen(text: str) -> tuple[str, int]:
+def parse_listen(text: str, *, option: str = "listen") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--listen {text!r}: expected HOST:PORT")
+        raise ConfigError(f"--{option} {text!r}: expected HOST:PORT")
     # [::1]:8443 is how an IPv6 host is written with a port.
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host, int(port)

@@ -130,6 +130,42 @@ class Listener:
     description: str
 
 
+def open_doors(listeners: Sequence[tuple[Listener, bool]], client_ca: Path | None) -> list[tuple[str, str]]:
+    """What lets any local user in: an HTTPS listener that asks no client certificate (every local user reaches
+    loopback), a unix socket whose mode lets other users connect (connecting needs write permission). Said at
+    start and in /readyz?verbose, never refused: a first run from a checkout is exactly this, on purpose.
+    Each as (the listener, what is open)."""
+    doors = []
+    for listener, tls in listeners:
+        if tls and client_ca is None:
+            doors.append((listener.description, "asks no client certificate (no --client-ca): every local user "
+                          "can send reviews and read /metrics"))
+        elif not tls:
+            mode = _socket_mode(listener)
+            if mode is not None and mode & 0o002:
+                doors.append((listener.description, f"mode {mode:04o}: every local user can connect (give "
+                              "--socket-mode 0660, or SocketMode=0660 under socket activation)"))
+    return doors
+
+
+def _socket_mode(listener: Listener) -> int | None:
+    """The permission bits of a unix socket's file, if it has one (an abstract or unnamed socket has none). A socket
+    we bound is named by its description (``unix:PATH``): it was bound under a temporary name, then renamed."""
+    if listener.description.startswith("unix:"):
+        name: Any = listener.description.removeprefix("unix:")
+    else:
+        try:
+            name = listener.sock.getsockname()
+        except OSError:
+            return None
+    if not isinstance(name, str) or not name or name.startswith("\0"):
+        return None
+    try:
+        return stat.S_IMODE(os.stat(name).st_mode)
+    except OSError:
+        return None
+
+
 # -- unix socket -----------------------------------------------------------------------------------
 
 
@@ -209,11 +245,11 @@ def remove_unix_socket(path: Path, inode: int | None) -> None:
 # -- TCP -------------------------------------------------------------------------------------------
 
 
-def bind_tcp_socket(host: str, port: int) -> socket.socket:
+def bind_tcp_socket(host: str, port: int, *, option: str = "listen") -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
-        raise ListenerError(f"--listen {host}:{port}: {error}") from error
+        raise ListenerError(f"--{option} {host}:{port}: {error}") from error
     family, kind, proto, _name, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -230,7 +266,7 @@ def bind_tcp_socket(host: str, port: int) -> socket.socket:
             hint = (f"; another program listens there (`ss -ltnp 'sport = :{port}'` names it): give staticadm another "
                     "port here and the same one in the webhook configuration's URL (webhook-config --url) and the "
                     "webhook kubeconfig's user entry")
-        raise ListenerError(f"--listen {host}:{port}: {error.strerror or error}{hint}") from error
+        raise ListenerError(f"--{option} {host}:{port}: {error.strerror or error}{hint}") from error
     sock.setblocking(False)
     return sock
 

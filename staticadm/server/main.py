@@ -65,11 +65,13 @@ from staticadm.server.listeners import (
     bind_tcp_socket,
     bind_unix_socket,
     ensure_self_signed,
+    open_doors,
     remove_unix_socket,
     socket_inode,
     split_activated,
 )
 from staticadm.server.metrics import Metrics, ProcessMetrics
+from staticadm.server.metrics_listener import MetricsListener, MetricsToken
 from staticadm.server.reporting import ReloadReporter
 from staticadm.server.shadow import ShadowEvaluator
 from staticadm.server.supervision import TaskHealth, supervise
@@ -132,8 +134,12 @@ def serve_worker(spec: WorkerSpec) -> int:
 
 def disk_problem(result: ReloadResult) -> str | None:
     """For /readyz?verbose: why the directory on disk is not what is served, if it is not."""
-    if result.status is not ReloadStatus.FAILURE or result.served is None:
+    if result.status is not ReloadStatus.FAILURE:
         return None
+    # The same words whether or not a good load came before: only what is served differs.
+    if result.served is None:
+        return (f"the manifest directory on disk is invalid ({_failed_since(result)}); nothing is served yet "
+                "(admission requests get 503)")
     return (f"the manifest directory on disk is invalid ({_failed_since(result)}); serving the last good "
             f"configuration {result.served.content_hash or '(empty)'}")
 
@@ -186,6 +192,8 @@ class _Daemon:
         self.announced = False
         self.unix_paths: list[tuple[Path, int | None]] = []
         self.tls: ServingTls | None = None
+        #: The generated serving certificate was (re)issued as the daemon started.
+        self._issued_at_start = False
         self.source = ManifestSource(config.manifests, allow_world_writable=config.allow_world_writable_manifests)
         self.watcher = DirectoryWatcher(self.source, poll_interval=config.poll_interval, logger=self.log,
                                         on_result=self._on_reload, on_reloading=self._on_reloading)
@@ -211,6 +219,8 @@ class _Daemon:
                                               else None)
         if self.state is not None:
             self.state.shadow_problem = shadow_problem(result)
+            if self.state.shadow is not None:
+                self.state.shadow.first_load_over()
         watcher = self.shadow_watcher
         self.shadow_reporter.report(result, retry_seconds=watcher.retry_seconds if watcher else 0.0)
 
@@ -240,6 +250,8 @@ class _Daemon:
             result = await loop.run_in_executor(None, source.apply, message.reason, message.contents)
             if result.status is ReloadStatus.SUCCESS and result.served is not None:
                 self.metrics.set_worker_shadow_hash(result.served.content_hash)
+            if self.state is not None and self.state.shadow is not None:
+                self.state.shadow.first_load_over()
 
         self._in_background(apply())
 
@@ -278,6 +290,9 @@ class _Daemon:
         self._finding_notes = dict(disk.findings)
         if self.state is not None:
             self.state.disk_problem, self.state.shadow_problem = disk.problem, disk.shadow_problem
+            if disk.shadow_problem is not None and self.state.shadow is not None:
+                # The supervisor could not load the shadow directory: nothing is coming to wait for.
+                self.state.shadow.first_load_over()
 
     def _on_worker_load(self, result: ReloadResult | None) -> None:
         served = self.source.current
@@ -432,10 +447,13 @@ class _Daemon:
         conflict must not leave a dead socket where clients look for the winner's)."""
         listeners: list[tuple[Listener, bool]] = []
         try:
-            return self._bind_listeners(listeners)
+            self._bind_listeners(listeners)
         except ListenerError:
             self._close_listeners(listeners)
             raise
+        for listener, door in open_doors(listeners, self.config.client_ca):
+            self.log.warning("open to every local user", listener=listener, detail=door)
+        return listeners
 
     def _bind_listeners(self, listeners: list[tuple[Listener, bool]]) -> list[tuple[Listener, bool]]:
         activated_unix, activated_tcp = split_activated(listen_fds())
@@ -485,9 +503,15 @@ class _Daemon:
                 self.metrics.tls_certificate_renewal_failures.labels(cause=cause).inc()
                 generated = current
             cert, key = generated.cert, generated.key
+            self._issued_at_start = generated.created
+            if generated.created and not generated.ca_created:
+                # Due (or missing) at start-up: the same words as a renewal while running, since it is one.
+                self.log.info("renewed the generated serving certificate with the same CA (the caBundle stays valid)",
+                              ca=str(generated.ca_cert), cert=str(cert), at="startup")
             # The operator needs this file for the webhook configuration's caBundle.
             self.log.info("serving with a certificate signed by the staticadm local CA; use it as caBundle",
-                          ca=str(generated.ca_cert), cert=str(cert), created=generated.created)
+                          ca=str(generated.ca_cert), cert=str(cert), ca_created=generated.ca_created,
+                          serving_created=generated.created)
         for reason in HANDSHAKE_HINTS:
             self.metrics.tls_handshake_failures.labels(reason=reason)
         return ServingTls(cert, key, self.config.client_ca, self.log,
@@ -503,8 +527,36 @@ class _Daemon:
         for cause in RENEWAL_FAILURE_CAUSES:
             self.metrics.tls_certificate_renewal_failures.labels(cause=cause)
         return CertificateLifetime(
-            self.tls, self.log, state_dir=state_dir,
+            self.tls, self.log, state_dir=state_dir, just_issued=generated and self._issued_at_start,
             on_renewal_failure=lambda cause: self.metrics.tls_certificate_renewal_failures.labels(cause=cause).inc())
+
+    def _metrics_listener(self, exposition: Callable[[], Awaitable[bytes]]) -> MetricsListener | None:
+        """--metrics-listen, in the process that owns the listeners: the serving certificate without a client CA,
+        and the token of --metrics-token-file (staticadm.server.metrics_listener says why)."""
+        config = self.config
+        if config.metrics_listen is None or config.metrics_token_file is None:
+            return None
+        token = MetricsToken(config.metrics_token_file, self.log)
+        host, port = config.metrics_listen
+        sock = bind_tcp_socket(host, port, option="metrics-listen")
+        try:
+            serving = self.tls or self._serving_tls()
+            tls = ServingTls(serving.cert, serving.key, None, self.log)
+        except ListenerError:
+            sock.close()
+            raise
+        return MetricsListener(sock, tls, token, exposition, header_timeout=config.header_timeout,
+                               idle_timeout=config.idle_timeout)
+
+    async def _start_metrics_listener(self, listener: MetricsListener | None,
+                                      supervised: Callable[[str, Callable[[], Awaitable[None]]], asyncio.Task[None]],
+                                      background: list[asyncio.Task[None]]) -> None:
+        if listener is None:
+            return
+        await listener.start()
+        background.append(supervised("metrics-tls-reload", listener.tls.watch))
+        background.append(supervised("metrics-connection-sweeper", listener.guard.run))
+        self.log.info("listening", address=f"https://{_address(listener.sock)}", serves="/metrics (bearer token)")
 
     # -- run ---------------------------------------------------------------------------------------
 
@@ -517,6 +569,15 @@ class _Daemon:
             namespaces = self._namespaces()
             listeners = self.link.listeners() if self.link is not None else self._listeners()
         except ListenerError as error:
+            return self._fail(str(error))
+
+        async def exposition() -> bytes:
+            return self.metrics.exposition()
+
+        try:
+            metrics_listener = self._metrics_listener(exposition) if self.link is None else None
+        except ListenerError as error:
+            self._close_listeners(listeners)
             return self._fail(str(error))
         if self.link is not None and any(tls for _, tls in listeners):
             self.tls = self._serving_tls()
@@ -543,6 +604,8 @@ class _Daemon:
             serving_tls = self.tls
             state.ready_notes["tls-certificate"] = lambda: expiry_note(serving_tls)
         state.extra_ready_checks["background-tasks"] = lambda: not self.health.failing
+        doors = "; ".join(f"{listener} {door}" for listener, door in open_doors(listeners, self.config.client_ca))
+        state.ready_notes["open-to-local-users"] = lambda: doors
         if self.shadow_source is not None:
             state.shadow = ShadowEvaluator(self.shadow_source, self.metrics, self.shadow_log)
         self.metrics.export_from_start(ENDPOINTS, shadow=self.shadow_source is not None, cluster=cluster is not None)
@@ -603,6 +666,7 @@ class _Daemon:
             # The watchdog pings from the start: a first load that takes long is not a hang.
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
+            await self._start_metrics_listener(metrics_listener, supervised, background)
             if cluster is not None:
                 background.append(supervised("namespace-informer", cluster.namespaces.run))
             if self.shadow_watcher is not None:
@@ -701,6 +765,8 @@ class _Daemon:
             if not await wait_idle(state, max(0.0, grace_ends - time.monotonic())):
                 self.log.warning("requests still running after the shutdown grace period; closing them",
                                  in_flight=state.in_flight)
+            if metrics_listener is not None:
+                await metrics_listener.stop()
             await runner.cleanup()
             if cluster is not None:
                 await cluster.close()
@@ -755,7 +821,7 @@ class _Supervisor(_Daemon):
     def _on_reload(self, result: ReloadResult) -> None:
         # Counted and shown before it is logged: nothing about the files (their names) may lose the failure.
         self._record_reload(result)
-        if self.pool is not None and self.source.current is not None:
+        if self.pool is not None:
             self._disk_state = replace(self._disk_state, problem=disk_problem(result))
             self._send(self._disk_state)
         self.reporter.report(result, retry_seconds=self.watcher.retry_seconds)
@@ -819,6 +885,16 @@ class _Supervisor(_Daemon):
             listeners = self._listeners()
         except ListenerError as error:
             return self._fail(str(error))
+
+        async def exposition() -> bytes:
+            assert self.pool is not None
+            return await self.pool.collect()
+
+        try:
+            metrics_listener = self._metrics_listener(exposition)
+        except ListenerError as error:
+            self._close_listeners(listeners)
+            return self._fail(str(error))
         for listener, _ in listeners:
             self.log.info("listening", address=listener.description, workers=self.config.workers)
         config = self.config
@@ -847,6 +923,7 @@ class _Supervisor(_Daemon):
             background.extend(asyncio.create_task(pool.watch(index), name=f"worker-{index}")
                               for index in range(pool.count))
             background.append(supervised("worker-heartbeat", pool.heartbeat))
+            await self._start_metrics_listener(metrics_listener, supervised, background)
             if self.tls is not None:
                 # The workers serve the files; the supervisor renews them (and measures them for /metrics).
                 background.append(supervised("tls-reload", self.tls.watch))
@@ -872,6 +949,8 @@ class _Supervisor(_Daemon):
             self.notifier.stopping()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
+            if metrics_listener is not None:
+                await metrics_listener.stop()
             await pool.stop(self.config.shutdown_grace)
             for task in background:
                 task.cancel()

@@ -488,8 +488,13 @@ class WorkerPool:
                 scrape.add_done_callback(self._scrapes.discard)
 
     async def _scrape(self, asker: _Worker, request: int) -> None:
-        """Answers a scrape that reached ``asker``: every worker reports (those that do not within
-        ``SCRAPE_WAIT`` count with their previous report), and the sum goes back to ``asker``."""
+        """Answers a scrape that reached ``asker`` with :meth:`collect`'s sum."""
+        self._tell(asker, MetricsText(request, await self.collect()))
+
+    async def collect(self) -> bytes:
+        """The exposition of every process's series: every worker reports (those that do not within
+        ``SCRAPE_WAIT`` count with their previous report), summed with the supervisor's own (a scrape that
+        reached a worker, or the supervisor's metrics listener)."""
         self._round_numbers += 1
         number = self._round_numbers
         everyone = [worker for worker in (*self.workers.values(), *self.retiring)
@@ -503,7 +508,7 @@ class WorkerPool:
                 await asyncio.wait(arrivals.values(), timeout=SCRAPE_WAIT)
         finally:
             del self._rounds[number]
-        self._tell(asker, MetricsText(request, render(self.metrics.total(os.getpid(), self.own_metrics()))))
+        return render(self.metrics.total(os.getpid(), self.own_metrics()))
 
     async def _ended(self, worker: _Worker) -> None:
         """After ``worker`` exited: its last words are read (its last metrics report among them), then what

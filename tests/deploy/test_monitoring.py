@@ -4,9 +4,11 @@ scraping a running daemon evaluates the rules and every dashboard panel's query.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from staticadm.deploy.certs import create_certificates
 from tests.deploy.conftest import REPO_ROOT
@@ -26,6 +29,7 @@ from tests.server.harness import DaemonFactory, free_port, review, stop_process,
 MONITORING = REPO_ROOT / "monitoring"
 RULES = MONITORING / "staticadm-rules.yaml"
 DASHBOARD = MONITORING / "staticadm-dashboard.json"
+SCRAPE = MONITORING / "prometheus-scrape.yaml"
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian package prometheus)")
@@ -74,21 +78,21 @@ def _api(port: int, path: str, **query: str) -> Any:
     return document["data"]
 
 
+def _https_job(port_of_daemon: int, ca_file: Path) -> dict[str, Any]:
+    """A scrape job reading the daemon's /metrics on its admission listener (no client CA there)."""
+    return {"job_name": "staticadm", "scheme": "https", "tls_config": {"ca_file": str(ca_file)},
+            "static_configs": [{"targets": [f"127.0.0.1:{port_of_daemon}"]}]}
+
+
 @contextmanager
-def prometheus_scraping(tmp_path: Path, port_of_daemon: int, ca_file: Path, rule_files: list[Path]) -> Iterator[int]:
-    """A real Prometheus server (scraping every second) scraping the daemon over HTTPS, once it has scraped it
-    successfully: its HTTP API port. Stopped after."""
+def prometheus_scraping(tmp_path: Path, scrape_configs: list[dict[str, Any]], rule_files: list[Path]) -> Iterator[int]:
+    """A real Prometheus server (scraping every second) with ``scrape_configs``, once it has scraped the job
+    ``staticadm`` successfully: its HTTP API port. Stopped after."""
     assert PROMETHEUS is not None
     config = tmp_path / "prometheus.yml"
-    config.write_text(f"""\
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-rule_files: {json.dumps([str(path) for path in rule_files])}
-scrape_configs:
-  - job_name: staticadm
-    scheme: https
-    tls_config: {{ca_file: "{ca_file}"}}
-    static_configs: [{{targets: ["127.0.0.1:{port_of_daemon}"]}}]
-""")
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                                      "rule_files": [str(path) for path in rule_files],
+                                      "scrape_configs": scrape_configs}))
     port = free_port()
     with (tmp_path / "prometheus.log").open("wb") as log:
         server = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -113,9 +117,38 @@ def test_a_prometheus_server_scrapes_the_daemon_and_evaluates_the_rules(make_dae
                                                                          tmp_path: Path) -> None:
     given = tmp_path / "given"
     create_certificates(given, validity=datetime.timedelta(days=10))  # an operator's certificate left to lapse
-    daemon = make_daemon(args=["--tls-cert", str(given / "serving.crt"), "--tls-key", str(given / "serving.key")],
+    # The daemon's metrics listener, with a token; Prometheus with the shipped scrape configuration, its files where
+    # that configuration names them (moved under the test's directory) and the listener's port.
+    prometheus_files = tmp_path / "etc-prometheus-staticadm"
+    prometheus_files.mkdir()
+    token = secrets.token_urlsafe(32)
+    (prometheus_files / "metrics-token").write_text(token + "\n")
+    shutil.copy(given / "ca.crt", prometheus_files / "ca.crt")
+    daemon_token = tmp_path / "daemon-metrics-token"
+    daemon_token.write_text(token + "\n")
+    metrics_port = free_port()
+    daemon = make_daemon(args=["--tls-cert", str(given / "serving.crt"), "--tls-key", str(given / "serving.key"),
+                               "--metrics-listen", f"127.0.0.1:{metrics_port}", "--metrics-token-file",
+                               str(daemon_token), "--workers", "2"],
                          ca_file=given / "ca.crt")
-    with prometheus_scraping(tmp_path, daemon.port, given / "ca.crt", [RULES]) as port:
+    shipped = SCRAPE.read_text().replace("/etc/prometheus/staticadm/", f"{prometheus_files}/").replace(
+        "127.0.0.1:9443", f"127.0.0.1:{metrics_port}")
+    scrape_configs = yaml.safe_load(shipped)["scrape_configs"]
+    assert [job["job_name"] for job in scrape_configs] == ["staticadm"]
+    # The same job with another token: refused, so the token is what lets Prometheus in.
+    (tmp_path / "wrong-token").write_text(secrets.token_urlsafe(32))
+    wrong = {**copy.deepcopy(scrape_configs[0]), "job_name": "staticadm-wrong-token"}
+    wrong["authorization"]["credentials_file"] = str(tmp_path / "wrong-token")
+    with prometheus_scraping(tmp_path, [*scrape_configs, wrong], [RULES]) as port:
+        targets = {target["labels"]["job"]: target for target in _api(port, "/api/v1/targets")["activeTargets"]}
+        assert targets["staticadm"]["health"] == "up"
+        assert wait_for(lambda: _api(port, "/api/v1/targets")["activeTargets"] and all(
+            target["health"] == "down" and "401" in target["lastError"]
+            for target in _api(port, "/api/v1/targets")["activeTargets"]
+            if target["labels"]["job"] == "staticadm-wrong-token"), timeout=20), _api(port, "/api/v1/targets")
+        # Every worker's series, summed by the supervisor that serves the listener.
+        up_workers = _api(port, "/api/v1/query", query='count(staticadm_worker_config_info{job="staticadm"} == 1)')
+        assert [sample["value"][1] for sample in up_workers["result"]] == ["2"]
         for _ in range(5):
             assert daemon.validate(review({"deny": "true"}), via="https").status == 200
 
@@ -229,7 +262,7 @@ def test_every_dashboard_query_returns_series_from_a_daemon_carrying_traffic(mak
     daemon = make_daemon(args=["--workers", "2", "--tls-cert", str(given / "serving.crt"),
                                "--tls-key", str(given / "serving.key")], ca_file=given / "ca.crt")
     queries = _queries()
-    with prometheus_scraping(tmp_path, daemon.port, given / "ca.crt", []) as port:
+    with prometheus_scraping(tmp_path, [_https_job(daemon.port, given / "ca.crt")], []) as port:
         def empty() -> list[str]:
             # Traffic between scrapes: allowed and denied requests on both endpoints.
             for number in range(3):

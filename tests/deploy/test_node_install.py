@@ -36,6 +36,7 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 #: The unprivileged user the unit's DynamicUser= would allocate (any free uid will do for the test).
 SERVICE_UID = 61234
 DEPLOYMENT = "docs/deployment.md"
+LIFECYCLE = "docs/lifecycle.md"
 NAMESPACES = {name: {"kubernetes.io/metadata.name": name} for name in ("shop", "kube-system")}
 
 
@@ -257,6 +258,8 @@ PROVIDED_ELSEWHERE = {
     "/etc/staticadm/tls/serving.key": "the static pod's serving key, made by its header's `staticadm certs`",
     "/etc/staticadm/kubeconfig": 'cluster view (`kubeadm kubeconfig user`): docs/deployment.md, "Cluster view"',
     "/run/credentials/staticadm.service/kubeconfig": "systemd's LoadCredential= of that kubeconfig",
+    "/run/credentials/staticadm.service/metrics-token": "systemd's LoadCredential= of the metrics listener's token "
+                                                        '(docs/operations.md, "Metrics for Prometheus")',
     "/etc/staticadm/namespaces.yaml": "optional --namespaces file, written by the operator",
     "/etc/staticadm/shadow": "optional --shadow-manifests directory, made by the operator",
     "/run/staticadm/staticadm.sock": "exists while the daemon runs (checked by the unit test above)",
@@ -316,3 +319,54 @@ def test_container_paths_agree_between_the_image_and_the_pod() -> None:
         if arg.startswith(("--tls-cert=", "--tls-key=", "--client-ca=", "--manifests=")):
             path = arg.split("=", 1)[1]
             assert any(path == mount or path.startswith(mount + "/") for mount in mounts), arg
+
+
+def _version(node: ControlPlaneNode) -> str:
+    completed = subprocess.run([str(node.path("/usr/local/bin/staticadm")), "--version"], capture_output=True,
+                               text=True, check=False, cwd="/")
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout.split()[1]
+
+
+def test_the_install_is_upgraded_and_rolled_back_as_docs_lifecycle_says(installed: ControlPlaneNode) -> None:
+    """docs/lifecycle.md's node install blocks: the running venv kept, a newer checkout installed over it (here the
+    same code as 0.1.0+upgrade), then the kept venv put back; ``systemctl`` recorded (the unit's ExecStart runs
+    in the tests above)."""
+    node = installed
+    base = node.root.parent
+    before = _version(node)
+    newer = base / "newer-checkout"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (REPO_ROOT / name).is_file():
+            (newer / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, newer / name)
+    for name, old, new in (("pyproject.toml", f'version = "{before}"', f'version = "{before}+upgrade"'),
+                           ("staticadm/__init__.py", f'__version__ = "{before}"', f'__version__ = "{before}+upgrade"')):
+        text = (newer / name).read_text()
+        assert old in text, name
+        (newer / name).write_text(text.replace(old, new))
+    env = {**os.environ, "PATH": f"{base / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    calls = base / "systemctl.calls"
+    calls.write_text("")
+
+    def run(first_line: str, cwd: Path) -> None:
+        script = reroot(sh_block(LIFECYCLE, first_line), node.root, node.port)
+        completed = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
+                                   text=True, timeout=900, check=False)
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+
+    run("rm -rf /opt/staticadm.previous && cp -a /opt/staticadm /opt/staticadm.previous", newer)
+    assert _version(node) == f"{before}+upgrade"
+    assert calls.read_text().splitlines() == ["restart staticadm"]
+    shutil.rmtree(newer)
+    run("rm -rf /opt/staticadm && mv /opt/staticadm.previous /opt/staticadm", base)
+    assert _version(node) == before
+    assert not node.path("/opt/staticadm.previous").exists()
+    assert calls.read_text().splitlines() == ["restart staticadm", "restart staticadm"]
+    checked = subprocess.run([str(node.path("/usr/local/bin/staticadm")), "check", "--strict",
+                              str(node.path("/etc/staticadm/manifests"))], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

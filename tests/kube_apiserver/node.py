@@ -117,9 +117,12 @@ class ControlPlaneNode:
             if self.process.poll() is not None:
                 raise AssertionError(f"staticadm exited with {self.process.returncode}:\n{self.log()}")
             if socket_path.exists():
-                completed = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket",
-                                            str(socket_path), "http://localhost/readyz"],
-                                           capture_output=True, text=True, check=False, timeout=10)
+                try:
+                    completed = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                                "--unix-socket", str(socket_path), "http://localhost/readyz"],
+                                               capture_output=True, text=True, check=False, timeout=10)
+                except subprocess.TimeoutExpired:
+                    continue  # a starting daemon on a busy machine: ask again until the deadline
                 if completed.stdout == "200":
                     return
             time.sleep(0.05)

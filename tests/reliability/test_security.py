@@ -4,6 +4,7 @@ and no Secret data in logs or answers."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import ssl
@@ -37,6 +38,42 @@ def test_unix_socket_mode_and_owner(make_daemon: DaemonFactory) -> None:
     assert (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid())
     # No other files left next to it (the socket is bound under a temporary name, then renamed).
     assert [p.name for p in daemon.socket_path.parent.iterdir()] == [daemon.socket_path.name]
+
+
+def _open_doors(daemon: Daemon) -> list[dict[str, object]]:
+    return [record for record in map(json.loads, filter(lambda line: line.startswith("{"), daemon.log().splitlines()))
+            if record.get("msg") == "open to every local user"]
+
+
+def test_https_without_a_client_ca_is_said_at_start_and_in_readyz(make_daemon: DaemonFactory) -> None:
+    daemon = make_daemon()
+    [door] = _open_doors(daemon)
+    assert door["level"] == "warning" and door["listener"] == f"https://127.0.0.1:{daemon.port}"
+    assert "no --client-ca" in str(door["detail"])
+    assert (f"note: open-to-local-users: https://127.0.0.1:{daemon.port} asks no client certificate"
+            in daemon.get("/readyz?verbose").body.decode())
+
+
+@pytest.mark.parametrize("mode", ["0666", "0777", "0662"])
+def test_a_socket_mode_that_lets_other_users_connect_is_said(make_daemon: DaemonFactory, tmp_path: Path,
+                                                             mode: str) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    daemon = make_daemon(args=["--socket-mode", mode, "--client-ca", str(write_ca(make_ca("clients"),
+                                                                                  pki / "ca.crt"))])
+    assert daemon.socket_path is not None
+    [door] = _open_doors(daemon)
+    assert door["listener"] == f"unix:{daemon.socket_path}" and str(door["detail"]).startswith(f"mode {mode}")
+    assert f"note: open-to-local-users: unix:{daemon.socket_path} mode {mode}" in \
+        daemon.get("/readyz?verbose").body.decode()
+
+
+def test_no_open_door_is_said_of_the_shipped_modes(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    daemon = make_daemon(args=["--workers", "2", "--client-ca", str(write_ca(make_ca("clients"), pki / "ca.crt"))])
+    assert _open_doors(daemon) == []
+    assert "open-to-local-users" not in daemon.get("/readyz?verbose").body.decode()
 
 
 def _handshake(daemon: Daemon, context: ssl.SSLContext) -> tuple[str, str] | None:
@@ -138,6 +175,21 @@ def test_directory_or_file_becoming_world_writable_keeps_the_last_good(make_daem
         assert wait_for(lambda: f"changed while open {target.name}" in (denied_message(daemon) or ""))  # noqa: B023
         write_atomically(daemon.manifests / "deny.yaml", policy_yaml("v1: pods labelled deny=true are not allowed"))
         assert wait_for(lambda: "v1: pods labelled" in (denied_message(daemon) or ""))
+
+
+def test_a_chmod_is_seen_without_a_signal_or_the_poll(make_daemon: DaemonFactory) -> None:
+    """The harness polls once an hour: a chmod of the directory or of a manifest (inotify IN_ATTRIB) alone must
+    refuse the world-writable path, and the chmod back must serve again, within seconds."""
+    daemon = make_daemon()
+    for target, opened, closed in ((daemon.manifests, 0o777, 0o755), (daemon.manifests / "deny.yaml", 0o666, 0o644)):
+        before = daemon.metric(RELOADS, {"status": "failure"})
+        target.chmod(opened)
+        assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before), target  # noqa: B023
+        assert f"'{target}' is world-writable" in daemon.log()
+        assert "note: the manifest directory on disk is invalid" in daemon.get("/readyz?verbose").body.decode()
+        target.chmod(closed)
+        # The same content as served: nothing to swap in, and the directory on disk is fine again.
+        assert wait_for(lambda: "note:" not in daemon.get("/readyz?verbose").body.decode()), target
 
 
 def test_world_writable_allowed_explicitly(make_daemon: DaemonFactory) -> None:

@@ -186,3 +186,34 @@ def test_a_generated_certificate_whose_ca_ends_first_is_reported_not_reissued_fo
     assert log.count("renewed the generated serving certificate") <= 1
     assert "note: tls-certificate: serving certificate" in daemon.get("/readyz?verbose").body.decode()
     assert daemon.metric(EXPIRY, {"certificate": "serving"}) == _not_after(tls / "ca.crt")
+
+
+def _log_records(text: str, message: str) -> list[dict[str, object]]:
+    return [record for record in map(json.loads, filter(lambda line: line.startswith("{"), text.splitlines()))
+            if record.get("msg") == message]
+
+
+def test_a_start_up_renewal_says_it_kept_the_ca(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """A generated certificate found due at start-up is renewed by the same CA, and the log says so in the words
+    of a renewal while running; only a CA made now is told as new."""
+    first = make_daemon(workdir=tmp_path, state_dir=tmp_path / "fresh")
+    [created] = _log_records(first.log(), "serving with a certificate signed by the staticadm local CA; use it as "
+                                          "caBundle")
+    assert (created["ca_created"], created["serving_created"]) == (True, True)
+    assert not _log_records(first.log(), "renewed the generated serving certificate with the same CA (the caBundle "
+                                         "stays valid)")
+    first.stop()
+    first.log_path.unlink()
+
+    tls = tmp_path / "due" / "tls"
+    create_certificates(tls, validity=datetime.timedelta(days=10))  # within the 30 days: due at start-up
+    ca_before = (tls / "ca.crt").read_bytes()
+    daemon = make_daemon(workdir=tmp_path, state_dir=tmp_path / "due")
+    [renewal] = _log_records(daemon.log(), "renewed the generated serving certificate with the same CA (the "
+                                           "caBundle stays valid)")
+    assert renewal["at"] == "startup" and renewal["ca"] == str(tls / "ca.crt")
+    [serving] = _log_records(daemon.log(), "serving with a certificate signed by the staticadm local CA; use it as "
+                                           "caBundle")
+    assert (serving["ca_created"], serving["serving_created"]) == (False, True)
+    assert (tls / "ca.crt").read_bytes() == ca_before
+    assert _not_after(tls / "serving.crt") - time.time() > 300 * 86400

@@ -51,6 +51,8 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "webhook-config-dir": ("/etc/kubernetes/admission", "webhook_config_dir", Path("/etc/kubernetes/admission")),
     "authorization-cache-authorized-ttl": ("60", "authorization_cache_authorized_ttl", 60.0),
     "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
+    "metrics-listen": ("0.0.0.0:9443", "metrics_listen", ("0.0.0.0", 9443)),
+    "metrics-token-file": ("/etc/staticadm/metrics-token", "metrics_token_file", Path("/etc/staticadm/metrics-token")),
     # Excludes "namespaces" (two sources of namespaces): checked on its own.
     "kubeconfig": ("/etc/staticadm/kubeconfig", "kubeconfig", Path("/etc/staticadm/kubeconfig")),
 }
@@ -79,6 +81,8 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "workers": ("1", 1),
     "worker-memory-growth": ("32", 32),
     "webhook-config-dir": ("/flag/admission", Path("/flag/admission")),
+    "metrics-listen": ("127.0.0.1:9444", ("127.0.0.1", 9444)),
+    "metrics-token-file": ("/flag/token", Path("/flag/token")),
 }
 
 
@@ -236,3 +240,10 @@ def test_namespaces_and_kubeconfig_are_one_or_the_other(tmp_path: Path) -> None:
 def test_auto_workers_are_at_least_two_so_that_growing_ones_can_be_replaced() -> None:
     # One process grows with the CEL engine's kept memory until MemoryMax kills it, failing what it serves.
     assert [default_workers(cores) for cores in (1, 2, 3, 4, 16)] == [2, 2, 3, 4, 4]
+
+
+def test_the_metrics_listener_needs_its_token() -> None:
+    with pytest.raises(ConfigError, match="--metrics-listen and --metrics-token-file must be given together"):
+        _parse("--metrics-listen", "127.0.0.1:9443")
+    with pytest.raises(ConfigError, match="--metrics-listen 'nine': expected HOST:PORT"):
+        _parse("--metrics-listen", "nine", "--metrics-token-file", "/t")

@@ -70,6 +70,33 @@ def test_invalid_files_on_disk_show_in_readyz_until_restored(make_daemon: Daemon
     assert wait_for(lambda: "the served configuration is current" in daemon.log(), timeout=5)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_readyz_gives_the_reason_the_same_way_before_and_after_a_good_load(make_daemon: DaemonFactory,
+                                                                           tmp_path: Path, workers: str) -> None:
+    """Invalid at start (not ready, nothing served) and invalid after a good load (ready, the last good served):
+    the same note says why, only what is served differs."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "deny.yaml").write_text("kind: [")
+    daemon = make_daemon(policy=None, manifests=manifests, start=False, args=["--workers", workers])
+    daemon.start(wait=False)
+    reason = "note: the manifest directory on disk is invalid (1 error(s) since "
+
+    def verbose() -> str:
+        return daemon.get("/readyz?verbose").body.decode() if daemon.status("/readyz") is not None else ""
+
+    assert wait_for(lambda: all(reason in verbose() for _ in range(4)), timeout=30), (verbose(), daemon.log())
+    at_start = verbose()
+    assert daemon.status("/readyz") == 503
+    assert "[-]manifests-loaded failed" in at_start and "nothing is served yet (admission requests get 503)" in at_start
+    write_atomically(manifests / "deny.yaml", policy_yaml("v1"))
+    assert wait_for(lambda: daemon.status("/readyz") == 200 and all(reason not in verbose() for _ in range(4)),
+                    timeout=30), daemon.log()
+    (manifests / "deny.yaml").write_text("kind: [")
+    assert wait_for(lambda: all(reason in verbose() for _ in range(4)), timeout=15), daemon.log()
+    assert "serving the last good configuration sha256:" in verbose() and daemon.status("/readyz") == 200
+
+
 def test_check_warns_about_a_directory_with_no_manifests(tmp_path: Path) -> None:
     (tmp_path / "README.txt").write_text("policies go here")
     out = io.StringIO()

@@ -69,6 +69,25 @@ def test_a_stricter_shadow_set_reports_new_denials_without_changing_answers(
     assert not [d for d in _differences(daemon) if d["uid"] == "same-1"]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_every_request_from_readiness_on_is_shadowed(make_daemon: DaemonFactory, tmp_path: Path,
+                                                     workers: str) -> None:
+    """The requests sent the moment /readyz says ready are shadowed like every later one (none skipped for want
+    of a shadow configuration), even when the shadow directory takes longer to load than the live one (here 200
+    policies beside the live one)."""
+    stricter = policy_yaml("v1: pods labelled deny=true are not allowed") + "---\n" + policy_yaml(
+        "strict pods are denied", name="strict", label="strict") + "".join(
+        "---\n" + policy_yaml(f"extra {index}", name=f"extra-{index}", label=f"extra-{index}") for index in range(200))
+    daemon = _start(make_daemon, tmp_path, stricter, workers)
+    for index in range(4):
+        assert daemon.validate(review({"strict": "true"}, uid=f"first-{index}")).json()["response"]["allowed"]
+    assert wait_for(lambda: daemon.metric("staticadm_shadow_evaluations_total") == 4, timeout=60), \
+        daemon.get("/metrics").body.decode()
+    assert daemon.metric("staticadm_shadow_skipped_total") == 0
+    assert wait_for(lambda: len(_differences(daemon)) == 4)
+    assert {record["uid"] for record in _differences(daemon)} == {f"first-{index}" for index in range(4)}
+
+
 def test_shadow_reloads_and_an_invalid_shadow_directory_never_touch_the_live_one(
         make_daemon: DaemonFactory, tmp_path: Path) -> None:
     daemon = _start(make_daemon, tmp_path, policy_yaml("live rule"))
