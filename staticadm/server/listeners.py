@@ -193,7 +193,8 @@ def bind_unix_socket(path: Path, mode: int) -> socket.socket:
             raise ListenerError(f"--socket {path}: exists and is not a socket; refusing to replace it")
         if _socket_is_live(path):
             raise ListenerError(f"--socket {path}: another process is listening on it")
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    # No longer than the usual socket name: a path within AF_UNIX's 107 bytes must stay so while temporary.
+    temporary = path.with_name(f".{secrets.token_hex(6)}")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         # The process's umask, for the bind only: start-up, before any thread that creates files.
