@@ -189,7 +189,8 @@ def test_a_chmod_is_seen_without_a_signal_or_the_poll(make_daemon: DaemonFactory
         assert "note: the manifest directory on disk is invalid" in daemon.get("/readyz?verbose").body.decode()
         target.chmod(closed)
         # The same content as served: nothing to swap in, and the directory on disk is fine again.
-        assert wait_for(lambda: "note:" not in daemon.get("/readyz?verbose").body.decode()), target
+        assert wait_for(lambda: "note: the manifest directory on disk is invalid"
+                        not in daemon.get("/readyz?verbose").body.decode()), target
 
 
 def test_world_writable_allowed_explicitly(make_daemon: DaemonFactory) -> None:
