@@ -123,6 +123,9 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("texts", "ip(dyn(null).spec.?ip.orValue('')).family() == 4", Error("no such key: spec")),
     ("texts", "ip(object.spec.name.nope.?ip.orValue('')).family() == 4", Error("no such key: nope")),
     ("texts", "isIP(object.spec.count.x.?ip.orValue(''))", Error("no such key: x")),
+    # The form that words an error keeps the calls the expression made (long differential run, issue 44).
+    ("texts", "string(object.?spec.?name.orValue('')) != 'bad' ? !object.spec.mixed.all(t, size(t) > 0) : false",
+     Error("no such overload: size")),
     # Overload errors name Kubernetes' types and cel-go's call styles.
     ("texts", "cidr(object.spec.cidr).containsIP(object.spec.?nothing.orValue(null))",
      Error("no such overload: containsIP(net.CIDR, null_type)")),
