@@ -12,6 +12,10 @@ to a single overload runs that overload's guarded implementation (interpreter/pl
 common/decls ``guardedUnaryOp``), which answers ``no such overload: string(int)`` for any other argument, where the
 engine dispatches on the value and converts it.
 
+A relation binds the variable too (``x > 1``: ``int``, by the order of cel-go's relation overloads), and so does an
+equality with a typed value (``x == 'a'``: ``string``). Calls of single-overload functions (``x.startsWith('a')``)
+also bind it in cel-go; that is not followed here.
+
 ``analyze`` follows the checker's order (target, arguments, then the call; a comprehension's range before its loop)
 over those element types, and returns the calls to guard and the calls cel-go refuses (a variable bound by an
 earlier call passed to a conversion or a relation that takes no value of its type). ``rewrite.prepare`` wraps each
