@@ -22,9 +22,22 @@ MESSAGE = ("{function}: a value holding optional values cannot be passed to this
            "(the CEL engine cannot hand it over)")
 
 
-def guard(checked: Any, python_functions: frozenset[str]) -> int:
-    """Replaces, in place, the calls of ``python_functions`` whose arguments may hold optional values.
-    Returns how many were replaced."""
+def untainted_calls(checked: Any, python_functions: frozenset[str]) -> frozenset[int]:
+    """The ids of the calls of ``python_functions`` that ``guard`` leaves as they are."""
+    tainted = taint(checked.expr, ast.node_types(checked))
+    return frozenset(node.id for node in ast.walk(checked.expr)
+                     if node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function in python_functions
+                     and not any(operand.id in tainted for operand in _operands(node)))
+
+
+def _operands(node: Any) -> list[Any]:
+    return ([node.call_expr.target] if node.call_expr.HasField("target") else []) + list(node.call_expr.args)
+
+
+def guard(checked: Any, python_functions: frozenset[str], safe: frozenset[int] = frozenset()) -> int:
+    """Replaces, in place, the calls of ``python_functions`` whose arguments may hold optional values, but those
+    in ``safe`` (known not to: the same calls in the form a diagnostic form was made from, whose new bindings
+    hide the operands' types). Returns how many were replaced."""
     types = ast.node_types(checked)
     tainted = taint(checked.expr, types)
     replaced = 0
@@ -32,7 +45,7 @@ def guard(checked: Any, python_functions: frozenset[str]) -> int:
         if node.WhichOneof("expr_kind") != "call_expr":
             continue
         function = node.call_expr.function
-        if function not in python_functions:
+        if function not in python_functions or node.id in safe:
             continue
         operands = ([node.call_expr.target] if node.call_expr.HasField("target") else []) + list(node.call_expr.args)
         if any(operand.id in tainted for operand in operands):

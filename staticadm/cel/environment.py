@@ -729,9 +729,13 @@ class CelEnvironment:
             else:
                 components.append((name, _linkable(value)))
         linked = linking.link(expression.prepared, components)
+        safe: frozenset[int] = frozenset()
         if diagnostic:
+            # The diagnostic form binds operands whose types it no longer knows: a call the form it is made from
+            # may make stays one (it runs the same values), or the diagnosis would report the refusal instead.
+            safe = boundary.untainted_calls(linked, self._python_functions)
             linked = rewrite.diagnostic(linked)
-        boundary.guard(linked, self._python_functions)
+        boundary.guard(linked, self._python_functions, safe)
         return self._runtime.deserialize(ast.encode(linked))
 
     def _constant_conversion_error(self, checked: Any) -> str | None:

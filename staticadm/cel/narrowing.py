@@ -12,6 +12,10 @@ to a single overload runs that overload's guarded implementation (interpreter/pl
 common/decls ``guardedUnaryOp``), which answers ``no such overload: string(int)`` for any other argument, where the
 engine dispatches on the value and converts it.
 
+A relation binds the variable too (``x > 1``: ``int``, by the order of cel-go's relation overloads), and so does an
+equality with a typed value (``x == 'a'``: ``string``). Calls of single-overload functions (``x.startsWith('a')``)
+also bind it in cel-go; that is not followed here.
+
 ``analyze`` follows the checker's order (target, arguments, then the call; a comprehension's range before its loop)
 over those element types, and returns the calls to guard and the calls cel-go refuses (a variable bound by an
 earlier call passed to a conversion or a relation that takes no value of its type). ``rewrite.prepare`` wraps each
@@ -50,6 +54,12 @@ _TRAIT_DISPATCHED = frozenset({"size"})
 #: Member functions of cel-go's lists extension whose result is the receiver's list type (``list(T)``).
 _SAME_LIST = frozenset({"sort", "distinct", "reverse", "slice"})
 _RELATIONS = frozenset({"_<_", "_<=_", "_>_", "_>=_"})
+#: The parameters of cel-go's relation overloads, in its declaration order (standard.go, with Kubernetes' cross-type
+#: numeric comparisons).
+_RELATION_OVERLOADS = (("bool", "bool"), ("int", "int"), ("int", "double"), ("int", "uint"), ("uint", "uint"),
+                       ("uint", "double"), ("uint", "int"), ("double", "double"), ("double", "int"),
+                       ("double", "uint"), ("string", "string"), ("bytes", "bytes"), (_TIMESTAMP, _TIMESTAMP),
+                       (_DURATION, _DURATION))
 _NUMBERS = frozenset({"int", "uint", "double"})
 _ORDERED = frozenset({"string", "bytes", "bool", _TIMESTAMP, _DURATION})
 #: The runtime type identifiers a guard compares ``type(x)`` with.
@@ -177,10 +187,41 @@ class _Checker:
             return self._concatenation(node, call.args, arguments)
         if function in OVERLOADS and len(call.args) == 1 and arguments[0] is not None:
             self._narrow(node, function, arguments[0])
-        elif function in _RELATIONS and len(call.args) == 2 and any(isinstance(a, str) for a in arguments):
-            self._compared(node, function, [argument if isinstance(argument, str) else self.types.get(operand.id)
-                                            for argument, operand in zip(arguments, call.args, strict=True)])
+        elif function in ("_==_", "_!=_") and len(call.args) == 2:
+            # (A, A): a free variable takes the other side's type.
+            sides = [argument if argument is not None else self.types.get(operand.id)
+                     for argument, operand in zip(arguments, call.args, strict=True)]
+            for operand, other in ((sides[0], sides[1]), (sides[1], sides[0])):
+                if isinstance(operand, Var) and isinstance(other, str) and other != "dyn" \
+                        and not other.startswith(("list(", "map(")):
+                    self.bindings[operand.number] = other
+        elif function in _RELATIONS and len(call.args) == 2:
+            operands: list[GoType | None] = [argument if argument is not None else self.types.get(operand.id)
+                                             for argument, operand in zip(arguments, call.args, strict=True)]
+            if any(isinstance(operand, Var) for operand in operands):
+                self._bind_relation(operands)
+                operands = [self.resolve(operand) for operand in operands]
+                if any(isinstance(argument, str) for argument in arguments) or any(
+                        isinstance(argument, Var) for argument in arguments):
+                    self._compared(node, function, [o if isinstance(o, str) else None for o in operands])
+            elif any(isinstance(a, str) for a in arguments):
+                self._compared(node, function, [o if isinstance(o, str) else None for o in operands])
         return None
+
+    def _bind_relation(self, operands: list[GoType | None]) -> None:
+        """A relation binds a free variable to its side of the first overload the other side fits (cel-go's
+        order: bool, int, int/double, ... ): ``x > 1`` makes ``x`` an int, ``x > 1.5`` too (``int < double``
+        comes before ``double < double``), ``x > object.spec.count`` a bool."""
+        for pair in _RELATION_OVERLOADS:
+            fits = True
+            for operand, parameter in zip(operands, pair, strict=True):
+                if isinstance(operand, str) and operand != "dyn" and operand != parameter:
+                    fits = False
+            if fits:
+                for operand, parameter in zip(operands, pair, strict=True):
+                    if isinstance(operand, Var):
+                        self.bindings[operand.number] = parameter
+                return
 
     def _compared(self, node: Any, function: str, operands: list[str | None]) -> None:
         """A relation between an element bound by an earlier call and a value: Kubernetes declares them between

@@ -123,6 +123,9 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("texts", "ip(dyn(null).spec.?ip.orValue('')).family() == 4", Error("no such key: spec")),
     ("texts", "ip(object.spec.name.nope.?ip.orValue('')).family() == 4", Error("no such key: nope")),
     ("texts", "isIP(object.spec.count.x.?ip.orValue(''))", Error("no such key: x")),
+    # The form that words an error keeps the calls the expression made (long differential run, issue 44).
+    ("texts", "string(object.?spec.?name.orValue('')) != 'bad' ? !object.spec.mixed.all(t, size(t) > 0) : false",
+     Error("no such overload: size")),
     # Overload errors name Kubernetes' types and cel-go's call styles.
     ("texts", "cidr(object.spec.cidr).containsIP(object.spec.?nothing.orValue(null))",
      Error("no such overload: containsIP(net.CIDR, null_type)")),
@@ -161,6 +164,11 @@ CASES: list[tuple[str, str, Outcome]] = [
     ("narrowed calls", "(object.spec.mixed + [1]).exists(x, string(x) == 'a')",
      Error("no such overload: string(string)")),
     ("narrowed calls", "([] + object.spec.mixed).exists(x, string(x) == 'a')", Value(True)),
+    # A relation or an equality binds the variable first.
+    ("narrowed calls", "object.spec.nested.flatten().exists(x, x > 1 && string(x) == '2')", Value(True)),
+    ("narrowed calls", "object.spec.nested.flatten().exists(x, x == 'a' || string(x) == '1')",
+     Error("no such overload: string(int)")),
+    ("narrowed calls", "object.spec.mixed.reverse().exists(x, x == 1 || string(x) == 'a')", Value(True)),
     ("narrowed calls", "object.spec.nested.flatten().exists(x, string(x) == '1' && x > 0)",
      Refused("found no matching overload for '_>_' applied to '(string, int)'")),
     # resource.Quantity holds a fraction of a binary suffix as an inf.Dec, and "1000m" as int64Amount{1000, -3}:

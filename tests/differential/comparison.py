@@ -197,7 +197,8 @@ def _probe(policy: Mapping[str, Any], field_name: str) -> dict[str, Any] | None:
             "spec": spec}
 
 
-#: Refusals that are the CEL engine's documented nesting limits (docs/cel.md "Nesting limits"), not kube-apiserver's.
+#: Refusals that are the CEL engine's documented nesting limits (docs/cel.md "The CEL environment", its nesting limits),
+#: not kube-apiserver's.
 _ENGINE_LIMITS = ("levels staticadm's CEL parser (cel-cpp) accepts", "nests too deeply for staticadm to load")
 
 

@@ -5,18 +5,17 @@ suffix table, rounding of non-zero values away from zero to a multiple of 1n, an
 on binarySI quantities. Every parsed value is therefore a whole number of nano units, and add/sub keep
 it so; the value is held as a Python int of nano units, which makes arithmetic exact.
 
-The runtime payload is the value (a normalized decimal string), because CEL ``==`` compares
-payloads and Kubernetes' ``Quantity.Equal`` is a numeric comparison: ``quantity("1Ki") ==
-quantity("1024")``. A Quantity also holds its value either as an ``int64Amount`` (value, scale) or as an
-``inf.Dec`` (unscaled, scale), and ``AsInt64`` (``isInteger``/``asInteger``) and ``AsApproximateFloat64``
-read that representation: ``1000m``, ``0.0``, ``1.5Ki`` and ``2.0Ki`` are not integers to Kubernetes
-(``int64Amount{1000, -3}``, ``{0, -1}`` and inf.Decs), and add/sub keep or change it as Go's do. The
-payload carries the representation's kind and scale under ``repr`` where it is not the value's normalized
-one (every factor of ten in the scale); ``==``/``!=`` between operands the checker typed as Quantity
-compare values only (``equality_key``, applied by the rewrite; also to each element of a ``list(Quantity)`` under
-``==``, ``!=`` and ``in``). Quantities inside maps or behind ``dyn``
-compared as a whole still compare their payloads. The Format is not kept: no function of the library
-reads it.
+The runtime payload is the value (a normalized decimal string), because CEL ``==`` compares payloads and
+Kubernetes' ``Quantity.Equal`` is a numeric comparison: ``quantity("1Ki") == quantity("1024")``. A Quantity
+also holds its value either as an ``int64Amount`` (value, scale) or as an ``inf.Dec`` (unscaled, scale), and
+``AsInt64`` (``isInteger``/``asInteger``) and ``AsApproximateFloat64`` read that representation: ``1000m``,
+``0.0``, ``1.5Ki`` and ``2.0Ki`` are not integers to Kubernetes (``int64Amount{1000, -3}``, ``{0, -1}`` and
+inf.Decs), and add/sub keep or change it as Go's do. The payload carries the representation's kind and scale
+under ``repr`` where it is not the value's normalized one (every factor of ten in the scale); ``==``/``!=``
+between operands the checker typed as Quantity compare values only (``equality_key``, applied by the rewrite;
+also to each element of a ``list(Quantity)`` under ``==``, ``!=`` and ``in``). Quantities inside maps or
+behind ``dyn`` compared as a whole still compare their payloads. The Format is not kept: no function of the
+library reads it.
 """
 
 from __future__ import annotations
