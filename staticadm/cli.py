@@ -514,10 +514,13 @@ def _each_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 
 def _add_no_color(parser: argparse.ArgumentParser) -> None:
     """--no-color on every command, before or after its name (a command's own copy sets nothing when absent,
-    so it never undoes the one given before the command's name)."""
+    so it never undoes the one given before the command's name). Not on ``serve``: the daemon writes logs, whose
+    form --log-format sets, and every serve option can come from its configuration file."""
     help_text = "no colour in the reports, even on a terminal (as NO_COLOR=1)"
     parser.add_argument("--no-color", dest="no_color", action="store_true", default=False, help=help_text)
     for subparser in _each_parser(parser)[1:]:
+        if subparser.prog.split()[-1] == "serve":
+            continue
         subparser.add_argument("--no-color", dest="no_color", action="store_true", default=argparse.SUPPRESS,
                                help=help_text)
 

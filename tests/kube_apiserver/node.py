@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from staticadm.kinds import as_admitted
 from tests.kube_apiserver.admission import KubeApiserver
 from tests.kube_apiserver.matching import Attributes, GroupVersionKind, GroupVersionResource
 from tests.pki import make_ca, make_leaf, write_ca
@@ -168,9 +169,13 @@ def pod(name: str = "web", namespace: str = "shop", *, labels: dict[str, str] | 
         container["securityContext"] = {"privileged": True}
     if limits:
         container["resources"] = {"limits": {"cpu": "100m", "memory": "64Mi"}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "spec": {"containers": [container]}}
+    # As kube-apiserver holds it when admission starts: typed and defaulted (a mutating webhook's patch is taken
+    # against that object; an undefaulted one would have every default patched in).
+    admitted = as_admitted({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+                            "spec": {"containers": [container]}})
+    assert admitted is not None
+    return admitted.value
 
 
 def create_pod(obj: dict[str, object], **kwargs: object) -> Attributes:
