@@ -115,13 +115,17 @@ def _joined(messages: list[str]) -> str:
     return "; ".join(message for message in messages if message)
 
 
+def _policy_error(errors: list[dict[str, Any]], base: dict[str, str]) -> tuple[str, str, dict[str, str]]:
+    """The one result of a policy that failed as a whole (its match conditions, its params): every binding's."""
+    return ("error", _joined([error["message"] for error in errors]),
+            {**base, "errorType": errors[0]["errorType"], "enforcement": errors[0]["enforcement"]})
+
+
 def _validating_results(policy: Mapping[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
     """(result, message, properties) per binding of one ValidatingAdmissionPolicy's decision."""
     base = {"policyKind": _VALIDATING, "failurePolicy": str(policy.get("failurePolicy") or "")}
     if policy.get("errors"):
-        errors = policy["errors"]
-        return [("error", _joined([error["message"] for error in errors]),
-                 {**base, "errorType": errors[0]["errorType"], "enforcement": errors[0]["enforcement"]})]
+        return [_policy_error(policy["errors"], base)]
     out = []
     for binding in policy.get("bindings") or ():
         properties = {**base, "binding": binding["binding"],
@@ -150,9 +154,7 @@ def _validating_results(policy: Mapping[str, Any]) -> list[tuple[str, str, dict[
 def _mutating_results(policy: Mapping[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
     base = {"policyKind": _MUTATING, "failurePolicy": str(policy.get("failurePolicy") or "")}
     if policy.get("errors"):
-        errors = policy["errors"]
-        return [("error", _joined([error["message"] for error in errors]),
-                 {**base, "errorType": errors[0]["errorType"], "enforcement": errors[0]["enforcement"]})]
+        return [_policy_error(policy["errors"], base)]
     out = []
     for binding in policy.get("bindings") or ():
         properties = {**base, "binding": binding["binding"]}
