@@ -60,7 +60,11 @@ class PrivateDirectory:
         and others cannot write. A symlink to such a directory is followed: the directory it names is checked."""
         if create:
             _make_private(path)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return cls._adopted(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+
+    @classmethod
+    def _adopted(cls, path: Path, fd: int) -> PrivateDirectory:
+        """The directory open as ``fd``, once checked (``fd`` is closed when it is refused)."""
         try:
             _refuse_unless_private(path, os.fstat(fd))
         except BaseException:
@@ -80,12 +84,7 @@ class PrivateDirectory:
         except OSError as error:
             raise UnsafeDirectoryError(f"{path} is not a directory ({error.strerror}): a symlink or a file is where "
                                        "keys are kept; remove it") from error
-        try:
-            _refuse_unless_private(path, os.fstat(fd))
-        except BaseException:
-            os.close(fd)
-            raise
-        return PrivateDirectory(path, fd)
+        return self._adopted(path, fd)
 
     def check(self) -> None:
         """Raises :class:`UnsafeDirectoryError` if the directory's owner or mode changed since it was opened, or
