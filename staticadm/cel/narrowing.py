@@ -180,6 +180,14 @@ class _Checker:
                 return OptionalOf(target.element) if isinstance(target, ListOf) else None
             if function == "value" and not call.args and isinstance(target, OptionalOf):
                 return target.element
+            if function == "orValue" and len(call.args) == 1 and isinstance(target, OptionalOf):
+                # optional_type(T).orValue(T) -> T: a free T takes the default's type, as cel-go's checker binds it
+                # (object.spec.tags.first().orValue('') is a string to every later call).
+                element = self.resolve(target.element)
+                default = arguments[0] if arguments[0] is not None else self.types.get(call.args[0].id)
+                if isinstance(element, Var) and default is not None and default != "dyn" and default != element:
+                    self.bindings[element.number] = default
+                return self.resolve(target.element)
             return None
         if function == "_[_]" and len(arguments) == 2 and isinstance(arguments[0], ListOf):
             return arguments[0].element
