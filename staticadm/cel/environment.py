@@ -491,6 +491,10 @@ class CelEnvironment:
             cel.FunctionDecl(linking.FAIL_FUNCTION, [cel.Overload("staticadm_fail", T.BOOL, [T.STRING], impl=fail)]),
             cel.FunctionDecl(rewrite.DIRECT_FUNCTION,
                              [cel.Overload("staticadm_direct", T.BOOL, [], impl=state.direct)]),
+            cel.FunctionDecl(rewrite.LISTER_ENTER_FUNCTION,
+                             [cel.Overload("staticadm_lister_enter", T.BOOL, [], impl=state.lister_enter)]),
+            cel.FunctionDecl(rewrite.LISTER_LEAVE_FUNCTION,
+                             [cel.Overload("staticadm_lister_leave", T.BOOL, [], impl=state.lister_leave)]),
             cel.FunctionDecl(stepping.VARIABLE_FUNCTION,
                              [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=state.variable)]),
             cel.FunctionDecl(stepping.LOOP_FUNCTION, [

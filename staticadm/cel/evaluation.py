@@ -72,6 +72,10 @@ class CompiledExpression(Protocol):
     def stepped(self) -> stepping.SteppedProgram: ...
 
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
+#: cel-go v0.29.2's ext/lists.go ``sort()``/``distinct()`` handed a failing operand assert it is a traits.Lister and
+#: panic; kube-apiserver recovers the panic, which ends the whole evaluation (``||``, ``&&`` and macros absorb
+#: nothing of it), as the expression's error (``rewrite._lister_operand``).
+LISTER_PANIC_MESSAGE = "internal error: interface conversion: *types.Err is not traits.Lister: missing method Add"
 #: Kubernetes' words when a scope's budget runs out (``admission/plugin/cel/activation.go``).
 BUDGET_EXHAUSTED_MESSAGE = ("validation failed due to running out of cost budget, no further validation rules "
                             "will be run")
@@ -179,6 +183,14 @@ class EvaluationState:
     def direct(self) -> bool:
         return self.current.long_loop_runs_directly()
 
+    def lister_enter(self) -> bool:
+        self._local.context._run.open_listers += 1
+        return True
+
+    def lister_leave(self) -> bool:
+        self._local.context._run.open_listers -= 1
+        return True
+
     def charge(self, amount: int) -> bool:
         self._local.context.charge(amount, BODY)
         return True
@@ -206,10 +218,13 @@ _ENGINE_VALUE = cel.Value
 class _RunCost:
     """The cost of one evaluation in progress: the expression's own and each variable's."""
 
-    __slots__ = ("body", "exceeded", "needs_steps", "variables")
+    __slots__ = ("body", "exceeded", "needs_steps", "open_listers", "variables")
 
     def __init__(self) -> None:
         self.body = 0
+        #: Operands of sort()/distinct() entered and not left with a value (``rewrite._lister_operand``): any
+        #: means one failed, where cel-go panics.
+        self.open_listers = 0
         #: A long loop asked for the evaluation to be re-run in steps.
         self.needs_steps = False
         self.variables: dict[int, int] = {}
@@ -329,7 +344,8 @@ class EvaluationContext:
         # The common case inline (one engine call, a bool, nothing special): it runs for every
         # expression of every request, so each step here is paid ~35 times per request.
         result, run = self._engine_eval(compiled.program)
-        if result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or self._deadline_exceeded:
+        if (result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or run.open_listers
+                or self._deadline_exceeded):
             outcome, run = self._evaluate(compiled, first=(result, run))
             return self._settle(compiled, budget, outcome, run)
         if compiled.result_type != "bool":
@@ -359,7 +375,7 @@ class EvaluationContext:
         # An engine failure (its exception is the result) is not simply true: the expressions one by one say which.
         result, run = self._engine_eval(program)
         if (result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or run.variables
-                or self._deadline_exceeded or result.plain_value() is not True):
+                or run.open_listers or self._deadline_exceeded or result.plain_value() is not True):
             return False
         if budget is not None:
             spent = static_cost + run.body
@@ -374,7 +390,8 @@ class EvaluationContext:
         past its own limit, nothing stepped, before the deadline; None otherwise. Charges no budget: the caller
         reads the value as standing for every scope of its parts, which the limit guarantees."""
         result, run = self._engine_eval(program)
-        if result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or self._deadline_exceeded:
+        if (result.__class__ is not _ENGINE_VALUE or run.exceeded or run.needs_steps or run.open_listers
+                or self._deadline_exceeded):
             return None
         spent = static_cost + run.body
         if run.variables:
@@ -457,11 +474,14 @@ class EvaluationContext:
                 if run.exceeded and BODY in run.exceeded:
                     return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
                 if ENGINE_ITERATION_LIMIT_TEXT not in str(result):
+                    if run.open_listers:
+                        return EvalError(LISTER_PANIC_MESSAGE), run
                     return EvalError(runtime_error(str(result))), run
                 if own_run:
                     # Charged again from the start: the stepped evaluation runs every tick once more.
                     run = _RunCost()
                     self._run = run
+                run.open_listers = 0
                 return self._evaluate_stepped(compiled, run), run
             if run.exceeded and BODY in run.exceeded:
                 return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
@@ -471,7 +491,10 @@ class EvaluationContext:
                     self._run = run
                 else:
                     run.needs_steps = False
+                run.open_listers = 0
                 return self._evaluate_stepped(compiled, run), run
+            if run.open_listers:
+                return EvalError(LISTER_PANIC_MESSAGE), run
             return self._keyed(compiled, failures, to_python(result, compiled.result_type)), run
         finally:
             self._state.leave(previous)
@@ -508,6 +531,8 @@ class EvaluationContext:
             self._stepping.pop()
         if BODY in run.exceeded:
             return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True)
+        if run.open_listers:
+            return EvalError(LISTER_PANIC_MESSAGE)
         if result is None:
             return failure
         return to_python(result, compiled.result_type)
@@ -536,7 +561,7 @@ class EvaluationContext:
         if plan.native is not None and self.native_nests and len(values) < self._native_too_long.get(
                 loop_id, stepping.SLICE + 1):
             run = self._run
-            charged = (run.body, dict(run.variables), set(run.exceeded), self._charge_calls)
+            charged = (run.body, dict(run.variables), set(run.exceeded), self._charge_calls, run.open_listers)
             variables_read = set(self._stepped_variables or ())
             try:
                 return self._run_slices(plan, plan.native, base, values, initial)
@@ -547,6 +572,7 @@ class EvaluationContext:
             # those go delegated at once. Only how fast, never what, depends on this guess.
             self._native_too_long[loop_id] = len(values)
             run.body, run.variables, self._charge_calls = charged[0], charged[1], charged[3]
+            run.open_listers = charged[4]
             run.exceeded = charged[2] or _NONE_EXCEEDED
             if self._stepped_variables is not None:
                 # Variables first read by the attempt are read (and charged) again by the delegated run.

@@ -32,6 +32,11 @@ DIRECT_FUNCTION = "@staticadm.direct"
 QUANTITY_VALUE_FUNCTION = "@staticadm.quantityValue"
 #: ``no such overload: <function>(<argument's type>)``, raised for a call cel-go narrowed to another overload.
 NO_SUCH_OVERLOAD_FUNCTION = "@staticadm.noSuchOverload"
+#: ``@staticadm.listerEnter()`` / ``@staticadm.listerLeave()``: called before the operand of a call cel-go hands
+#: an error operand to (``_lister_operand``), and after it evaluated to a value; an evaluation that entered more
+#: such operands than it left reached one that failed, where cel-go panics (``evaluation.LISTER_PANIC_MESSAGE``).
+LISTER_ENTER_FUNCTION = "@staticadm.listerEnter"
+LISTER_LEAVE_FUNCTION = "@staticadm.listerLeave"
 #: The checked type name of a Kubernetes Quantity.
 _QUANTITY_TYPE = "kubernetes.Quantity"
 _QUANTITY_LIST_TYPE = "list(kubernetes.Quantity)"
@@ -612,6 +617,8 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 call_node.args[position].CopyFrom(compared)
             if guards and node.id in guards:
                 _guarded(node, guards[node.id], ids)
+            if _hands_errors_over(call_node, types):
+                _lister_operand(node, ids)
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map,
                               boolean=types.get(node.id) == "bool")
@@ -798,6 +805,33 @@ def _guarded(node: Any, guard: narrowing.Guard, ids: Ids) -> None:
     refused = call(ids(), NO_SUCH_OVERLOAD_FUNCTION, _string(ids(), guard.function), ident(ids(), name))
     node.call_expr.args[0].CopyFrom(bind(ids, name, argument, call(ids(), "_?_:_", matches, ident(ids(), name),
                                                                     refused)))
+
+
+def _hands_errors_over(call_node: Any, types: Mapping[int, str]) -> bool:
+    """cel-go v0.29.2's ext/lists.go ``sort()`` on an operand the checker typed as a list, and ``distinct()`` on
+    any operand (a list or ``dyn``: one overload either way), call their implementation even with an error
+    operand, which asserts it is a ``traits.Lister`` and panics (kube-apiserver recovers the panic as the
+    expression's error). ``sort()`` on a ``dyn`` is dispatched among its overloads at runtime, which passes an
+    error on without calling any (checked against kube-apiserver's admission code)."""
+    if not call_node.HasField("target") or call_node.args:
+        return False
+    if call_node.function == "distinct":
+        return True
+    return call_node.function == "sort" and types.get(call_node.target.id, "dyn").startswith("list(")
+
+
+def _lister_operand(node: Any, ids: Ids) -> None:
+    """The operand ``x`` of such a call becomes
+    ``enter() ? bind(l, x, (size([l]) == 1 ? leave() : false) ? l : l) : null``: ``leave()`` runs only once ``x``
+    is a value (a failing condition skips both branches), so an evaluation that reached ``x`` and saw it fail
+    entered once more than it left. ``x``'s value and error are passed on unchanged."""
+    name = f"@lister{node.id}"
+    operand = ast.Expr()
+    operand.CopyFrom(node.call_expr.target)
+    is_value = call(ids(), "_==_", call(ids(), "size", list_of(ids(), ident(ids(), name))), int_constant(ids(), 1))
+    left = call(ids(), "_?_:_", is_value, call(ids(), LISTER_LEAVE_FUNCTION), bool_constant(ids(), False))
+    passed = bind(ids, name, operand, call(ids(), "_?_:_", left, ident(ids(), name), ident(ids(), name)))
+    node.call_expr.target.CopyFrom(call(ids(), "_?_:_", call(ids(), LISTER_ENTER_FUNCTION), passed, _null(ids)))
 
 
 def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
