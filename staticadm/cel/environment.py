@@ -495,6 +495,10 @@ class CelEnvironment:
                              [cel.Overload("staticadm_lister_enter", T.BOOL, [], impl=state.lister_enter)]),
             cel.FunctionDecl(rewrite.LISTER_LEAVE_FUNCTION,
                              [cel.Overload("staticadm_lister_leave", T.BOOL, [], impl=state.lister_leave)]),
+            cel.FunctionDecl(rewrite.LISTER_MARK_FUNCTION,
+                             [cel.Overload("staticadm_lister_mark", T.BOOL, [], impl=state.lister_mark)]),
+            cel.FunctionDecl(rewrite.LISTER_CHECK_FUNCTION,
+                             [cel.Overload("staticadm_lister_check", T.BOOL, [], impl=state.lister_check)]),
             cel.FunctionDecl(stepping.VARIABLE_FUNCTION,
                              [cel.Overload("staticadm_variable", T.DYN, [T.STRING], impl=state.variable)]),
             cel.FunctionDecl(stepping.LOOP_FUNCTION, [

@@ -191,6 +191,20 @@ class EvaluationState:
         self._local.context._run.open_listers -= 1
         return True
 
+    def lister_mark(self) -> bool:
+        run = self._local.context._run
+        run.lister_marks.append(run.open_listers)
+        return True
+
+    def lister_check(self) -> bool:
+        run = self._local.context._run
+        marked = run.lister_marks.pop()
+        if run.open_listers != marked:
+            # cel-go's program Eval recovered the panic: the variable fails, the evaluation reading it goes on.
+            run.open_listers = marked
+            raise ValueError(LISTER_PANIC_MESSAGE)
+        return True
+
     def charge(self, amount: int) -> bool:
         self._local.context.charge(amount, BODY)
         return True
@@ -218,13 +232,15 @@ _ENGINE_VALUE = cel.Value
 class _RunCost:
     """The cost of one evaluation in progress: the expression's own and each variable's."""
 
-    __slots__ = ("body", "exceeded", "needs_steps", "open_listers", "variables")
+    __slots__ = ("body", "exceeded", "lister_marks", "needs_steps", "open_listers", "variables")
 
     def __init__(self) -> None:
         self.body = 0
         #: Operands of sort()/distinct() entered and not left with a value (``rewrite._lister_operand``): any
         #: means one failed, where cel-go panics.
         self.open_listers = 0
+        #: ``open_listers`` when each variable holding such operands began (``rewrite._lister_panics_confined``).
+        self.lister_marks: list[int] = []
         #: A long loop asked for the evaluation to be re-run in steps.
         self.needs_steps = False
         self.variables: dict[int, int] = {}

@@ -37,6 +37,11 @@ NO_SUCH_OVERLOAD_FUNCTION = "@staticadm.noSuchOverload"
 #: such operands than it left reached one that failed, where cel-go panics (``evaluation.LISTER_PANIC_MESSAGE``).
 LISTER_ENTER_FUNCTION = "@staticadm.listerEnter"
 LISTER_LEAVE_FUNCTION = "@staticadm.listerLeave"
+#: ``@staticadm.listerMark()`` / ``@staticadm.listerCheck()`` around a variable's expression holding such operands:
+#: cel-go evaluates a variable as a program of its own, whose Eval recovers the panic as the variable's error, so
+#: the check fails the variable itself (and forgets the operand) when one failed inside it.
+LISTER_MARK_FUNCTION = "@staticadm.listerMark"
+LISTER_CHECK_FUNCTION = "@staticadm.listerCheck"
 #: The checked type name of a Kubernetes Quantity.
 _QUANTITY_TYPE = "kubernetes.Quantity"
 _QUANTITY_LIST_TYPE = "list(kubernetes.Quantity)"
@@ -551,6 +556,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
     # before their parents (reversed pre-order), so a wrapper copies already rewritten operands.
     nodes = list(ast.walk(result.expr))
     inner = inner_links(result)
+    listers = False
     for node in reversed(nodes):
         kind = node.WhichOneof("expr_kind")
         reference = result.reference_map.get(node.id) if node.id in result.reference_map else None
@@ -619,9 +625,12 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
                 _guarded(node, guards[node.id], ids)
             if _hands_errors_over(call_node, types):
                 _lister_operand(node, ids)
+                listers = True
             if node.id in sized:
                 _charge_after(node, sized[node.id], ids, owner_args, result.reference_map,
                               boolean=types.get(node.id) == "bool")
+    if listers and owner != BODY_OWNER:
+        _lister_panics_confined(result.expr, ids, result.reference_map)
     multiplies = any(how.charge in (cost.Charge.CONTAINS, cost.Charge.REGEX) for how in sized.values())
     return Prepared(result, static, multiplies)
 
@@ -832,6 +841,23 @@ def _lister_operand(node: Any, ids: Ids) -> None:
     left = call(ids(), "_?_:_", is_value, call(ids(), LISTER_LEAVE_FUNCTION), bool_constant(ids(), False))
     passed = bind(ids, name, operand, call(ids(), "_?_:_", left, ident(ids(), name), ident(ids(), name)))
     node.call_expr.target.CopyFrom(call(ids(), "_?_:_", call(ids(), LISTER_ENTER_FUNCTION), passed, _null(ids)))
+
+
+def _lister_panics_confined(root: Any, ids: Ids, references: Any) -> None:
+    """A variable's expression ``v`` becomes ``mark() ? bind(r, v, check() ? r : r) : null``: ``check()`` runs
+    however ``v`` ended and fails when an operand of sort()/distinct() failed since ``mark()``."""
+    original = ast.Expr()
+    original.CopyFrom(root)
+    root_id = root.id
+    original.id = ids()
+    if root_id in references:
+        references[original.id].CopyFrom(references[root_id])
+        del references[root_id]
+    name = f"@listers{root_id}"
+    checked = call(ids(), "_?_:_", call(ids(), LISTER_CHECK_FUNCTION), ident(ids(), name), ident(ids(), name))
+    wrapped = call(ids(), "_?_:_", call(ids(), LISTER_MARK_FUNCTION), bind(ids, name, original, checked), _null(ids))
+    wrapped.id = root_id
+    root.CopyFrom(wrapped)
 
 
 def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
