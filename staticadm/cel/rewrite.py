@@ -817,16 +817,18 @@ def _guarded(node: Any, guard: narrowing.Guard, ids: Ids) -> None:
 
 
 def _hands_errors_over(call_node: Any, types: Mapping[int, str]) -> bool:
-    """cel-go v0.29.2's ext/lists.go ``sort()`` on an operand the checker typed as a list, and ``distinct()`` on
-    any operand (a list or ``dyn``: one overload either way), call their implementation even with an error
-    operand, which asserts it is a ``traits.Lister`` and panics (kube-apiserver recovers the panic as the
-    expression's error). ``sort()`` on a ``dyn`` is dispatched among its overloads at runtime, which passes an
-    error on without calling any (checked against kube-apiserver's admission code)."""
+    """cel-go v0.29.2's ext/lists.go ``sort()`` on an operand the checker typed as a list of a concrete element
+    type (one of its per-element-type overloads), and ``distinct()`` on any operand (a list or ``dyn``: it has one
+    overload), call their implementation even with an error operand, which asserts it is a ``traits.Lister`` and
+    panics (kube-apiserver recovers the panic as the expression's error). ``sort()`` on a ``dyn`` or a
+    ``list(dyn)`` is dispatched among its overloads at runtime, which passes an error on without calling any
+    (checked against kube-apiserver's admission code)."""
     if not call_node.HasField("target") or call_node.args:
         return False
     if call_node.function == "distinct":
         return True
-    return call_node.function == "sort" and types.get(call_node.target.id, "dyn").startswith("list(")
+    operand_type = types.get(call_node.target.id, "dyn")
+    return call_node.function == "sort" and operand_type.startswith("list(") and operand_type != "list(dyn)"
 
 
 def _lister_operand(node: Any, ids: Ids) -> None:

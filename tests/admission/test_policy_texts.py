@@ -44,6 +44,24 @@ CASES: list[tuple[str, dict[str, Any], Expected]] = [
         {"key": "k", "valueExpression": "' v\\x1e '"}]}, Expected(True, audit={"k": "v\x1e"})),
     ("TrimSpace", {"validations": [{"expression": "false", "messageExpression": "' \\u2028x\\u00a0\\u3000'"}]},
      Expected(False, "x")),
+    # cel-go evaluates a composited variable as a program of its own, whose Eval recovers the panic of sort()/
+    # distinct() handed a failing operand: the variable fails, and what reads it may absorb that error.
+    ("lister panic", {"variables": [{"name": "x", "expression": "['b','a'].slice(1, 0).sort()"}],
+                      "validations": [{"expression": "variables.x.size() == 0 || true"}]}, Expected(True)),
+    ("lister panic", {"variables": [{"name": "x", "expression": "['b','a'].slice(1, 0).sort()"},
+                                    {"name": "yy", "expression": "variables.x == [] || true"}],
+                      "validations": [{"expression": "variables.yy"}]}, Expected(True)),
+    ("lister panic", {"variables": [{"name": "x", "expression": "object.spec.items.distinct()"}],
+                      "validations": [{"expression": "variables.x.size() == 0"}]},
+     Expected(False, "expression 'variables.x.size() == 0' resulted in error: composited variable \"x\" fails to "
+                     "evaluate: internal error: interface conversion: *types.Err is not traits.Lister: missing method "
+                     "Add")),
+    ("lister panic", {"validations": [{"expression": "['b','a'].slice(1, 0).sort() == [] || true"}],
+                      "failurePolicy": "Ignore"}, Expected(True)),
+    ("lister panic", {"validations": [{"expression": "true"}], "auditAnnotations": [
+        {"key": "k", "valueExpression": "['b','a'].slice(1, 0).sort().join(',') + 'x'"}]},
+     Expected(False, "expression '['b','a'].slice(1, 0).sort().join(',') + 'x'' resulted in error: internal error: "
+                     "interface conversion: *types.Err is not traits.Lister: missing method Add")),
 ]
 
 
