@@ -144,6 +144,11 @@ WIDGET_ATOMS = (
     "quantity('1').isLessThan(dyn(object.spec.count))",
     "object.spec.nested.flatten() == [1, 2]",
     "([1] + object.spec.items).exists(x, string(x) == '1')",
+    # sort() of a list of a concrete element type and distinct() of anything, on an operand that may fail: cel-go
+    # panics, which ends the whole evaluation, || and && included (issue 44).
+    "object.spec.items.map(x, string(x)).sort().size() > 0",
+    "['b', 'a'].slice(0, object.spec.count).sort() == ['a', 'b']",
+    "object.spec.tags.distinct().size() <= object.spec.tags.size()",
 )
 
 #: What a variable may hold, and a boolean atom reading it (``{name}``: the variable's name).
@@ -157,6 +162,7 @@ VARIABLES = (
     ("has(object.spec.name) && object.spec.name != ''", "variables.{name}"),
     ("null", "variables.{name} == null"),
     ("object.metadata.?labels.orValue({})", "variables.{name}.all(k, k.size() < 5)"),
+    ("object.spec.items.map(x, string(x)).sort()", "variables.{name}.size() > 0"),
 )
 
 MESSAGE_EXPRESSIONS = (
