@@ -478,6 +478,8 @@ class EvaluationContext:
             result, run = first
         else:
             run = _RunCost() if run is None else run
+        # A variable a stepped evaluation reads shares its run, maybe inside an operand entered and not yet left.
+        opened = 0 if own_run else run.open_listers
         saved, self._run = self._run, run
         previous = self._state.enter(self)
         try:
@@ -490,14 +492,14 @@ class EvaluationContext:
                 if run.exceeded and BODY in run.exceeded:
                     return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
                 if ENGINE_ITERATION_LIMIT_TEXT not in str(result):
-                    if run.open_listers:
+                    if run.open_listers != opened:
                         return EvalError(LISTER_PANIC_MESSAGE), run
                     return EvalError(runtime_error(str(result))), run
                 if own_run:
                     # Charged again from the start: the stepped evaluation runs every tick once more.
                     run = _RunCost()
                     self._run = run
-                run.open_listers = 0
+                run.open_listers = opened
                 return self._evaluate_stepped(compiled, run), run
             if run.exceeded and BODY in run.exceeded:
                 return EvalError(COST_LIMIT_MESSAGE, cost_exceeded=True), run
@@ -507,9 +509,9 @@ class EvaluationContext:
                     self._run = run
                 else:
                     run.needs_steps = False
-                run.open_listers = 0
+                run.open_listers = opened
                 return self._evaluate_stepped(compiled, run), run
-            if run.open_listers:
+            if run.open_listers != opened:
                 return EvalError(LISTER_PANIC_MESSAGE), run
             return self._keyed(compiled, failures, to_python(result, compiled.result_type)), run
         finally:
