@@ -56,6 +56,17 @@ CASES: list[tuple[str, dict[str, Any], Expected]] = [
      Expected(False, "expression 'variables.x.size() == 0' resulted in error: composited variable \"x\" fails to "
                      "evaluate: internal error: interface conversion: *types.Err is not traits.Lister: missing method "
                      "Add")),
+    ("lister panic", {"variables": [{"name": "v", "expression": "object.spec.nope"},
+                                    {"name": "w", "expression": "variables.v.distinct()"}],
+                      "validations": [{"expression": "variables.w.size() == 0 || true"},
+                                      {"expression": "variables.w.size() == 0"}]},
+     Expected(False, "expression 'variables.w.size() == 0' resulted in error: composited variable \"w\" fails to "
+                     "evaluate: internal error: interface conversion: *types.Err is not traits.Lister: missing method "
+                     "Add")),
+    ("lister panic", {"variables": [{"name": "v", "expression": "object.spec.nope"}],
+                      "validations": [{"expression": "variables.v.size() > 0 || ['b','a'].slice(1, 0).sort() == []"}]},
+     Expected(False, "expression 'variables.v.size() > 0 || ['b','a'].slice(1, 0).sort() == []' resulted in error: "
+                     "internal error: interface conversion: *types.Err is not traits.Lister: missing method Add")),
     ("lister panic", {"validations": [{"expression": "['b','a'].slice(1, 0).sort() == [] || true"}],
                       "failurePolicy": "Ignore"}, Expected(True)),
     ("lister panic", {"validations": [{"expression": "true"}], "auditAnnotations": [
