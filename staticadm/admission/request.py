@@ -272,6 +272,15 @@ def _parse_request(api_version: str, uid: str, request: Mapping[str, Any]) -> Ad
                             _object(request, "options", "request"))
 
 
+def describe_subject(request: AdmissionRequest) -> str:
+    """What the request writes, as an operator names it: ``UPDATE deployments.apps shop/api``."""
+    name = request.name or "(name generated)"
+    what = request.original_resource.group_resource()
+    if request.original_sub_resource:
+        what += f"/{request.original_sub_resource}"
+    return f"{request.operation} {what} {f'{request.namespace}/' if request.namespace else ''}{name}"
+
+
 def request_uid(review: Any) -> str:
     """The uid of a review that may not parse, for echoing in an error response."""
     if isinstance(review, dict) and isinstance(review.get("request"), dict):
