@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
+from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest
 from staticadm.admission.response import webhook_audit_annotations
-from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot
 

@@ -22,9 +22,9 @@ from typing import Any, TextIO
 from xml.etree import ElementTree
 
 from staticadm.admission.endpoints import review_request
-from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.validating import ValidationOutcome
+from staticadm.admission.validating.dispatcher import ValidationOutcome
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.atomicfile import write_atomically
 from staticadm.cluster.connection import ClusterError

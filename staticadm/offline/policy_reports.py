@@ -107,7 +107,7 @@ class ReportedObject:
 
 
 def _skipped_by_match_conditions(reason: str) -> bool:
-    # The reasons staticadm.admission.validating and .mutating give a binding a matchCondition excluded.
+    # The reasons staticadm.admission.validating.dispatcher and .mutating give a binding a matchCondition excluded.
     return reason.startswith(("matchCondition ", "matchConditions "))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from staticadm.admission.endpoints import combined_response, review_request
-from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
@@ -25,7 +25,7 @@ from staticadm.admission.namespaces import (
 )
 from staticadm.admission.request import AdmissionRequest, RequestError, describe_subject, parse_admission_review
 from staticadm.admission.response import webhook_audit_key
-from staticadm.admission.validating import ValidationOutcome, explain_unmatched
+from staticadm.admission.validating.dispatcher import ValidationOutcome, explain_unmatched
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.colour import Palette
 from staticadm.manifests.files import document_files_under

@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 
 from staticadm.admission.endpoints import combined_response, review_request
-from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.validating import ValidationOutcome
+from staticadm.admission.validating.dispatcher import ValidationOutcome
 from staticadm.admission.vocabulary import EnforcementAction
 from staticadm.manifests.loader import load_manifest_paths
 from staticadm.offline.decision_report import decision, request_summary

@@ -1,6 +1,6 @@
 """Matching compiled for the request path: one plan per MatchResources, one view per request.
 
-:func:`staticadm.admission.matching.matches` is the transcription of kube-apiserver's matcher; it is what
+:func:`staticadm.admission.matching.matcher.matches` is the transcription of kube-apiserver's matcher; it is what
 ``review`` explains with and what this module must agree with (``tests/admission/test_match_plan.py``
 compares the two on generated policies and requests). On the request path the same decision is reached
 with less work:
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from staticadm.admission.matching import (
+from staticadm.admission.matching.matcher import (
     NIL_CONSTRAINTS,
     NIL_NAMESPACE_SELECTOR,
     NIL_OBJECT_SELECTOR,

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
-from staticadm.admission.activation import RequestActivations, namespace_object_for
-from staticadm.admission.all_clear import AnswersByInput, PolicyClear, SetProgram, all_clear, input_key, set_program
-from staticadm.admission.dispatch import (
+from staticadm.admission.cel.activation import RequestActivations, namespace_object_for
+from staticadm.admission.generic.dispatcher import (
     INVOKED,
     POLICY_DONE,
     SKIPPED,
@@ -33,8 +32,8 @@ from staticadm.admission.dispatch import (
     not_matched_why,
     policy_candidate_set,
 )
-from staticadm.admission.match_plan import MATCHED_ORIGINAL, RequestMatch, matched_as
-from staticadm.admission.matching import describe_request, is_excluded
+from staticadm.admission.matching.matcher import describe_request, is_excluded
+from staticadm.admission.matching.plan import MATCHED_ORIGINAL, RequestMatch, matched_as
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, NotMatched
 from staticadm.admission.request import AdmissionRequest
@@ -48,7 +47,15 @@ from staticadm.admission.response import (
     truncate_bytes,
     warning_message,
 )
-from staticadm.admission.validator import NOTHING, ValidateResult, validate
+from staticadm.admission.validating.all_clear import (
+    AnswersByInput,
+    PolicyClear,
+    SetProgram,
+    all_clear,
+    input_key,
+    set_program,
+)
+from staticadm.admission.validating.validator import NOTHING, ValidateResult, validate
 from staticadm.admission.vocabulary import (
     AuditAnnotationAction,
     DecisionAction,

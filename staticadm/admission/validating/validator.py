@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm import gofmt
-from staticadm.admission.activation import RequestActivations
-from staticadm.admission.expressions import evaluate_match_conditions, run_program
+from staticadm.admission.cel.activation import RequestActivations
+from staticadm.admission.cel.filter import evaluate_match_conditions, run_program
 from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
 from staticadm.admission.request import GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import (

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from staticadm.admission.match_plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
-from staticadm.admission.matching import matches
+from staticadm.admission.matching.matcher import matches
+from staticadm.admission.matching.plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.bounded import keep_bounded
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy

@@ -25,9 +25,8 @@ from typing import Any, cast
 
 import orjson
 
-from staticadm.admission.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
-from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
-from staticadm.admission.expressions import (
+from staticadm.admission.cel.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
+from staticadm.admission.cel.filter import (
     UNKNOWN,
     ConstantValues,
     IdentityFacts,
@@ -36,8 +35,9 @@ from staticadm.admission.expressions import (
     request_paths,
     run_program,
 )
-from staticadm.admission.match_plan import RequestMatch
-from staticadm.admission.matching import is_excluded
+from staticadm.admission.generic.dispatcher import ConversionCheck, Invocation, matched_policies, policy_candidates
+from staticadm.admission.matching.matcher import is_excluded
+from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotMatched, aggregate_failures
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
