@@ -3,11 +3,13 @@
 Starts at the daemon's validating entry (the function the server's ``/validate`` handler calls with the parsed
 request) and, with ``sys.setprofile``, counts every Python call whose callee lives in a different module than its
 caller and receives that parsed request object itself (by identity) among its arguments. Prints the count, the
-modules visited in order and how many of those visits return to a module already left.
+modules visited in order and how many of those visits return to a module already left. The call into the entry
+itself is not counted; property getters and methods of the request count (the request is their ``self``).
 
 The request is a representative one: a Pod CREATE in a labelled namespace, hitting three ValidatingAdmissionPolicies
-with match conditions, variables and a namespace selector (``representative_case``). The request is evaluated once
-beforehand with another request of the same shape, as the daemon would have: the count is the steady state's.
+with match conditions, variables and a namespace selector (``representative_case``). Traced twice: cold (the first
+request the snapshot sees) and warm (after another request of the same shape, as a running daemon has seen: the
+match outcomes remembered by request shape, the all-clear answer kept by input).
 
     python tools/trace_request_path.py
 """
@@ -133,8 +135,10 @@ def trace(entry: Callable[..., Any], request: AdmissionRequest, *args: Any, **kw
     modules = [entry.__module__]
     calls: list[str] = []
 
+    entry_code = getattr(entry, "__code__", None)
+
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event != "call" or frame.f_back is None:
+        if event != "call" or frame.f_back is None or frame.f_code is entry_code:
             return
         callee = frame.f_globals.get("__name__", "")
         caller = frame.f_back.f_globals.get("__name__", "")
@@ -166,21 +170,25 @@ def _holds(value: Any, request: AdmissionRequest) -> bool:
     return False
 
 
-def trace_validating(directory: Path) -> Trace:
+def trace_validating(directory: Path) -> tuple[Trace, Trace]:
+    """(cold, warm): the first request of a fresh snapshot, then the second request of the same shape."""
     case = representative_case(directory)
-    warm, traced = case.requests
-    validate(case.snapshot, case.namespaces, warm)
-    return trace(validate, traced, case.snapshot, case.namespaces, traced)
+    first, second = case.requests
+    cold = trace(validate, first, case.snapshot, case.namespaces, first)
+    warm = trace(validate, second, case.snapshot, case.namespaces, second)
+    return cold, warm
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
-        result = trace_validating(Path(directory))
-    for call in result.calls:
-        print(call)
-    print(f"calls handing the request across modules: {result.count}")
-    print(f"modules visited: {len(set(result.modules))} ({', '.join(dict.fromkeys(result.modules))})")
-    print(f"returns to a module already left: {result.returns}")
+        traces = trace_validating(Path(directory))
+    for name, result in zip(("cold", "warm"), traces, strict=True):
+        print(f"== {name}")
+        for call in result.calls:
+            print(f"  {call}")
+        print(f"calls handing the request across modules: {result.count}")
+        print(f"modules visited: {len(set(result.modules))} ({', '.join(dict.fromkeys(result.modules))})")
+        print(f"returns to a module already left: {result.returns}")
 
 
 if __name__ == "__main__":

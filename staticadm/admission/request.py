@@ -95,18 +95,19 @@ class AdmissionRequest:
     old_object: Mapping[str, Any] | None = None
     dry_run: bool | None = None
     options: Mapping[str, Any] | None = None
+    #: The original request's kind, resource and subresource (``request_*``, else what was sent): resolved once
+    #: here, read by matching, the activation and the answer alike (a slot read, not a call, per stage).
+    original_kind: GroupVersionKind = field(init=False, repr=False, compare=False)
+    original_resource: GroupVersionResource = field(init=False, repr=False, compare=False)
+    original_sub_resource: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def original_kind(self) -> GroupVersionKind:
-        return self.request_kind if self.request_kind is not None else self.kind
-
-    @property
-    def original_resource(self) -> GroupVersionResource:
-        return self.request_resource if self.request_resource is not None else self.resource
-
-    @property
-    def original_sub_resource(self) -> str:
-        return self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__
+        set_field(self, "original_kind", self.request_kind if self.request_kind is not None else self.kind)
+        set_field(self, "original_resource",
+                  self.request_resource if self.request_resource is not None else self.resource)
+        set_field(self, "original_sub_resource",
+                  self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,23 @@ class RequestMatch:
             key.append((info.name, None if info.labels is None else tuple(info.labels.items()), info.unavailable))
         return tuple(key)
 
+    def namespace_object(self, uses_namespace_object: bool) -> tuple[Mapping[str, Any] | None, str | None]:
+        """(namespaceObject, None), or (None, the configuration error) when a policy reads namespaceObject of a
+        namespace the source does not know: a silent null would make the policy decide on missing data."""
+        request = self.request
+        kind = request.original_kind
+        # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
+        if not request.namespace or (kind.group == "" and kind.version == "v1" and kind.kind == "Namespace"):
+            return None, None
+        namespace = request.namespace
+        info = self.lookup(namespace)
+        if info.object is None and uses_namespace_object and info.unavailable is not None:
+            return None, f"namespaceObject is unavailable: {info.unavailable}"
+        if info.object is None and uses_namespace_object:
+            return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
+                          "(give its Namespace object to the namespace source)")
+        return info.object, None
+
     def lookup(self, name: str) -> NamespaceInfo:
         """The request's NamespaceSource, asked once per request (so every policy sees one namespace)."""
         info = self._namespace_info

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import orjson
 
-from staticadm.admission.cel.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
+from staticadm.admission.cel.activation import REQUEST_OBJECT, RequestActivations
 from staticadm.admission.cel.filter import (
     UNKNOWN,
     ConstantValues,
@@ -533,7 +533,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
 
 
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
-              namespaces: NamespaceSource, deadline: float | None, reads: Reads | None, share: bool) -> Any:
+              view: RequestMatch, deadline: float | None, reads: Reads | None, share: bool) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
     current = request.object
     context = PolicyReinvokeContext()
@@ -578,8 +578,8 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             if found is None:
                 # The request's namespace is looked up once (``RequestMatch.lookup``): the answer only differs by
                 # whether the policy reads namespaceObject.
-                found = namespace_objects[compiled.uses_namespace_object] = namespace_object_for(
-                    request, namespaces, compiled.uses_namespace_object)
+                found = namespace_objects[compiled.uses_namespace_object] = view.namespace_object(
+                    compiled.uses_namespace_object)
             namespace_object, namespace_error = found
             if namespace_error is not None:
                 state.config_error(compiled, invocation.binding.metadata.name, namespace_error)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
-from staticadm.admission.cel.activation import RequestActivations, namespace_object_for
+from staticadm.admission.cel.activation import RequestActivations
 from staticadm.admission.generic.dispatcher import (
     INVOKED,
     POLICY_DONE,
@@ -132,11 +132,11 @@ class _Dispatch:
 
 
 def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatingPolicy], request: AdmissionRequest,
-                      namespaces: NamespaceSource, collector: dict[str, list[str]]) -> None:
+                      view: RequestMatch, collector: dict[str, list[str]]) -> None:
     compiled = invocation.compiled
     binding = cast(ValidatingAdmissionPolicyBinding, invocation.binding)
     policy_name, binding_name = compiled.name, binding.metadata.name
-    namespace_object, namespace_error = namespace_object_for(request, namespaces, compiled.uses_namespace_object)
+    namespace_object, namespace_error = view.namespace_object(compiled.uses_namespace_object)
     if namespace_error is not None:
         state.config_error(compiled, binding_name, namespace_error)
         return
@@ -214,7 +214,7 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     if program.entry is None:
         return None
     resource, kind = request.original_resource, request.original_kind
-    namespace_object, namespace_error = namespace_object_for(request, view, program.uses_namespace_object)
+    namespace_object, namespace_error = view.namespace_object(program.uses_namespace_object)
     if namespace_error is not None:
         return None
     activations = state.activations
