@@ -2,6 +2,10 @@
 
 Each takes the snapshot fixed for the request and answers with the whole AdmissionReview plus the
 per-(policy, binding) checks the server turns into metrics and log lines. Pure: no I/O.
+
+Stage: answer (the daemon's entry: the server's ``/validate`` and ``/mutate`` handlers call ``validate`` and
+``mutate`` with the parsed request). Receives the snapshot, the namespace source and the parsed request; hands on a
+:class:`Review`.
 """
 
 from __future__ import annotations

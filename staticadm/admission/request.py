@@ -2,6 +2,9 @@
 
 kube-apiserver builds the review itself, so a malformed one means a misconfigured caller: we answer
 with an error naming the first bad field instead of guessing. Parsing never raises on any JSON value.
+
+Stage: parse (the first). Receives the AdmissionReview's JSON; hands on an :class:`AdmissionRequest`, its original
+kind, resource and subresource resolved once, which every later stage reads as is.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 Kubernetes builds the same activation for both plugins (``CreateAdmissionRequest``, the authorizer, the
 namespace object); here it is built once per request and per version of what the expressions read of the
-object. Running expressions over it is ``expressions.py``; what they produced is ``outcomes.py``.
+object. Running expressions over it is ``filter.py``; what they produced is ``admission/outcomes.py``.
+
+Stage: prepare inputs (kube-apiserver's ``plugin/cel/activation.go``). Receives the parsed request once, in
+:class:`RequestActivations`; hands on the engine activations (request fields, pruned object and old object,
+namespace object, authorizer), each built once per request.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ kube-apiserver's ``generic/policy_dispatcher.go`` walks policies, then each poli
 the policy's matchConstraints and the binding's matchResources, and reports configuration errors and
 non-matches along the way. The two plugins differ in one place, kept here by name: where the object
 would need converting to the version a policy matched (``ConversionCheck``).
+
+Stage: match, for both plugins (kube-apiserver's ``plugin/policy/generic``). Receives the snapshot and the request's
+match view; hands on the steps to run, in Kubernetes' order.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ class Matched:
     steps: tuple[tuple[Any, ...], ...]
     invoked: tuple[CompiledValidatingPolicy, ...]
     config_errors: bool
-    #: What the request path builds for these policies on first use (``all_clear.py``).
+    #: What the request path builds for these policies on first use (``validating/all_clear.py``).
     program: Any = None
 
 

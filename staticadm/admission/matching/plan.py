@@ -19,6 +19,10 @@ with less work:
 A plan answers with a small int (:data:`NOT_MATCHED`, :data:`MATCHED_ORIGINAL`, :data:`MATCHED_EQUIVALENT`)
 or the configuration error's text; why something did not match is left to ``matches`` and built only
 when someone reads it.
+
+Stage: match, precompiled. Receives the parsed request once (:class:`RequestMatch`, the request's match view: its
+shape, labels, namespace and namespace object, each read at most once) and hands that view on to every plan, the
+dispatcher and the evaluation that needs the namespace object.
 """
 
 from __future__ import annotations

@@ -8,11 +8,14 @@ once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` 
 RFC 6902 patch from the request's object to the mutated one.
 
 Some answers are kept across requests, each a function of what keys it and nothing else: the values of constant
-mutations (no identifier read, ``expressions.is_constant``) and their plain JSON forms, whether a constant
+mutations (no identifier read, ``admission.cel.filter.is_constant``) and their plain JSON forms, whether a constant
 ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
 decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
 them) by the snapshot they belong to (``KeptForSnapshot``), only outcomes without an error are kept, and a bounded
 number of each.
+
+Stage: evaluate and decide (``mutating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed
+request; builds the request's match view and activations once; hands on a :class:`MutationOutcome`.
 """
 
 from __future__ import annotations

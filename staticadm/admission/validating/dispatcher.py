@@ -2,15 +2,19 @@
 
 A request goes one way through four stages, each a module that never calls back into an earlier one:
 
-1. match: the candidate policies (``Snapshot.candidate_set``) are matched (``dispatch.match_validating``) into
+1. match: the candidate policies (``Snapshot.candidate_set``) are matched (``generic/dispatcher.py``) into
    steps in Kubernetes' order (configuration errors, what did not apply, each (policy, binding) to evaluate);
 2. prune: the engine is given only what those policies' expressions can read of the objects (``cel/reads.py``),
-   in the request's one activation (``activation.py``);
+   in the request's one activation (``admission/cel/activation.py``);
 3. evaluate: one engine call answers whether the request is all clear for every invoked policy
    (``all_clear.py``); when it is not, each binding is run by the validator (``validator.py``);
 4. decide: here, each decision is routed through its binding's validationActions and the first denial is
    reported, exactly as ``policy/validating/dispatcher.go`` does. Every decision is also returned as data (policy,
    binding, action, error type) for logs, metrics and the explain view.
+
+Stage: decide (``validating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed request;
+builds the request's match view and activations once and hands them to the later stages; hands on a
+:class:`ValidationOutcome`.
 """
 
 from __future__ import annotations
@@ -313,7 +317,7 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     several policies share is evaluated once (charged to each policy's budget as it would have been), and a
     policy's validations first run together as one program, one by one only when that is not simply true.
     How a set of candidate policies matches a request is remembered by what its plans read of requests
-    (``dispatch.match_validating``). False evaluates and matches everything per request and binding, as the
+    (``generic.dispatcher.match_validating``). False evaluates and matches everything per request and binding, as the
     straightforward reading of Kubernetes' loop (the tests compare the two). With ``one_call`` too, the
     policies the request invokes first run as one program that answers whether the request is all clear for
     every one of them (``all_clear.py``); the bindings are evaluated one by one only when it is not. With
