@@ -23,7 +23,7 @@ import yaml
 
 from bench import policies
 from bench.fixtures import pod_create_request
-from staticadm.admission.mutating import evaluate_mutating
+from staticadm.admission.mutating.dispatcher import evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
 from staticadm.admission.request import AdmissionRequest, parse_admission_review
 from staticadm.kinds import as_admitted

@@ -246,7 +246,7 @@ def _median_us(function: Callable[[], Any], repeat: int) -> float:
 def _engine_floor(snapshot: Any, namespaces: Any, request: Any, repeat: int) -> float:
     """What the engine alone costs for this request: one activation, then every validation (and variable)
     of the policies the request matches, evaluated on it. The rest of a request's CPU is ours."""
-    from staticadm.admission.validating import evaluate_validating
+    from staticadm.admission.validating.dispatcher import evaluate_validating
     from staticadm.cel import admission_environment
 
     environment = admission_environment(False)
@@ -279,7 +279,7 @@ def _in_process_load(directory: Path, namespaces_file: Path,
     with ``repeat`` the in-process validate µs and the engine floor µs of each fixture."""
     from staticadm.admission.namespaces import parse_namespaces
     from staticadm.admission.request import AdmissionRequest, parse_admission_review
-    from staticadm.admission.validating import evaluate_validating
+    from staticadm.admission.validating.dispatcher import evaluate_validating
     from staticadm.cel import admission_environment
     from staticadm.manifests import load_manifest_directory
     from staticadm.snapshot import build_snapshot

@@ -170,8 +170,8 @@ def command_serve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 
 def _audit_source(args: argparse.Namespace) -> Any:
     """The --audit-log files and filters, or None; ValueError naming a bad --audit-since/--audit-until."""
-    from staticadm.admission.audit_log import AuditFilters, parse_timestamp
-    from staticadm.admission.review import AuditSource
+    from staticadm.offline.audit_log import AuditFilters, parse_timestamp
+    from staticadm.offline.review import AuditSource
 
     if not args.audit_logs:
         if any((args.audit_verbs, args.audit_resources, args.audit_namespaces, args.audit_since, args.audit_until)):
@@ -189,7 +189,7 @@ def _audit_source(args: argparse.Namespace) -> Any:
 
 
 def _request_settings(args: argparse.Namespace) -> Any:
-    from staticadm.admission.request_builder import RequestSettings
+    from staticadm.offline.request_builder import RequestSettings
 
     return RequestSettings(operation=args.operation, username=args.user, uid=args.user_uid, groups=tuple(args.groups),
                            namespace=args.namespace, subresource=args.subresource, dry_run=args.dry_run)
@@ -212,7 +212,7 @@ def _request_inputs(args: argparse.Namespace, command: str, positional: list[str
 
 
 def command_diff(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.diff import run_diff
+    from staticadm.offline.diff import run_diff
 
     found = _request_inputs(args, "diff", args.requests, stderr)
     if found is None:
@@ -237,7 +237,7 @@ def command_test(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr
 
 
 def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.review import run_review
+    from staticadm.offline.review import run_review
 
     positional = list(args.requests)
     manifests = args.manifests
@@ -267,8 +267,8 @@ def command_review(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stde
 
 
 def command_audit(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
-    from staticadm.admission.cluster_audit import run_audit
-    from staticadm.admission.request_builder import RequestSettings
+    from staticadm.offline.cluster_audit import run_audit
+    from staticadm.offline.request_builder import RequestSettings
 
     directories = [*args.manifests, *args.directories]
     if len(directories) != 1:
@@ -535,7 +535,7 @@ def _command_name(args: argparse.Namespace) -> str:
 
 def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     """How a plain object becomes the request kube-apiserver would send (review and diff)."""
-    from staticadm.admission.request_builder import DEFAULT_USERNAME
+    from staticadm.offline.request_builder import DEFAULT_USERNAME
 
     parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
                                help="an object or AdmissionReview file, as REQUEST; repeatable")
@@ -578,7 +578,7 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from staticadm.admission.request_builder import DEFAULT_USERNAME
+    from staticadm.offline.request_builder import DEFAULT_USERNAME
 
     parser = _OptionsAnywhere(
         prog="staticadm",

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from staticadm import gofmt
-from staticadm.admission.match_plan import MatchPlan
+from staticadm.admission.matching.plan import MatchPlan
 from staticadm.cel import CompiledExpression, CompileError, ExpressionKind, admission_environment, compile_expression
 from staticadm.cel.cost import MAX_EXPRESSION_COST
 from staticadm.model import (

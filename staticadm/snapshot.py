@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from staticadm.admission.matching import selector_keys
+from staticadm.admission.matching.matcher import selector_keys
 from staticadm.admission.namespaces import NAME_LABEL
 from staticadm.cel import CompiledExpression
 from staticadm.cel.reads import Reads

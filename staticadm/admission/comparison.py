@@ -4,6 +4,9 @@ Both answers are what kube-apiserver would receive from one endpoint for one req
 the policies that caused it: for a new denial the policies that deny in the new set, for a lifted one
 those that denied in the live set, for a changed patch or warnings the policies that mutated or warned
 in either. Pure: no I/O.
+
+Stage: after answer (the daemon's ``--shadow-manifests``). Receives two answers to one request; hands on their
+differences.
 """
 
 from __future__ import annotations

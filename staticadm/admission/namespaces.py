@@ -7,6 +7,9 @@ selector or ``namespaceObject`` that needs more than the source knows is an erro
 policy's failurePolicy), never a guess.
 
 This module parses already-read text; reading files is the caller's business (the package is pure).
+
+Stage: under match and prepare inputs. Receives a namespace's name; hands on what is known of it
+(:class:`NamespaceInfo`), asked once per request through the request's match view.
 """
 
 from __future__ import annotations

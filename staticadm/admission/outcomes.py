@@ -1,5 +1,9 @@
 """What evaluating one request's policies produced, for the decision, the explain view, logs and metrics:
-a record per decision, the policies that did not apply, and why an expression gave no value."""
+a record per decision, the policies that did not apply, and why an expression gave no value.
+
+Stage: decide, the records. Receives what the evaluators found; hands it on to the dispatchers, reports, logs and
+metrics.
+"""
 
 from __future__ import annotations
 

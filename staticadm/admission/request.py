@@ -2,6 +2,9 @@
 
 kube-apiserver builds the review itself, so a malformed one means a misconfigured caller: we answer
 with an error naming the first bad field instead of guessing. Parsing never raises on any JSON value.
+
+Stage: parse (the first). Receives the AdmissionReview's JSON; hands on an :class:`AdmissionRequest`, its original
+kind, resource and subresource resolved once, which every later stage reads as is.
 """
 
 from __future__ import annotations
@@ -95,18 +98,19 @@ class AdmissionRequest:
     old_object: Mapping[str, Any] | None = None
     dry_run: bool | None = None
     options: Mapping[str, Any] | None = None
+    #: The original request's kind, resource and subresource (``request_*``, else what was sent): resolved once
+    #: here, read by matching, the activation and the answer alike (a slot read, not a call, per stage).
+    original_kind: GroupVersionKind = field(init=False, repr=False, compare=False)
+    original_resource: GroupVersionResource = field(init=False, repr=False, compare=False)
+    original_sub_resource: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def original_kind(self) -> GroupVersionKind:
-        return self.request_kind if self.request_kind is not None else self.kind
-
-    @property
-    def original_resource(self) -> GroupVersionResource:
-        return self.request_resource if self.request_resource is not None else self.resource
-
-    @property
-    def original_sub_resource(self) -> str:
-        return self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__
+        set_field(self, "original_kind", self.request_kind if self.request_kind is not None else self.kind)
+        set_field(self, "original_resource",
+                  self.request_resource if self.request_resource is not None else self.resource)
+        set_field(self, "original_sub_resource",
+                  self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +274,15 @@ def _parse_request(api_version: str, uid: str, request: Mapping[str, Any]) -> Ad
                             _string(request, "namespace", "request"), _user_info(request),
                             _object(request, "object", "request"), _object(request, "oldObject", "request"), dry_run,
                             _object(request, "options", "request"))
+
+
+def describe_subject(request: AdmissionRequest) -> str:
+    """What the request writes, as an operator names it: ``UPDATE deployments.apps shop/api``."""
+    name = request.name or "(name generated)"
+    what = request.original_resource.group_resource()
+    if request.original_sub_resource:
+        what += f"/{request.original_sub_resource}"
+    return f"{request.operation} {what} {f'{request.namespace}/' if request.namespace else ''}{name}"
 
 
 def request_uid(review: Any) -> str:

@@ -1,4 +1,7 @@
-"""AdmissionReview responses and Kubernetes' wording for denials, warnings and audit annotations."""
+"""AdmissionReview responses and Kubernetes' wording for denials, warnings and audit annotations.
+
+Stage: answer. Receives a dispatcher's decisions; hands on the AdmissionReview response and Kubernetes' wording.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Each enum's values are the strings kube-apiserver uses in its metric labels and that staticadm writes
 to logs and metrics, so a value can be used wherever a plain string was (``StrEnum``).
+
+Shared by every stage: the enums decisions are made of.
 """
 
 from __future__ import annotations

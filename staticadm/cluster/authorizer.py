@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import orjson
 
 from staticadm import gofmt
-from staticadm.admission.activation import EVALUATION_ROUNDS, EvaluationRounds
+from staticadm.admission.cel.activation import EVALUATION_ROUNDS, EvaluationRounds
 from staticadm.admission.request import UserInfo
 from staticadm.cel.libraries.authz import ACTIVE_AUTHORIZER, AuthorizationPending, CheckAttributes, CheckDecision
 from staticadm.cluster.connection import ClusterError, KubeConnection

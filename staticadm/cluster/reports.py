@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from staticadm.admission.policy_reports import MANAGED_BY, ReportForm
 from staticadm.cluster.connection import ClusterError, KubeConnection
 from staticadm.cluster.objects import ApiResource, list_objects
+from staticadm.offline.policy_reports import MANAGED_BY, ReportForm
 
 FIELD_MANAGER = "staticadm"
 APPLY_PATCH = "application/apply-patch+yaml"

@@ -18,9 +18,9 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
+from staticadm.admission.endpoints import combined_response, review_request
 from staticadm.admission.namespaces import NamespaceInfo, StaticNamespaces, namespace_info_from_object
-from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
-from staticadm.admission.review import combined_response, describe_subject, review_request
+from staticadm.admission.request import AdmissionRequest, RequestError, describe_subject, parse_admission_review
 from staticadm.admission.vocabulary import EnforcementAction
 from staticadm.manifests.check import Finding
 from staticadm.manifests.errors import ManifestError

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from staticadm import gofmt
-from staticadm.admission.request_builder import BUILTIN_RESOURCES
 from staticadm.cel import admission_environment
 from staticadm.cel.schema_types import has_kind, kind_type
+from staticadm.kinds.resources import BUILTIN_RESOURCES
 from staticadm.manifests.errors import ManifestError
 from staticadm.manifests.loader import LoadResult
 from staticadm.model import ValidatingAdmissionPolicy

@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from staticadm.admission.decision_report import decision, request_summary
+from staticadm.admission.endpoints import combined_response, review_request
 from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, parse_namespaces
-from staticadm.admission.object_lists import ListedObject, ObjectListError, expand_lists
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import ObjectInputError, RequestSettings, review_for_object
-from staticadm.admission.review import combined_response, review_request
 from staticadm.manifests.files import ManifestFile
 from staticadm.manifests.loader import STATIC_SUFFIX, load_manifest_files
+from staticadm.offline.decision_report import decision, request_summary
+from staticadm.offline.object_lists import ListedObject, ObjectListError, expand_lists
+from staticadm.offline.request_builder import ObjectInputError, RequestSettings, review_for_object
 from staticadm.policytest.runner import CaseResult, FileResult
 from staticadm.policytest.selection import CaseSelector
 from staticadm.policytest.spec import FieldErrors, TestFileError, User

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
-from staticadm.admission.decision_report import API_VERSION
 from staticadm.atomicfile import write_atomically
 from staticadm.colour import Palette
+from staticadm.offline.decision_report import API_VERSION
 from staticadm.policytest.kyverno import API_VERSION as KYVERNO_API_VERSION
 from staticadm.policytest.kyverno import KyvernoTest, is_kyverno_test, parse_kyverno_test, run_kyverno_test
 from staticadm.policytest.runner import FileResult, case_to_json, run_file

@@ -11,20 +11,20 @@ from typing import Any
 
 import orjson
 
-from staticadm.admission.decision_report import decision, request_summary
-from staticadm.admission.mutating import MutationOutcome
+from staticadm.admission.endpoints import combined_response, review_request
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.namespaces import NamespaceFileError, NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import (
+from staticadm.admission.validating.dispatcher import ValidationOutcome
+from staticadm.admission.vocabulary import EnforcementAction
+from staticadm.manifests.loader import load_manifest_paths
+from staticadm.offline.decision_report import decision, request_summary
+from staticadm.offline.request_builder import (
     ObjectInputError,
     RequestSettings,
     pair_old_objects,
     review_for_object,
 )
-from staticadm.admission.review import combined_response, review_request
-from staticadm.admission.validating import ValidationOutcome
-from staticadm.admission.vocabulary import EnforcementAction
-from staticadm.manifests.loader import load_manifest_paths
 from staticadm.policytest.selection import CaseSelector
 from staticadm.policytest.spec import Expectation, TestCase, TestFile
 from staticadm.snapshot import Snapshot, build_snapshot

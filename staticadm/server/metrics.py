@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from staticadm.admission.all_clear import LOOKUPS
 from staticadm.admission.comparison import DifferenceKind
+from staticadm.admission.validating.all_clear import LOOKUPS
 from staticadm.admission.vocabulary import RequestDecision
 
 PREFIX = "staticadm"

@@ -10,7 +10,7 @@ import yaml
 
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
 from staticadm.admission.request import AdmissionRequest, parse_admission_review
-from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import Snapshot, build_snapshot
 

@@ -23,8 +23,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from staticadm.admission import all_clear
-from staticadm.admission.all_clear import (
+from staticadm.admission.namespaces import parse_namespaces
+from staticadm.admission.validating import all_clear
+from staticadm.admission.validating.all_clear import (
     INPUT_MISS_STREAK,
     INPUT_RETRY_EVERY,
     LONGEST_KEPT_INPUT,
@@ -34,8 +35,7 @@ from staticadm.admission.all_clear import (
     input_key,
     set_program,
 )
-from staticadm.admission.namespaces import parse_namespaces
-from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import build_snapshot
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot

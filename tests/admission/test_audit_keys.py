@@ -17,8 +17,8 @@ import yaml
 from staticadm.admission.endpoints import validate
 from staticadm.admission.namespaces import RequestOnlyNamespaces
 from staticadm.admission.response import VALIDATION_FAILURE_ANNOTATION, webhook_audit_key
-from staticadm.admission.review import run_review
 from staticadm.deploy.webhooks import VALIDATING_WEBHOOK
+from staticadm.offline.review import run_review
 from tests.admission.helpers import binding, evaluate, parsed, policy, review, snapshot
 from tests.kube_audit import recorded_key_problems
 

@@ -163,7 +163,7 @@ def test_recorded_writes_become_the_requests_kube_apiserver_sent(tmp_path: Path)
 
 def test_the_review_built_from_an_event_is_the_webhook_request(tmp_path: Path) -> None:
     """The AdmissionReview itself, field by field, for the dry-run update and the deletion."""
-    from staticadm.admission.audit_log import AuditFilters, read_audit_log
+    from staticadm.offline.audit_log import AuditFilters, read_audit_log
 
     requests, _ = read_audit_log(str(write_log(tmp_path / "a.log", recorded_log())), AuditFilters())
     by_uid = {entry.review["request"]["uid"]: entry.review["request"] for entry in requests}
@@ -276,7 +276,7 @@ def test_a_policy_test_audit_log_that_selects_nothing_is_unusable(tmp_path: Path
 
 def test_a_recorded_request_body_is_typed_and_defaulted_as_kube_apiserver_admitted_it(tmp_path: Path) -> None:
     """requestObject is what the client sent; admission saw it decoded and defaulted."""
-    from staticadm.admission.audit_log import AuditFilters, read_audit_log
+    from staticadm.offline.audit_log import AuditFilters, read_audit_log
 
     requests, _ = read_audit_log(str(write_log(tmp_path / "a.log", recorded_log())), AuditFilters())
     by_uid = {entry.review["request"]["uid"]: entry for entry in requests}
@@ -297,7 +297,7 @@ def test_a_log_of_requests_that_never_reach_their_last_stage_is_read_in_bounded_
     the oldest handed on as it stands, and each request is still evaluated once."""
     import tracemalloc
 
-    from staticadm.admission import audit_log
+    from staticadm.offline import audit_log
 
     monkeypatch.setattr(audit_log, "_WAITING_BYTES", 1024 * 1024, raising=False)
     big = "x" * 50_000

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from staticadm.admission.namespaces import RequestOnlyNamespaces
-from staticadm.admission.validating import evaluate_validating
+from staticadm.admission.validating.dispatcher import evaluate_validating
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
 
 #: Loops in a variable (ticks naming the variable) and in the expression, lists built by ``map`` and

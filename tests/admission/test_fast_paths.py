@@ -29,10 +29,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from staticadm.admission.activation import RequestActivations, same_json
-from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
+from staticadm.admission.cel.activation import RequestActivations, same_json
+from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
-from staticadm.admission.validating import ValidationOutcome, evaluate_validating
+from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
 from staticadm.cel.evaluation import EvalError
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot

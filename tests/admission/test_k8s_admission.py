@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from staticadm.admission.review import run_review
 from staticadm.kinds import as_admitted
 from staticadm.manifests.check import run_check
+from staticadm.offline.review import run_review
 from tests.conftest import corpus_file
 
 CORPUS_RUNNER = corpus_file("k8s-admission", "run.py")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from staticadm.admission.mutating import evaluate_mutating
+from staticadm.admission.mutating.dispatcher import evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
-from staticadm.admission.validating import evaluate_validating
+from staticadm.admission.validating.dispatcher import evaluate_validating
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
 
 #: About 750,000 each (50,000 x 1,500 / 100): under the per-expression limit, four of them over the 2.5M budget.

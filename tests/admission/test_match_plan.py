@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from staticadm.admission.match_plan import MATCHED_EQUIVALENT, MATCHED_ORIGINAL, NOT_MATCHED, MatchPlan, RequestMatch
-from staticadm.admission.matching import matches
+from staticadm.admission.matching.matcher import matches
+from staticadm.admission.matching.plan import MATCHED_EQUIVALENT, MATCHED_ORIGINAL, NOT_MATCHED, MatchPlan, RequestMatch
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import AdmissionRequest
 from staticadm.model import LabelSelector, LabelSelectorRequirement, MatchResources, NamedRuleWithOperations
@@ -135,7 +135,7 @@ def test_plan_decides_as_the_matcher(match: MatchResources | None, batch: list[A
 
 
 def test_remembered_outcomes_are_bounded() -> None:
-    from staticadm.admission import match_plan
+    from staticadm.admission.matching import plan as match_plan
 
     plan = MatchPlan(MatchResources(namespace_selector=LabelSelector(), object_selector=LabelSelector(),
                                     resource_rules=(NamedRuleWithOperations(operations=("*",), api_groups=("*",),

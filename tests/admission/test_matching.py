@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from staticadm.admission.matching import matches, rule_matches, selector_matches
+from staticadm.admission.matching.matcher import matches, rule_matches, selector_matches
 from staticadm.admission.namespaces import RequestOnlyNamespaces, parse_namespaces
 from staticadm.model import LabelSelector, LabelSelectorRequirement, MatchResources, NamedRuleWithOperations
 from tests.admission.helpers import binding, evaluate, parsed, policy, review, snapshot

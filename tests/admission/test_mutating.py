@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonpatch
 
-from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
+from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
 from staticadm.kinds import as_admitted
 from staticadm.snapshot import Snapshot

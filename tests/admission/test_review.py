@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from staticadm.admission.request_builder import RequestSettings
-from staticadm.admission.review import run_review
+from staticadm.offline.request_builder import RequestSettings
+from staticadm.offline.review import run_review
 from tests.admission.helpers import binding, policy, review
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from staticadm.admission.endpoints import combined_response, review_request
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces, parse_namespaces
-from staticadm.admission.review import combined_response, review_request
 from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import build_snapshot
 from tests.admission.helpers import parsed

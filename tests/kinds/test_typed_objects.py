@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from staticadm.admission.request_builder import ObjectInputError, RequestSettings, build_request_for_object
 from staticadm.cli import main
 from staticadm.kinds import as_admitted
 from staticadm.kinds.go_types import go_types
 from staticadm.kinds.typed import TypedObjectError, round_trip
+from staticadm.offline.request_builder import ObjectInputError, RequestSettings, build_request_for_object
 from tests.conftest import CONFORMANCE, SHARED
 
 ORACLE = SHARED / "oracle" / "k8s-admission-oracle"

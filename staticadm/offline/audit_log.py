@@ -40,7 +40,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from staticadm.admission.request_builder import BUILTIN_RESOURCES, ObjectInputError, admitted_object
+from staticadm.kinds.resources import BUILTIN_RESOURCES
+from staticadm.offline.request_builder import ObjectInputError, admitted_object
 
 AUDIT_API_VERSION = "audit.k8s.io/v1"
 #: The verbs that reach admission with one object, and the operation each becomes.

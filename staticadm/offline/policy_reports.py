@@ -23,7 +23,7 @@ named by the policy and ``properties.binding`` (as Kyverno reports ValidatingAdm
 A policy whose rules or a binding whose matchResources do not select the object has no result for it (as Kyverno
 reports: the object is outside the policy's scope). The summary counts the results by ``result``.
 
-This module only shapes documents from :func:`staticadm.admission.decision_report.decision` outputs; the commands
+This module only shapes documents from :func:`staticadm.offline.decision_report.decision` outputs; the commands
 write or apply them.
 """
 
@@ -107,7 +107,7 @@ class ReportedObject:
 
 
 def _skipped_by_match_conditions(reason: str) -> bool:
-    # The reasons staticadm.admission.validating and .mutating give a binding a matchCondition excluded.
+    # The reasons staticadm.admission.validating.dispatcher and .mutating give a binding a matchCondition excluded.
     return reason.startswith(("matchCondition ", "matchConditions "))
 
 

@@ -21,27 +21,27 @@ from pathlib import Path
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
-from staticadm.admission.decision_report import API_VERSION, decision
-from staticadm.admission.mutating import MutationOutcome
-from staticadm.admission.policy_reports import FORMS, ReportCollector, ReportedObject, write_reports
+from staticadm.admission.endpoints import review_request
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.request import RequestError, parse_admission_review
-from staticadm.admission.request_builder import RequestSettings, user_info
-from staticadm.admission.review import (
-    EXIT_DENIED,
-    EXIT_EVALUATION_ERROR,
-    EXIT_INVALID_MANIFESTS,
-    EXIT_OK,
-    EXIT_UNUSABLE_INPUT,
-    load_snapshot,
-    review_request,
-)
-from staticadm.admission.validating import ValidationOutcome
+from staticadm.admission.validating.dispatcher import ValidationOutcome
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.atomicfile import write_atomically
 from staticadm.cluster.connection import ClusterError
 from staticadm.cluster.objects import PAGE_SIZE, ApiResource, discover, list_objects
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.model import NamedRuleWithOperations
+from staticadm.offline.decision_report import API_VERSION, decision
+from staticadm.offline.policy_reports import FORMS, ReportCollector, ReportedObject, write_reports
+from staticadm.offline.request_builder import RequestSettings, user_info
+from staticadm.offline.review import (
+    EXIT_DENIED,
+    EXIT_EVALUATION_ERROR,
+    EXIT_INVALID_MANIFESTS,
+    EXIT_OK,
+    EXIT_UNUSABLE_INPUT,
+    load_snapshot,
+)
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot
 from staticadm.tables import TABLE_OUTPUTS, write_table

@@ -8,11 +8,14 @@ once when Kubernetes' reinvocation rules ask for it (``mutating/dispatcher.go`` 
 RFC 6902 patch from the request's object to the mutated one.
 
 Some answers are kept across requests, each a function of what keys it and nothing else: the values of constant
-mutations (no identifier read, ``expressions.is_constant``) and their plain JSON forms, whether a constant
+mutations (no identifier read, ``admission.cel.filter.is_constant``) and their plain JSON forms, whether a constant
 ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
 decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
 them) by the snapshot they belong to (``KeptForSnapshot``), only outcomes without an error are kept, and a bounded
 number of each.
+
+Stage: evaluate and decide (``mutating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed
+request; builds the request's match view and activations once; hands on a :class:`MutationOutcome`.
 """
 
 from __future__ import annotations
@@ -25,9 +28,8 @@ from typing import Any, cast
 
 import orjson
 
-from staticadm.admission.activation import REQUEST_OBJECT, RequestActivations, namespace_object_for
-from staticadm.admission.dispatch import ConversionCheck, Invocation, matched_policies, policy_candidates
-from staticadm.admission.expressions import (
+from staticadm.admission.cel.activation import REQUEST_OBJECT, RequestActivations
+from staticadm.admission.cel.filter import (
     UNKNOWN,
     ConstantValues,
     IdentityFacts,
@@ -36,8 +38,9 @@ from staticadm.admission.expressions import (
     request_paths,
     run_program,
 )
-from staticadm.admission.match_plan import RequestMatch
-from staticadm.admission.matching import is_excluded
+from staticadm.admission.generic.dispatcher import ConversionCheck, Invocation, matched_policies, policy_candidates
+from staticadm.admission.matching.matcher import is_excluded
+from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotMatched, aggregate_failures
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
@@ -533,7 +536,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
 
 
 def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
-              namespaces: NamespaceSource, deadline: float | None, reads: Reads | None, share: bool) -> Any:
+              view: RequestMatch, deadline: float | None, reads: Reads | None, share: bool) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
     current = request.object
     context = PolicyReinvokeContext()
@@ -578,8 +581,8 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             if found is None:
                 # The request's namespace is looked up once (``RequestMatch.lookup``): the answer only differs by
                 # whether the policy reads namespaceObject.
-                found = namespace_objects[compiled.uses_namespace_object] = namespace_object_for(
-                    request, namespaces, compiled.uses_namespace_object)
+                found = namespace_objects[compiled.uses_namespace_object] = view.namespace_object(
+                    compiled.uses_namespace_object)
             namespace_object, namespace_error = found
             if namespace_error is not None:
                 state.config_error(compiled, invocation.binding.metadata.name, namespace_error)

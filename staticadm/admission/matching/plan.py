@@ -1,6 +1,6 @@
 """Matching compiled for the request path: one plan per MatchResources, one view per request.
 
-:func:`staticadm.admission.matching.matches` is the transcription of kube-apiserver's matcher; it is what
+:func:`staticadm.admission.matching.matcher.matches` is the transcription of kube-apiserver's matcher; it is what
 ``review`` explains with and what this module must agree with (``tests/admission/test_match_plan.py``
 compares the two on generated policies and requests). On the request path the same decision is reached
 with less work:
@@ -19,6 +19,10 @@ with less work:
 A plan answers with a small int (:data:`NOT_MATCHED`, :data:`MATCHED_ORIGINAL`, :data:`MATCHED_EQUIVALENT`)
 or the configuration error's text; why something did not match is left to ``matches`` and built only
 when someone reads it.
+
+Stage: match, precompiled. Receives the parsed request once (:class:`RequestMatch`, the request's match view: its
+shape, labels, namespace and namespace object, each read at most once) and hands that view on to every plan, the
+dispatcher and the evaluation that needs the namespace object.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from staticadm.admission.matching import (
+from staticadm.admission.matching.matcher import (
     NIL_CONSTRAINTS,
     NIL_NAMESPACE_SELECTOR,
     NIL_OBJECT_SELECTOR,
@@ -121,6 +125,23 @@ class RequestMatch:
             info = self.lookup(request.namespace)
             key.append((info.name, None if info.labels is None else tuple(info.labels.items()), info.unavailable))
         return tuple(key)
+
+    def namespace_object(self, uses_namespace_object: bool) -> tuple[Mapping[str, Any] | None, str | None]:
+        """(namespaceObject, None), or (None, the configuration error) when a policy reads namespaceObject of a
+        namespace the source does not know: a silent null would make the policy decide on missing data."""
+        request = self.request
+        kind = request.original_kind
+        # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
+        if not request.namespace or (kind.group == "" and kind.version == "v1" and kind.kind == "Namespace"):
+            return None, None
+        namespace = request.namespace
+        info = self.lookup(namespace)
+        if info.object is None and uses_namespace_object and info.unavailable is not None:
+            return None, f"namespaceObject is unavailable: {info.unavailable}"
+        if info.object is None and uses_namespace_object:
+            return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
+                          "(give its Namespace object to the namespace source)")
+        return info.object, None
 
     def lookup(self, name: str) -> NamespaceInfo:
         """The request's NamespaceSource, asked once per request (so every policy sees one namespace)."""

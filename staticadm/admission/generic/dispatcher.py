@@ -4,6 +4,9 @@ kube-apiserver's ``generic/policy_dispatcher.go`` walks policies, then each poli
 the policy's matchConstraints and the binding's matchResources, and reports configuration errors and
 non-matches along the way. The two plugins differ in one place, kept here by name: where the object
 would need converting to the version a policy matched (``ConversionCheck``).
+
+Stage: match, for both plugins (kube-apiserver's ``plugin/policy/generic``). Receives the snapshot and the request's
+match view; hands on the steps to run, in Kubernetes' order.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from staticadm.admission.match_plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
-from staticadm.admission.matching import matches
+from staticadm.admission.matching.matcher import matches
+from staticadm.admission.matching.plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.bounded import keep_bounded
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
@@ -129,7 +132,7 @@ class Matched:
     steps: tuple[tuple[Any, ...], ...]
     invoked: tuple[CompiledValidatingPolicy, ...]
     config_errors: bool
-    #: What the request path builds for these policies on first use (``all_clear.py``).
+    #: What the request path builds for these policies on first use (``validating/all_clear.py``).
     program: Any = None
 
 

@@ -2,7 +2,11 @@
 
 Kubernetes builds the same activation for both plugins (``CreateAdmissionRequest``, the authorizer, the
 namespace object); here it is built once per request and per version of what the expressions read of the
-object. Running expressions over it is ``expressions.py``; what they produced is ``outcomes.py``.
+object. Running expressions over it is ``filter.py``; what they produced is ``admission/outcomes.py``.
+
+Stage: prepare inputs (kube-apiserver's ``plugin/cel/activation.go``). Receives the parsed request once, in
+:class:`RequestActivations`; hands on the engine activations (request fields, pruned object and old object,
+namespace object, authorizer), each built once per request.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, cast
 
-from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.cel.evaluation import CostBudget, EvaluationContext, RememberedOutcomes, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
@@ -49,14 +52,6 @@ def authorizer_data(request: AdmissionRequest) -> dict[str, Any]:
         "authorizer.requestResource": make_request_resource(
             resource.group, resource.resource, request.original_sub_resource, request.namespace, request.name),
     }
-
-
-def namespace_name(request: AdmissionRequest) -> str:
-    kind = request.original_kind
-    # A Namespace request carries its own name as namespace; Kubernetes unsets it (no namespaceObject).
-    if kind.group == "" and kind.version == "v1" and kind.kind == "Namespace":
-        return ""
-    return request.namespace
 
 
 #: ``current`` of :meth:`RequestActivations.for_evaluation` when it is the request's own object.
@@ -244,19 +239,3 @@ def same_json(left: Any, right: Any) -> bool:
     if cls is float:
         return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
     return bool(left == right)
-
-
-def namespace_object_for(request: AdmissionRequest, namespaces: NamespaceSource,
-                         uses_namespace_object: bool) -> tuple[Mapping[str, Any] | None, str | None]:
-    """(namespaceObject, None), or (None, the configuration error) when a policy reads namespaceObject of a
-    namespace the source does not know: a silent null would make the policy decide on missing data."""
-    namespace = namespace_name(request)
-    if not namespace:
-        return None, None
-    info = namespaces.lookup(namespace)
-    if info.object is None and uses_namespace_object and info.unavailable is not None:
-        return None, f"namespaceObject is unavailable: {info.unavailable}"
-    if info.object is None and uses_namespace_object:
-        return None, (f'namespace "{namespace}" is not known to staticadm, so namespaceObject is unavailable '
-                      "(give its Namespace object to the namespace source)")
-    return info.object, None

@@ -2,15 +2,19 @@
 
 A request goes one way through four stages, each a module that never calls back into an earlier one:
 
-1. match: the candidate policies (``Snapshot.candidate_set``) are matched (``dispatch.match_validating``) into
+1. match: the candidate policies (``Snapshot.candidate_set``) are matched (``generic/dispatcher.py``) into
    steps in Kubernetes' order (configuration errors, what did not apply, each (policy, binding) to evaluate);
 2. prune: the engine is given only what those policies' expressions can read of the objects (``cel/reads.py``),
-   in the request's one activation (``activation.py``);
+   in the request's one activation (``admission/cel/activation.py``);
 3. evaluate: one engine call answers whether the request is all clear for every invoked policy
    (``all_clear.py``); when it is not, each binding is run by the validator (``validator.py``);
 4. decide: here, each decision is routed through its binding's validationActions and the first denial is
    reported, exactly as ``policy/validating/dispatcher.go`` does. Every decision is also returned as data (policy,
    binding, action, error type) for logs, metrics and the explain view.
+
+Stage: decide (``validating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed request;
+builds the request's match view and activations once and hands them to the later stages; hands on a
+:class:`ValidationOutcome`.
 """
 
 from __future__ import annotations
@@ -21,9 +25,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, cast
 
-from staticadm.admission.activation import RequestActivations, namespace_object_for
-from staticadm.admission.all_clear import AnswersByInput, PolicyClear, SetProgram, all_clear, input_key, set_program
-from staticadm.admission.dispatch import (
+from staticadm.admission.cel.activation import RequestActivations
+from staticadm.admission.generic.dispatcher import (
     INVOKED,
     POLICY_DONE,
     SKIPPED,
@@ -33,8 +36,8 @@ from staticadm.admission.dispatch import (
     not_matched_why,
     policy_candidate_set,
 )
-from staticadm.admission.match_plan import MATCHED_ORIGINAL, RequestMatch, matched_as
-from staticadm.admission.matching import describe_request, is_excluded
+from staticadm.admission.matching.matcher import describe_request, is_excluded
+from staticadm.admission.matching.plan import MATCHED_ORIGINAL, RequestMatch, matched_as
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, NotMatched
 from staticadm.admission.request import AdmissionRequest
@@ -48,7 +51,15 @@ from staticadm.admission.response import (
     truncate_bytes,
     warning_message,
 )
-from staticadm.admission.validator import NOTHING, ValidateResult, validate
+from staticadm.admission.validating.all_clear import (
+    AnswersByInput,
+    PolicyClear,
+    SetProgram,
+    all_clear,
+    input_key,
+    set_program,
+)
+from staticadm.admission.validating.validator import NOTHING, ValidateResult, validate
 from staticadm.admission.vocabulary import (
     AuditAnnotationAction,
     DecisionAction,
@@ -125,11 +136,11 @@ class _Dispatch:
 
 
 def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatingPolicy], request: AdmissionRequest,
-                      namespaces: NamespaceSource, collector: dict[str, list[str]]) -> None:
+                      view: RequestMatch, collector: dict[str, list[str]]) -> None:
     compiled = invocation.compiled
     binding = cast(ValidatingAdmissionPolicyBinding, invocation.binding)
     policy_name, binding_name = compiled.name, binding.metadata.name
-    namespace_object, namespace_error = namespace_object_for(request, namespaces, compiled.uses_namespace_object)
+    namespace_object, namespace_error = view.namespace_object(compiled.uses_namespace_object)
     if namespace_error is not None:
         state.config_error(compiled, binding_name, namespace_error)
         return
@@ -207,7 +218,7 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     if program.entry is None:
         return None
     resource, kind = request.original_resource, request.original_kind
-    namespace_object, namespace_error = namespace_object_for(request, view, program.uses_namespace_object)
+    namespace_object, namespace_error = view.namespace_object(program.uses_namespace_object)
     if namespace_error is not None:
         return None
     activations = state.activations
@@ -306,7 +317,7 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     several policies share is evaluated once (charged to each policy's budget as it would have been), and a
     policy's validations first run together as one program, one by one only when that is not simply true.
     How a set of candidate policies matches a request is remembered by what its plans read of requests
-    (``dispatch.match_validating``). False evaluates and matches everything per request and binding, as the
+    (``generic.dispatcher.match_validating``). False evaluates and matches everything per request and binding, as the
     straightforward reading of Kubernetes' loop (the tests compare the two). With ``one_call`` too, the
     policies the request invokes first run as one program that answers whether the request is all clear for
     every one of them (``all_clear.py``); the bindings are evaluated one by one only when it is not. With

@@ -1,5 +1,9 @@
 """Running one compiled expression, or a policy's match conditions, over a request's activation: the
-validating and mutating dispatchers' shared step between the activation and their decisions."""
+validating and mutating dispatchers' shared step between the activation and their decisions.
+
+Stage: evaluate (kube-apiserver's ``plugin/cel/filter.go``). Receives compiled programs and an activation; hands on
+values or :mod:`outcomes` failures.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
 """``staticadm review``: evaluate requests against a manifest directory, offline.
 
 Each input document is an AdmissionReview or a plain Kubernetes object, for which the request
-kube-apiserver would send is built (:mod:`staticadm.admission.request_builder`). The manifests are
+kube-apiserver would send is built (:mod:`staticadm.offline.request_builder`). The manifests are
 loaded exactly as the daemon loads them; each request gets the response the daemon would send. This is
 the one module of the package that does I/O, because it is a command.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -16,30 +15,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from staticadm.admission.audit_log import AuditFilters, AuditLogError, check_readable, stream_audit_logs
-from staticadm.admission.decision_report import API_VERSION, decision, request_summary
-from staticadm.admission.mutating import MutationOutcome, evaluate_mutating
+from staticadm.admission.endpoints import combined_response, review_request
+from staticadm.admission.mutating.dispatcher import MutationOutcome
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
     RequestOnlyNamespaces,
     parse_namespaces,
 )
-from staticadm.admission.object_lists import ObjectListError, expand_lists
-from staticadm.admission.policy_reports import FORMS, ReportCollector, reported_object, write_reports
-from staticadm.admission.request import AdmissionRequest, RequestError, parse_admission_review
-from staticadm.admission.request_builder import (
+from staticadm.admission.request import AdmissionRequest, RequestError, describe_subject, parse_admission_review
+from staticadm.admission.response import webhook_audit_key
+from staticadm.admission.validating.dispatcher import ValidationOutcome, explain_unmatched
+from staticadm.admission.vocabulary import EnforcementAction, ErrorType
+from staticadm.colour import Palette
+from staticadm.manifests.files import document_files_under
+from staticadm.offline.audit_log import AuditFilters, AuditLogError, check_readable, stream_audit_logs
+from staticadm.offline.decision_report import API_VERSION, decision, request_summary
+from staticadm.offline.object_lists import ObjectListError, expand_lists
+from staticadm.offline.policy_reports import FORMS, ReportCollector, reported_object, write_reports
+from staticadm.offline.request_builder import (
     ObjectInputError,
     RequestSettings,
     build_request_for_object,
     object_key,
     pair_old_objects,
 )
-from staticadm.admission.response import webhook_audit_key
-from staticadm.admission.validating import ValidationOutcome, evaluate_validating, explain_unmatched
-from staticadm.admission.vocabulary import EnforcementAction, ErrorType
-from staticadm.colour import Palette
-from staticadm.manifests.files import document_files_under
 from staticadm.progress import Progress
 from staticadm.snapshot import Snapshot, build_snapshot
 from staticadm.tables import TABLE_OUTPUTS, write_table
@@ -194,15 +194,6 @@ def recorded_requests(audit: AuditSource, stdin: TextIO, notes: list[str],
             yield RequestInput(shown, 0, parsed, f"line {entry.line}", entry.audit)
 
 
-def describe_subject(request: AdmissionRequest) -> str:
-    """What the request writes, as an operator names it: ``UPDATE deployments.apps shop/api``."""
-    name = request.name or "(name generated)"
-    what = request.original_resource.group_resource()
-    if request.original_sub_resource:
-        what += f"/{request.original_sub_resource}"
-    return f"{request.operation} {what} {f'{request.namespace}/' if request.namespace else ''}{name}"
-
-
 @dataclass(frozen=True, slots=True)
 class AuditSource:
     """Audit logs to take requests from (``--audit-log``), and which of their requests."""
@@ -290,34 +281,6 @@ def _mutation_lines(outcome: MutationOutcome, paint: Palette) -> list[str]:
         where = _where(entry.policy, entry.binding)
         lines.append(f"  not matched (mutating): {where}: {entry.reason}")
     return lines
-
-
-def combined_response(request: AdmissionRequest, mutation: MutationOutcome | None,
-                       validation: ValidationOutcome | None) -> dict[str, Any]:
-    """One AdmissionReview for the whole chain: the mutation's denial, or the validation's answer with the
-    mutation's patch (what kube-apiserver would end up doing with both webhooks)."""
-    if validation is None or (mutation is not None and not mutation.allowed):
-        assert mutation is not None
-        return dict(mutation.response)
-    review = json.loads(json.dumps(validation.response))
-    if mutation is not None and "patch" in mutation.response["response"] and validation.allowed:
-        review["response"]["patchType"] = mutation.response["response"]["patchType"]
-        review["response"]["patch"] = mutation.response["response"]["patch"]
-    return review
-
-
-def review_request(snapshot: Snapshot, namespaces: NamespaceSource, request: AdmissionRequest,
-                   endpoint: str, explain: bool = False) -> tuple[MutationOutcome | None, ValidationOutcome | None]:
-    """Runs the chosen endpoints: with "both", validation sees the object as the mutations left it. With
-    ``explain`` the mutation outcome carries each mutation's own patch (for the whole-decision reports)."""
-    mutation = None
-    if endpoint in ("mutate", "both"):
-        mutation = evaluate_mutating(snapshot, namespaces, request, explain=explain)
-        if endpoint == "mutate" or not mutation.allowed:
-            return mutation, None
-        if mutation.patch:
-            request = dataclasses.replace(request, object=mutation.mutated_object)
-    return mutation, evaluate_validating(snapshot, namespaces, request)
 
 
 def load_snapshot(directory: str, stderr: TextIO, prefix: str) -> Snapshot | None:

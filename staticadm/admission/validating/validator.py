@@ -1,8 +1,11 @@
 """The validator of one ValidatingAdmissionPolicy for one binding: Kubernetes' ``validator.Validate``.
 
 What a policy decides for a request (its match conditions, validations, messageExpressions and audit
-annotations, with Kubernetes' cost scopes) as data: ``validating.py`` routes each decision through the binding's
+annotations, with Kubernetes' cost scopes) as data: ``dispatcher.py`` routes each decision through the binding's
 validationActions. Nothing here depends on the binding.
+
+Stage: evaluate (``validating/validator.go``). Receives a compiled policy, the resource and kind it matched as, the
+namespace object and the request's activations; hands on decisions as data.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm import gofmt
-from staticadm.admission.activation import RequestActivations
-from staticadm.admission.expressions import evaluate_match_conditions, run_program
+from staticadm.admission.cel.activation import RequestActivations
+from staticadm.admission.cel.filter import evaluate_match_conditions, run_program
 from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
 from staticadm.admission.request import GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import (

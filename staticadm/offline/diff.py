@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from staticadm.admission.comparison import Difference, compare_reviews
-from staticadm.admission.decision_report import API_VERSION
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
-from staticadm.admission.request import AdmissionRequest
-from staticadm.admission.request_builder import RequestSettings
-from staticadm.admission.review import (
+from staticadm.admission.request import AdmissionRequest, describe_subject
+from staticadm.offline.decision_report import API_VERSION
+from staticadm.offline.request_builder import RequestSettings
+from staticadm.offline.review import (
     EXIT_DENIED,
     EXIT_INVALID_MANIFESTS,
     EXIT_OK,
@@ -25,7 +25,6 @@ from staticadm.admission.review import (
     AuditSource,
     RequestSources,
     describe_place,
-    describe_subject,
     load_snapshot,
 )
 from staticadm.progress import Progress

@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from staticadm.admission.mutating import MutationOutcome, MutationStep
+from staticadm.admission.mutating.dispatcher import MutationOutcome, MutationStep
 from staticadm.admission.outcomes import DecisionRecord, NotMatched
 from staticadm.admission.request import AdmissionRequest
-from staticadm.admission.validating import ValidationOutcome, never_looked_at
+from staticadm.admission.validating.dispatcher import ValidationOutcome, never_looked_at
 from staticadm.admission.vocabulary import DecisionSite, ErrorType
 from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
 from staticadm.snapshot import Snapshot

@@ -4,8 +4,11 @@ A transcription of ``policy/matching.Matches`` and the ``webhook/predicates`` (r
 object). ``EquivalentResourcesFor`` (matchPolicy Equivalent) is the version kube-apiserver sent us
 (``request.resource``) and, for a built-in kind, every other version of its group that serves that kind
 (autoscaling/v1 and v2 HorizontalPodAutoscalers); a policy matched as one of those needs the object
-converted, which a webhook cannot do, and fails with an error naming that (``dispatch.conversion_error``;
+converted, which a webhook cannot do, and fails with an error naming that (``generic.dispatcher.conversion_error``;
 see the known gaps). Subresources and the equivalences between groups are not known.
+
+Stage: match (kube-apiserver's ``plugin/policy/matching``). Receives a MatchResources and the parsed request; hands
+on whether it matches, and why not.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Most requests pass every policy they invoke: no denial, warning, audit annotation error or evaluation error.
 For the policies a request invokes (after matching), one program (``cel/fusion.py``) evaluates every match
 condition, validation and audit annotation and answers whether that is so; only when it is not are the
-bindings evaluated one expression at a time (``validating.py``), which decides exactly. Programs are built
+bindings evaluated one expression at a time (``dispatcher.py``), which decides exactly. Programs are built
 per set of policies on first use and kept with the set's first policy (``CompiledValidatingPolicy.sets``), so
 a reload that keeps those policies keeps them too. What a program answered for an input is kept for the requests
 that give it the same input (``AnswersByInput``).
@@ -14,6 +14,9 @@ the whole program charged, so the program's total, with room for the largest mes
 fit the smallest budget; no expression or variable may pass its own limit (their charges only add up in the
 program, so none did); and nothing may need stepping, the deadline or an engine failure. When one of these
 does not hold the program says nothing and the exact evaluation runs.
+
+Stage: evaluate, the fast path. Receives the invoked policies and the request's activation; hands on each policy's
+all-clear answer, or None.
 """
 
 from __future__ import annotations

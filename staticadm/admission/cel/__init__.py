@@ -1,0 +1,1 @@
+"""Stage: prepare inputs and evaluate (kube-apiserver's ``plugin/cel``): ``activation``, ``filter``."""

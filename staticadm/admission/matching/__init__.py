@@ -1,0 +1,1 @@
+"""Stage: match (kube-apiserver's ``plugin/policy/matching``): ``matcher`` as written, ``plan`` precompiled."""

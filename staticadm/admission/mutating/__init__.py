@@ -1,0 +1,1 @@
+"""MutatingAdmissionPolicy (``plugin/policy/mutating``): ``dispatcher``."""

@@ -1,0 +1,1 @@
+"""ValidatingAdmissionPolicy (``plugin/policy/validating``): ``validator``, ``all_clear``, ``dispatcher``."""
