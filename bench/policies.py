@@ -226,17 +226,44 @@ def mutating_policy(index: int) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
-def probe_policy(generation: int) -> list[dict[str, Any]]:
+#: What the heavy rename probe checks besides its denial: a policy of the weight operators write (variables,
+#: ``quantity()``, ``matches()``, match conditions), every check passing for the probe object.
+_HEAVY_PROBE_VALIDATIONS = (
+    "object.spec.containers.all(c, !has(c.resources.limits) || !('memory' in c.resources.limits) || "
+    "quantity(c.resources.limits.memory).isLessThan(quantity('{gi}Gi')))",
+    "variables.images.all(img, img.matches('^[a-z0-9./:-]+$'))",
+    "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || "
+    "c.securityContext.privileged == false)",
+    "variables.names.all(n, n.matches('^[a-z][a-z0-9-]*$') && size(n) <= {limit})",
+    "!has(object.metadata.labels) || object.metadata.labels[?'app'].orValue('') != 'forbidden-{generation}'",
+)
+
+
+def probe_policy(generation: int, heavy: bool = False) -> list[dict[str, Any]]:
     """Denies probes labelled ``bench-probe`` with a message naming ``generation``: the rename probe.
 
     It is for a resource of its own, so polling for it costs one policy, not the set's evaluation: the
-    figure is the reload pipeline's latency (event, read, load, swap), not the evaluation load.
+    figure is the reload pipeline's latency (event, read, load, swap), not the evaluation load. ``heavy``: with
+    variables, match conditions and checks using ``quantity()`` and ``matches()`` that pass, so the changed file
+    costs what a realistic policy costs to check and compile.
     """
     name = f"bench-probe{SUFFIX}"
-    policy = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": {
-        "matchConstraints": {"resourceRules": [_rule([PROBE_GROUP], [PROBE_RESOURCE], ["CREATE"])]},
-        "validations": [{"expression": "!has(object.metadata.labels) || !('bench-probe' in object.metadata.labels)",
-                         "message": f"probe generation {generation}"}]}}
+    deny = {"expression": "!has(object.metadata.labels) || !('bench-probe' in object.metadata.labels)",
+            "message": f"probe generation {generation}"}
+    spec: dict[str, Any] = {"matchConstraints": {"resourceRules": [_rule([PROBE_GROUP], [PROBE_RESOURCE], ["CREATE"])]},
+                            "validations": [deny]}
+    if heavy:
+        # One expression changes with the generation, as an edit changes one rule of a file.
+        fmt = {"gi": 4, "limit": 40, "generation": generation}
+        spec["matchConditions"] = [
+            {"name": "not-system", "expression": "request.namespace != 'kube-system'"},
+            {"name": "labelled", "expression": "has(object.metadata.labels)"}]
+        spec["variables"] = [{"name": "images", "expression": "object.spec.containers.map(c, c.image)"},
+                             {"name": "names", "expression": "object.spec.containers.map(c, c.name)"}]
+        spec["validations"] = [{"expression": expression.format(**fmt), "message": f"probe check {k}"}
+                               for k, expression in enumerate(_HEAVY_PROBE_VALIDATIONS)] + [deny]
+    policy = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+              "spec": spec}
     binding = {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
                "spec": {"policyName": name, "validationActions": ["Deny"]}}
     return [policy, binding]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from staticadm.deploy.checks import unregistered_message
-from staticadm.deploy.control_plane import refusal_message, replay
+from staticadm.deploy.control_plane import ControlPlaneRequest, control_plane_requests, refusal_message, replay
 from staticadm.deploy.registration import read_registration, unregistered
 from staticadm.manifests.check import skipped_file_warnings
 from staticadm.manifests.loader import LoadCache, load_manifest_directory
@@ -85,6 +85,9 @@ class Analyser:
         #: programs belong to the thread serving requests), each reload reusing what did not change.
         self._cache = LoadCache()
         self._snapshot: Snapshot | None = None
+        #: The control-plane writes replayed, parsed from the package's data once (most of a replay's time was
+        #: parsing that file again after every reload).
+        self._writes: tuple[ControlPlaneRequest, ...] | None = None
 
     def analyse(self, served: Served | None, skipped: Iterable[str]) -> tuple[Finding, ...]:
         """Every finding: the quick kinds' and the slow kinds'."""
@@ -125,7 +128,9 @@ class Analyser:
             if kind == ValidatingAdmissionPolicy.KIND or name not in by_name:
                 by_name[name] = policy
         found: list[Finding] = []
-        for block in replay(self._own_snapshot(served)):
+        if self._writes is None:
+            self._writes = control_plane_requests()
+        for block in replay(self._own_snapshot(served), self._writes):
             refusing = by_name.get(block.policy)
             found.append(Finding(FindingKind.CONTROL_PLANE_WRITE_REFUSED,
                                  _origin_path(refusing) if refusing is not None else self.directory,

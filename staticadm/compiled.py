@@ -207,29 +207,90 @@ _MUTATION_KINDS = (ExpressionKind.APPLY_CONFIGURATION, ExpressionKind.JSON_PATCH
 class ExpressionCompiler:
     """Compiles expressions as Kubernetes would, each distinct one once.
 
-    Policies often repeat expressions (one template, many policies). One compiler serves one load, so
-    what it remembers is released with the load.
+    Policies often repeat expressions (one template, many policies), and a reload repeats most of the last
+    load's. One compiler serves one load; given the compiler of the load being served (``previous``), it takes
+    that load's programs for the same input instead of compiling again. A program is a function of exactly
+    what its key holds (the source, where it stands, the variables it may read and their types, the
+    environment): the environments are built once per process and never change, and nothing else (no params,
+    no schema loaded at run time) reaches the compiler. A compiler keeps only what its own load asked for, so
+    what is remembered follows the directory being served, not every expression ever seen.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, previous: ExpressionCompiler | None = None) -> None:
         self._compiled: dict[tuple[Any, ...], Program] = {}
+        #: (id of the program, ids of the variables linked) -> (program, variables, linked program); the inputs
+        #: are held so that their ids stay theirs while the entry lives.
+        self._links: dict[tuple[Any, ...], tuple[Program, tuple[Program, ...], Program]] = {}
+        self._previous = previous
+        #: The keys asked for since :meth:`track` (compile keys, then link keys marked "link").
+        self._tracked: list[tuple[Any, ...]] | None = None
+
+    def track(self) -> None:
+        """Note the keys of what is asked from now on: what one object's programs are made of."""
+        self._tracked = []
+
+    def tracked(self) -> tuple[tuple[Any, ...], ...]:
+        """The keys asked for since :meth:`track`; tracking stops."""
+        keys, self._tracked = tuple(self._tracked or ()), None
+        return keys
+
+    def keep(self, keys: Iterable[tuple[Any, ...]]) -> None:
+        """Keep the previous load's entries for ``keys`` (an object reused as it was checked, whose programs a
+        later change of its document will ask for again)."""
+        previous = self._previous
+        if previous is None:
+            return
+        for key in keys:
+            if key[0] == "link":
+                entry = previous._links.get(key[1:])
+                if entry is not None:
+                    self._links.setdefault(key[1:], entry)
+            else:
+                program = previous._compiled.get(key)
+                if program is not None:
+                    self._compiled.setdefault(key, program)
 
     def compile(self, source: str, kind: ExpressionKind, variable_names: Sequence[str],
                 variable_types: Mapping[str, str], mutating: bool) -> Program:
         key = (source, kind, tuple(variable_names), tuple(sorted(variable_types.items())), mutating)
+        if self._tracked is not None:
+            self._tracked.append(key)
         program = self._compiled.get(key)
         if program is None:
-            program = self._compiled[key] = compile_expression(
-                source, kind, variable_names=tuple(variable_names), variable_types=variable_types,
-                mutating=mutating)
+            program = self._previous._compiled.get(key) if self._previous is not None else None
+            if program is None:
+                program = compile_expression(source, kind, variable_names=tuple(variable_names),
+                                             variable_types=variable_types, mutating=mutating)
+            self._compiled[key] = program
         return program
+
+    def link(self, program: CompiledExpression, variables: Sequence[tuple[str, Program]],
+             mutating: bool) -> Program:
+        """``program`` with ``variables`` (name, linked program) bound in, as the environment links it; the
+        same inputs (the very same programs, as :meth:`compile` hands out) give the program linked before."""
+        values = tuple(value for _, value in variables)
+        key = (id(program), mutating, *((name, id(value)) for name, value in variables))
+        if self._tracked is not None:
+            self._tracked.append(("link", *key))
+        entry = self._links.get(key)
+        if entry is None and self._previous is not None:
+            entry = self._previous._links.get(key)
+        if entry is None or entry[0] is not program or any(a is not b for a, b in zip(entry[1], values, strict=True)):
+            entry = (program, values, admission_environment(mutating).link(program, list(variables)))
+        self._links[key] = entry
+        return entry[2]
+
+    def forget_previous(self) -> None:
+        """The load is over: what it did not ask for of the previous load's programs is let go (a chain of
+        compilers, one per reload, would keep every program ever compiled)."""
+        self._previous = None
 
 
 class PolicyPrograms:
     """The programs of one policy by site, filled in while the policy is validated."""
 
     def __init__(self, compiler: ExpressionCompiler, *, mutating_policy: bool) -> None:
-        self._compiler = compiler
+        self.compiler = self._compiler = compiler
         self._mutating_policy = mutating_policy
         self._programs: dict[tuple[ExpressionKind, int], CompiledExpression] = {}
 
@@ -259,22 +320,23 @@ class PolicyPrograms:
         return self._programs[(kind, index)]
 
 
-def _link_variables(variables: Mapping[str, Program], *, mutating: bool) -> dict[str, Program]:
+def _link_variables(compiler: ExpressionCompiler, variables: Mapping[str, Program], *,
+                    mutating: bool) -> dict[str, Program]:
     """Each variable with the earlier variables it reads linked into its program (declaration order)."""
-    environment = admission_environment(mutating)
     linked: list[tuple[str, Program]] = []
     for name, program in variables.items():
         if isinstance(program, CompiledExpression):
-            program = environment.link(program, linked)
+            program = compiler.link(program, linked, mutating)
         linked.append((name, program))
     return dict(linked)
 
 
-def _linked(program: Program, variables: Mapping[str, Program], *, mutating: bool) -> Program:
+def _linked(compiler: ExpressionCompiler, program: Program, variables: Mapping[str, Program], *,
+            mutating: bool) -> Program:
     """``program`` with the policy's variables it reads bound in, evaluated by the engine."""
     if not isinstance(program, CompiledExpression) or not program.variables_used:
         return program
-    return admission_environment(mutating).link(program, list(variables.items()))
+    return compiler.link(program, list(variables.items()), mutating)
 
 
 def mentions_namespace_object(sources: Iterable[str]) -> bool:
@@ -306,21 +368,23 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
                               programs: PolicyPrograms) -> CompiledValidatingPolicy:
     """A validated policy assembled for evaluation; its bindings are attached by the snapshot."""
     spec = policy.spec
-    variables = _link_variables({variable.name: programs.program(ExpressionKind.VARIABLE, i)
-                                 for i, variable in enumerate(spec.variables)}, mutating=False)
+    compiler = programs.compiler
+    variables = _link_variables(compiler, {variable.name: programs.program(ExpressionKind.VARIABLE, i)
+                                           for i, variable in enumerate(spec.variables)}, mutating=False)
     match_conditions = tuple((condition, programs.program(ExpressionKind.MATCH_CONDITION, i))
                              for i, condition in enumerate(spec.match_conditions))
     validations = []
     for i, validation in enumerate(spec.validations):
         message_program = None
         if gofmt.trim_space(validation.message_expression):
-            message_program = _linked(programs.program(ExpressionKind.MESSAGE_EXPRESSION, i), variables,
+            message_program = _linked(compiler, programs.program(ExpressionKind.MESSAGE_EXPRESSION, i), variables,
                                       mutating=False)
         validations.append(CompiledValidation(
-            validation, _linked(programs.program(ExpressionKind.VALIDATION, i), variables, mutating=False),
+            validation, _linked(compiler, programs.program(ExpressionKind.VALIDATION, i), variables, mutating=False),
             message_program))
     audit_annotations = tuple(
-        (annotation, _linked(programs.program(ExpressionKind.AUDIT_ANNOTATION, i), variables, mutating=False))
+        (annotation, _linked(compiler, programs.program(ExpressionKind.AUDIT_ANNOTATION, i), variables,
+                             mutating=False))
         for i, annotation in enumerate(spec.audit_annotations))
     sources = [v.expression for v in spec.variables]
     sources += [v.expression + "\n" + v.message_expression for v in spec.validations]
@@ -340,14 +404,16 @@ def compile_validating_policy(policy: ValidatingAdmissionPolicy,
 def compile_mutating_policy(policy: MutatingAdmissionPolicy, programs: PolicyPrograms) -> CompiledMutatingPolicy:
     """A validated policy assembled for evaluation; its bindings are attached by the snapshot."""
     spec = policy.spec
-    variables = _link_variables({variable.name: programs.program(ExpressionKind.VARIABLE, i)
-                                 for i, variable in enumerate(spec.variables)}, mutating=True)
+    compiler = programs.compiler
+    variables = _link_variables(compiler, {variable.name: programs.program(ExpressionKind.VARIABLE, i)
+                                           for i, variable in enumerate(spec.variables)}, mutating=True)
     match_conditions = tuple((condition, programs.program(ExpressionKind.MATCH_CONDITION, i))
                              for i, condition in enumerate(spec.match_conditions))
     mutations = []
     for i, mutation in enumerate(spec.mutations):
         kind = ExpressionKind.JSON_PATCH if mutation.patch_type == "JSONPatch" else ExpressionKind.APPLY_CONFIGURATION
-        mutations.append(CompiledMutation(mutation, _linked(programs.program(kind, i), variables, mutating=True)))
+        mutations.append(CompiledMutation(mutation, _linked(compiler, programs.program(kind, i), variables,
+                                                            mutating=True)))
     sources = [v.expression for v in spec.variables] + [m.source for m in mutations]
     return CompiledMutatingPolicy(
         policy=policy,

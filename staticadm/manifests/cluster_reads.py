@@ -33,9 +33,26 @@ class ClusterReads:
         return f"{self.kind} {self.policy}{through} reads {' and '.join(self.reads)}"
 
 
+#: What each policy of the latest call reads, by the policy object (kept with it, so an id is never reused while it
+#: is a key): the daemon asks at every reload, on its event loop, and a reload keeps every unchanged policy's
+#: object. Replaced by each call with the policies it saw, so it follows the directory being served.
+_known: list[dict[int, tuple[TopLevel, tuple[str, ...]]]] = [{}]
+
+
+def _reads(policy: ValidatingAdmissionPolicy | MutatingAdmissionPolicy) -> tuple[str, ...]:
+    sources = policy_expression_sources(policy)
+    reads = []
+    if mentions_namespace_object(sources):
+        reads.append(NAMESPACE_OBJECT)
+    if any(_AUTHORIZER.search(source) for source in sources):
+        reads.append(AUTHORIZER)
+    return tuple(reads)
+
+
 def cluster_reads(objects: Iterable[TopLevel]) -> list[ClusterReads]:
     """Every policy among ``objects`` that reads namespaceObject or calls authorizer, with its bindings."""
     objects = list(objects)
+    known, seen = _known[0], {}
     bindings: dict[tuple[str, str], list[str]] = {}
     for binding in objects:
         if isinstance(binding, Binding):
@@ -45,15 +62,15 @@ def cluster_reads(objects: Iterable[TopLevel]) -> list[ClusterReads]:
     for policy in objects:
         if not isinstance(policy, ValidatingAdmissionPolicy | MutatingAdmissionPolicy):
             continue
-        sources = policy_expression_sources(policy)
-        reads = []
-        if mentions_namespace_object(sources):
-            reads.append(NAMESPACE_OBJECT)
-        if any(_AUTHORIZER.search(source) for source in sources):
-            reads.append(AUTHORIZER)
+        entry = known.get(id(policy))
+        if entry is None or entry[0] is not policy:
+            entry = (policy, _reads(policy))
+        seen[id(policy)] = entry
+        reads = entry[1]
         if reads:
             found.append(ClusterReads(policy.KIND, policy.name, tuple(sorted(bindings.get((policy.KIND, policy.name),
-                                                                                     []))), tuple(reads)))
+                                                                                     []))), reads))
+    _known[0] = seen
     return found
 
 

@@ -32,11 +32,23 @@ def join_field(parent: str, child: str) -> str:
     return f"{parent}.{child}" if parent else child
 
 
+#: Each model class's resolved type hints and fields by JSON name, found once per process: the model is code,
+#: so they never change, and resolving hints is most of decoding a small object (every reload decodes one).
+_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]] = {}
+
+
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        by_json = {f.metadata["json"]: f for f in dataclasses.fields(cls) if f.metadata.get("json")}
+        schema = _SCHEMAS[cls] = (typing.get_type_hints(cls), by_json)
+    return schema
+
+
 class Decoder:
-    """Decodes into one model; holds the resolved type hints so each class is inspected once."""
+    """Decodes into one model, collecting what is wrong in :attr:`issues`."""
 
     def __init__(self) -> None:
-        self._hints: dict[type, dict[str, Any]] = {}
         self.issues: list[DecodeIssue] = []
 
     def decode(self, cls: type[T], value: Any, path: str = "") -> T:
@@ -113,15 +125,7 @@ class Decoder:
         if not isinstance(value, dict):
             self._wrong_type(path, value, "object")
             return cls()
-        hints = self._hints.get(cls)
-        if hints is None:
-            hints = typing.get_type_hints(cls)
-            self._hints[cls] = hints
-        by_json: dict[str, dataclasses.Field[Any]] = {}
-        for f in dataclasses.fields(cls):
-            json_name = f.metadata.get("json")
-            if json_name:
-                by_json[json_name] = f
+        hints, by_json = _schema(cls)
         kwargs: dict[str, Any] = {}
         for key, item in value.items():
             found = by_json.get(key)

@@ -91,6 +91,8 @@ class _CheckedObject:
     errors: tuple[ManifestError, ...]
     #: The policy compiled for evaluation; None for bindings and for policies with errors.
     compiled: CompiledValidatingPolicy | CompiledMutatingPolicy | None
+    #: What it asked the load's ``ExpressionCompiler`` for: kept while the object is, for its document's next change.
+    program_keys: tuple[tuple[Any, ...], ...] = ()
 
 
 #: A document that could not be parsed, in a file's :attr:`LoadCache.files` steps.
@@ -119,6 +121,9 @@ class LoadCache:
         self.documents: dict[bytes, list[Document]] = {}
         self.values: dict[str, Any] = {}
         self.checked: dict[tuple[type, str, Origin], _CheckedObject] = {}
+        #: The programs the load compiled or took from the one before: a changed document compiles only the
+        #: expressions that are new (``ExpressionCompiler``).
+        self.compiler: ExpressionCompiler | None = None
 
 
 def load_manifest_directory(
@@ -167,7 +172,7 @@ class _Load:
         self.max_file_bytes = max_file_bytes
         self.previous = previous
         self.used = LoadCache()
-        self.compiler = ExpressionCompiler()
+        self.compiler = self.used.compiler = ExpressionCompiler(previous.compiler)
         self.errors: list[ManifestError] = []
         self.warnings: list[ManifestError] = []
         self.objects: list[TopLevel] = []
@@ -191,6 +196,7 @@ class _Load:
         for manifest_file in contents.files:
             self._file(manifest_file)
         self._check_references()
+        self.compiler.forget_previous()
 
         def by_name(cls: type, objects: list[Any]) -> tuple[Any, ...]:
             return tuple(sorted((o for o in objects if isinstance(o, cls)), key=_name))
@@ -374,6 +380,7 @@ class _Load:
 
     def _use(self, checked: _CheckedObject, origin: Origin) -> None:
         """A checked object joins the load: its errors, its compiled policy, and the checks across files."""
+        self.compiler.keep(checked.program_keys)
         self.errors.extend(checked.errors)
         if checked.compiled is not None:
             self.compiled_policies.append(checked.compiled)
@@ -399,6 +406,7 @@ class _Load:
         obj = apply_defaults(obj)
         is_policy = isinstance(obj, ValidatingAdmissionPolicy | MutatingAdmissionPolicy)
         programs = PolicyPrograms(self.compiler, mutating_policy=isinstance(obj, MutatingAdmissionPolicy))
+        self.compiler.track()
         try:
             for field_error in Validator(programs.compile).validate(obj):
                 error(str(field_error), field_error.field)
@@ -411,7 +419,7 @@ class _Load:
                             else compile_mutating_policy(obj, programs))  # type: ignore[arg-type]
             except Exception as err:  # as above: the directory is refused with this object named
                 error(f"internal error compiling policy: {type(err).__name__}: {err}", "spec")
-        return _CheckedObject(obj, tuple(errors), compiled)
+        return _CheckedObject(obj, tuple(errors), compiled, self.compiler.tracked())
 
     def _manifest_rules(self, obj: TopLevel, origin: Origin) -> None:
         """The static-manifest checks, in Kubernetes' order and wording."""

@@ -96,6 +96,10 @@ RETIRE_SIGNAL = signal.SIGUSR1
 LINGERING_SECONDS = 0.5
 #: How often the installed webhook registration's files are looked at (--webhook-config-dir).
 REGISTRATION_POLL_SECONDS = 1.0
+#: How long after a reload its analysis starts: the analysis thread holds the GIL for tens of milliseconds, and
+#: every release the event loop makes (accept, read, write) waits up to the switch interval to get it back, so
+#: the new snapshot's first answers would be late by several intervals each. Findings are logged this much later.
+ANALYSIS_DELAY = 0.1
 EXIT_FAILED = 1
 
 
@@ -320,6 +324,7 @@ class _Daemon:
         async def analyse() -> None:
             loop = asyncio.get_running_loop()
             try:
+                await asyncio.sleep(ANALYSIS_DELAY)
                 while True:
                     self._analysis_again = False
                     served = self.source.current

@@ -102,7 +102,8 @@ def test_policy_set_figures_and_targets(quick_run: tuple[str, dict]) -> None:
         assert figures["load_compile_seconds"] > 0
         assert figures["start_to_ready_seconds"] > 0
         assert figures["rss_kib"]["VmRSS"] > 0
-        assert len(figures["rename_to_serving_ms"]) == 2 and all(v > 0 for v in figures["rename_to_serving_ms"])
+        for key in ("rename_to_serving_ms", "rename_to_serving_heavy_ms"):
+            assert len(figures[key]) == 2 and all(v > 0 for v in figures[key])
     assert set(results["cel_micro_us"]) >= {"activation build", "all containers"}
     assert all(v > 0 for v in results["cel_micro_us"].values())
     assert results["targets"] and all(t["verdict"] in VERDICTS for t in results["targets"])
@@ -113,6 +114,40 @@ def test_policy_set_figures_and_targets(quick_run: tuple[str, dict]) -> None:
     target_lines = stdout.split("== targets ==")[1].strip().split("\n\n")[0].splitlines()
     assert len(target_lines) == len(results["targets"])
     assert all(line.split()[0] in VERDICTS for line in target_lines)
+
+
+def test_only_the_rename_rows(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    completed = subprocess.run([sys.executable, "-m", "bench.run", "--only", "rename", "--sets", "10",
+                                "--rename-iterations", "3", "--json", str(out)], cwd=REPO_ROOT, capture_output=True,
+                               text=True, timeout=300, check=False)
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr[-5000:]}"
+    results = json.loads(out.read_text())
+    assert results["rows"] == [] and [s["policies"] for s in results["sets"]] == [10]
+    figures = results["sets"][0]
+    assert len(figures["rename_to_serving_ms"]) == len(figures["rename_to_serving_heavy_ms"]) == 3
+    table = completed.stdout.split("== rename-to-serving")[1].split("\n\n")[0].splitlines()
+    assert [line.split()[:3] for line in table[2:]] == [["10", "light", "3"], ["10", "heavy", "3"]]
+    assert any(t["name"].startswith("rename-to-serving @10") and t["figure"].count(" ms") == 3
+               for t in results["targets"])
+
+
+def test_a_heavy_probe_is_valid_and_denies_the_probe_request(tmp_path: Path) -> None:
+    from staticadm.admission.namespaces import parse_namespaces
+    from staticadm.admission.request import parse_admission_review
+    from staticadm.admission.review import review_request
+    from staticadm.manifests import load_manifest_directory
+    from staticadm.snapshot import build_snapshot
+
+    (tmp_path / f"bench-probe{policies.SUFFIX}.yaml").write_text(policies.dump(policies.probe_policy(7, heavy=True)))
+    loaded = load_manifest_directory(str(tmp_path))
+    assert loaded.errors == ()
+    namespaces = parse_namespaces(policies.write_namespaces(tmp_path.parent / "namespaces.yaml").read_text())
+    request = parse_admission_review(policies.probe_request())
+    _, validation = review_request(build_snapshot(loaded), namespaces, request, "validate")  # type: ignore[arg-type]
+    assert validation is not None and not validation.allowed
+    # Only the probe's own denial: every other check of the heavy probe passes for the probe object.
+    assert [decision.message for decision in validation.decisions] == ["probe generation 7"]
 
 
 def test_fallback_client_works_without_wrk(tmp_path: Path) -> None:
