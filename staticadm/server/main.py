@@ -38,6 +38,7 @@ from staticadm.cluster.view import ClusterView
 from staticadm.deploy.certs import current_generated
 from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
+from staticadm.server import event_loop
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.certificates import (
@@ -101,18 +102,23 @@ EXIT_FAILED = 1
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     """Runs the daemon: in this process, or with ``config.workers`` > 1 as the workers' supervisor."""
+    try:
+        loop_name = event_loop.resolve(config.event_loop)
+    except event_loop.EventLoopUnavailable as error:
+        (stderr or sys.stderr).write(f"staticadm serve: {error}\n")
+        return EXIT_FAILED
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
     daemon = (_Supervisor if config.workers > 1 else _Daemon)(config, stderr or sys.stderr)
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
-                    config=effective_options(config))
+                    event_loop=loop_name, config=effective_options(config))
     if config.workers == 1:
         daemon.log.warning("one process (--workers 1): nothing replaces it while the memory the CEL engine keeps "
                            "grows (docs/known-gaps.md); with 2 or more, a worker that grows is replaced without "
                            "failing a request")
     try:
-        return asyncio.run(daemon.run())
+        return event_loop.run(daemon.run(), config.event_loop)
     finally:
         if writer is not None:
             writer.close()
@@ -126,7 +132,7 @@ def serve_worker(spec: WorkerSpec) -> int:
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     try:
-        return asyncio.run(daemon.run())
+        return event_loop.run(daemon.run(), config.event_loop)
     finally:
         if writer is not None:
             writer.close()
