@@ -49,6 +49,7 @@ from staticadm.server.certificates import (
 )
 from staticadm.server.config import ServeConfig, effective_options
 from staticadm.server.connections import (
+    ACCEPT_BACKLOG,
     AcceptErrorLimiter,
     ConnectionGuard,
     GuardedAppRunner,
@@ -56,6 +57,7 @@ from staticadm.server.connections import (
     connection_cap,
     raise_open_file_limit,
 )
+from staticadm.server.event_loop import running_uvloop
 from staticadm.server.findings import FindingsReporter, note_name
 from staticadm.server.heap import Heap
 from staticadm.server.listeners import (
@@ -634,10 +636,14 @@ class _Daemon:
             # the listener takes one and goes back to its loop, so that connections opened together (a
             # client's keep-alive pool, which then stays where it landed) spread over the workers instead
             # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
+            # uvloop has no such bound (libuv accepts until the queue is empty, yielding between accepts in a
+            # worker: worker_process) and hands the backlog to listen() itself, past SharedListeningSocket: the
+            # supervisor's length is given then, never 1, which would shorten the queue every worker shares.
+            single = self.link is not None and not running_uvloop()
             guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
                                            ssl_context=self.tls.context if tls and self.tls else None,
                                            refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
-                                           backlog=1 if self.link is not None else 128)
+                                           backlog=1 if single else ACCEPT_BACKLOG)
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,

@@ -19,6 +19,12 @@ guarded aiohttp handler) is told when the handshake begins and, if it never comp
 lost (:class:`HandshakeWatcher`); the guard may refuse it at once. Until the handshake completes, the SSL
 protocol reads into a buffer of :data:`HANDSHAKE_READ_BUFFER` bytes rather than asyncio's 256 KiB, so a
 client that stalls mid-handshake holds a few tens of KiB, not a quarter of a MiB.
+
+The same on either event loop (``staticadm.server.event_loop``): the SSL protocol swapped in is the running loop's
+own, asyncio's in Python or uvloop's in C (uvloop's transports accept no other). What the front needs of it beyond
+what ``loop.create_server(ssl=...)`` does is hooked where both call out: its ``connection_lost`` (a subclass of
+each), and the SSL object both make through the context's ``wrap_bio`` (``_HookedContext``: the refusal and the
+first answer to the client).
 """
 
 from __future__ import annotations
