@@ -1,10 +1,10 @@
 """Which event loop the daemon runs on: asyncio's own, or uvloop (libuv) when it is installed.
 
 uvloop runs the same coroutines with its transports, TLS and timers written in C: the daemon's HTTP and TLS work
-per request costs less under it (docs/performance.md has the figures). Everything the daemon does on its loop
-works on both (the TLS front's early refusal of non-TLS clients, handshake deadlines and the connection cap,
-signals, subprocesses of ``--workers``, unix sockets): ``--event-loop`` picks one, ``auto`` (the default) uvloop
-when it can be imported, else asyncio.
+per request costs less under it (docs/operations.md, "The daemon"; ``bench.run --event-loop`` measures either).
+Everything the daemon does on its loop works on both (the TLS front's early refusal of non-TLS clients, handshake
+deadlines and the connection cap, signals, subprocesses of ``--workers``, unix sockets): ``--event-loop`` picks
+one, ``auto`` (the default) uvloop when it can be imported, else asyncio.
 """
 
 from __future__ import annotations
