@@ -21,7 +21,8 @@ protocol reads into a buffer of :data:`HANDSHAKE_READ_BUFFER` bytes rather than 
 client that stalls mid-handshake holds a few tens of KiB, not a quarter of a MiB.
 
 The same on either event loop (``staticadm.server.event_loop``): the SSL protocol swapped in is the running loop's
-own, asyncio's in Python or uvloop's in C (uvloop's transports accept no other). What the front needs of it beyond
+own, asyncio's in Python or uvloop's in C (asyncio's would serve on uvloop's transports too, at Python's cost per
+record: uvloop's is what ``loop.create_server(ssl=...)`` would use there). What the front needs of it beyond
 what ``loop.create_server(ssl=...)`` does is hooked where both call out: its ``connection_lost`` (a subclass of
 each), and the SSL object both make through the context's ``wrap_bio`` (``_HookedContext``: the refusal and the
 first answer to the client).
@@ -92,9 +93,9 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
 @functools.cache
 def _uvloop_ssl_protocol() -> type:
-    """uvloop's SSL protocol (C), telling ``watcher`` when its connection is lost, as :class:`_BoundedSSLProtocol`.
-    uvloop's transports take no other SSL protocol (asyncio's, set on one, fails in its connection_made). Its read
-    buffer is 256 KiB from the start, but malloc maps it and the kernel gives it pages only as bytes arrive: a
+    """uvloop's SSL protocol (C), telling ``watcher`` when its connection is lost, as :class:`_BoundedSSLProtocol`;
+    uvloop's streams read into it directly (no Python call per read), as they do for its own. Its read buffer is
+    256 KiB from the start, but malloc maps it and the kernel gives it pages only as bytes arrive: a
     client that stalls after a few bytes holds a page or two of it, not the whole buffer."""
     from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in its stubs
 
