@@ -165,14 +165,32 @@ class Server:
         return self.process.returncode
 
 
-def null_server(workdir: Path, cert: Path, key: Path, processes: int = 1) -> Server:
+def null_server(workdir: Path, cert: Path, key: Path, processes: int = 1, loop: str = "asyncio") -> Server:
+    """The null server on ``loop`` (``asyncio`` or ``uvloop``): the one the daemon it is compared with runs on."""
     port = free_port()
     command = [sys.executable, "-m", "bench.null_server", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert),
                "--tls-key", str(key)]
+    if loop != "asyncio":
+        # Only then: with --source, an older checkout's null server (first on the path) has no such option.
+        command += ["--event-loop", loop]
     if processes != 1:
         # Only then: with --source, an older checkout's null server (first on the path) has no such option.
         command += ["--processes", str(processes)]
     return Server("null server", command, workdir / f"null-server-{processes}.log", port)
+
+
+def supports_event_loop() -> bool:
+    """Whether the staticadm under test has ``serve --event-loop`` (an older --source checkout runs asyncio's)."""
+    return (SOURCE_ROOT / "staticadm" / "server" / "event_loop.py").exists()
+
+
+def daemon_event_loop(choice: str) -> str:
+    """The loop (``asyncio`` or ``uvloop``) the staticadm under test runs on given ``--event-loop choice``."""
+    if not supports_event_loop():
+        return "asyncio"
+    from staticadm.server.event_loop import resolve
+
+    return resolve(choice)
 
 
 def supports_workers() -> bool:
@@ -186,7 +204,8 @@ def supports_cluster_view() -> bool:
 
 
 def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces: Path | None,
-                     name: str = "staticadm", workers: int = 1, kubeconfig: Path | None = None) -> Server:
+                     name: str = "staticadm", workers: int = 1, kubeconfig: Path | None = None,
+                     loop: str = "asyncio") -> Server:
     """``staticadm serve`` as deployed: HTTPS with the state directory's generated certificate, a unix
     socket, JSON logs at info (allowed requests are debug, so not logged), no periodic poll during a run."""
     port = free_port()
@@ -202,4 +221,8 @@ def staticadm_server(workdir: Path, manifests: Path, state_dir: Path, namespaces
         command += ["--workers", str(workers)]
     elif workers != 1:
         raise ValueError("the staticadm under test has no --workers")
+    if supports_event_loop():
+        command += ["--event-loop", loop]
+    elif loop != "asyncio":
+        raise ValueError("the staticadm under test has no --event-loop")
     return Server(name, command, workdir / f"{name}.log", port, socket_path)

@@ -6,7 +6,11 @@ read the body, parse it with orjson, answer ``allowed: true`` with the request's
 staticadm/null is then the cost of staticadm's own work (matching, CEL, metrics, logging, thread
 handoff), not of Python HTTP or TLS.
 
+It runs on the event loop the daemon under test runs on (``--event-loop``, as ``staticadm serve``'s), so the
+ratio does not credit staticadm or the baseline with the loop's own speed.
+
 Run: python -m bench.null_server --listen 127.0.0.1:PORT --tls-cert CERT --tls-key KEY [--processes N]
+     [--event-loop asyncio|uvloop|auto]
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import ssl
 
 import orjson
 from aiohttp import web
+
+from staticadm.server import event_loop
 
 
 async def _review(request: web.Request) -> web.Response:
@@ -79,6 +85,8 @@ def main() -> None:
     parser.add_argument("--tls-key", required=True)
     parser.add_argument("--processes", type=int, default=1,
                         help="processes sharing the listening socket, as staticadm serve --workers N")
+    parser.add_argument("--event-loop", choices=event_loop.EVENT_LOOPS, default="asyncio",
+                        help="the event loop, as staticadm serve --event-loop (default: asyncio)")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
     sock = bind(host, int(port))
@@ -86,11 +94,11 @@ def main() -> None:
     for _ in range(args.processes - 1):
         pid = os.fork()
         if pid == 0:
-            asyncio.run(serve(sock, args.tls_cert, args.tls_key))
+            event_loop.run(serve(sock, args.tls_cert, args.tls_key), args.event_loop)
             os._exit(0)
         children.append(pid)
     try:
-        asyncio.run(serve(sock, args.tls_cert, args.tls_key))
+        event_loop.run(serve(sock, args.tls_cert, args.tls_key), args.event_loop)
     finally:
         for pid in children:
             with contextlib.suppress(ProcessLookupError):

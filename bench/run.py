@@ -80,6 +80,9 @@ class Options:
     source: Path | None = None
     #: Only these parts of the run (``--only``); empty: all of it.
     only: tuple[str, ...] = ()
+    #: --event-loop as given (auto, asyncio, uvloop); ``loop`` is what it resolves to for the daemon under test.
+    event_loop: str = "auto"
+    loop: str = "asyncio"
 
 
 @dataclass
@@ -191,6 +194,10 @@ MUTATE_WORKLOAD = "pod-create /mutate"
 #: daemon keeps answers for, so every request is evaluated (pod-create repeats one request, whose answer is kept).
 DISTINCT_WORKLOAD = "pod-create distinct"
 DISTINCT_REQUESTS = 4096
+#: The same distinct Pods sent to /mutate against the mutating set: every request evaluated by every MAP.
+MUTATE_DISTINCT_WORKLOAD = "distinct /mutate"
+#: The null server's row each workload is compared with (it answers /mutate as /validate).
+NULL_WORKLOAD = {MUTATE_WORKLOAD: "pod-create", MUTATE_DISTINCT_WORKLOAD: DISTINCT_WORKLOAD}
 
 
 def _body(make: Callable[[], dict[str, Any]]) -> bytes:
@@ -400,7 +407,8 @@ def _run_set(count: int, work: Path, state_dir: Path, namespaces: Path, bodies: 
     load_seconds, matched, cpu_us = _in_process_load(manifests, namespaces, repeat=50 if options.quick else 300)
     _oracle_rows(manifests, namespaces, bodies, count, options, results)
     _say(f"{count} policies: starting staticadm serve")
-    server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}")
+    server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}",
+                              loop=options.loop)
     server.start()
     try:
         for workload, (path, _) in WORKLOADS.items():
@@ -445,7 +453,8 @@ def _run_renames_only(count: int, work: Path, state_dir: Path, namespaces: Path,
     """``--only rename``: the set's daemon started and its rename rows measured, nothing else."""
     manifests = policies.write_validating_set(work / f"set-{count}" / "manifests", count)
     _say(f"{count} policies: starting staticadm serve")
-    server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}")
+    server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}",
+                              loop=options.loop)
     server.start()
     try:
         # As in the full run, where the renames come after the load rows: not while the startup's analysis (check's
@@ -458,11 +467,14 @@ def _run_renames_only(count: int, work: Path, state_dir: Path, namespaces: Path,
     results.sets.append(SetFigures(count, float("nan"), server.ready_seconds, rss, rename, {}, rename_heavy_ms=heavy))
 
 
-def _run_mutating(work: Path, state_dir: Path, namespaces: Path, body: bytes, options: Options,
-                  results: Results) -> None:
+def _run_mutating(work: Path, state_dir: Path, namespaces: Path, body: bytes, distinct: list[bytes],
+                  options: Options, results: Results) -> None:
     manifests = policies.write_mutating_set(work / "mutating" / "manifests")
-    _oracle_rows(manifests, namespaces, {MUTATE_WORKLOAD: body}, len(list(manifests.iterdir())), options, results)
-    server = staticadm_server(work / "mutating", manifests, state_dir, namespaces, name="staticadm-mutating")
+    # kube-apiserver keeps no answers: one of the distinct Pods costs it what each of them does.
+    _oracle_rows(manifests, namespaces, {MUTATE_WORKLOAD: body, MUTATE_DISTINCT_WORKLOAD: distinct[0]},
+                 len(list(manifests.iterdir())), options, results)
+    server = staticadm_server(work / "mutating", manifests, state_dir, namespaces, name="staticadm-mutating",
+                              loop=options.loop)
     try:
         server.start()
     except ServerFailed as error:
@@ -479,6 +491,9 @@ def _run_mutating(work: Path, state_dir: Path, namespaces: Path, body: bytes, op
         _say("mutating set: wrk /mutate")
         results.rows.append(_measured_row(server, MUTATE_WORKLOAD, "staticadm", len(list(manifests.iterdir())),
                                           server.url + "/mutate", body, options))
+        _say(f"mutating set: wrk {MUTATE_DISTINCT_WORKLOAD}")
+        results.rows.append(_measured_row(server, MUTATE_DISTINCT_WORKLOAD, "staticadm",
+                                          len(list(manifests.iterdir())), server.url + "/mutate", distinct, options))
     finally:
         server.stop()
 
@@ -490,14 +505,15 @@ def _run_workers(work: Path, state_dir: Path, namespaces: Path, tls: Any, body: 
         results.notes.append("workers rows skipped: the staticadm under test has no serve --workers")
         return
     _say("null server x2: wrk pod-create")
-    null = null_server(work, tls.cert, tls.key, processes=2).start()
+    null = null_server(work, tls.cert, tls.key, processes=2, loop=options.loop).start()
     try:
         results.rows.append(_measured_row(null, "pod-create", "null x2", None, null.url + "/validate", body,
                                           options))
     finally:
         null.stop()
     manifests = policies.write_validating_set(work / "workers" / "manifests", TARGET_SET)
-    server = staticadm_server(work / "workers", manifests, state_dir, namespaces, name="staticadm-workers", workers=2)
+    server = staticadm_server(work / "workers", manifests, state_dir, namespaces, name="staticadm-workers", workers=2,
+                              loop=options.loop)
     server.start()
     try:
         deadline = time.monotonic() + 60
@@ -569,7 +585,7 @@ def _run_cluster_view(work: Path, state_dir: Path, body: bytes, options: Options
     (manifests / "bench-cluster-view.yaml").write_text(CLUSTER_POLICIES)
     kubeconfig = apiserver.kubeconfig(work / "cluster" / "kubeconfig")
     server = staticadm_server(work / "cluster", manifests, state_dir, None, name="staticadm-cluster",
-                              kubeconfig=kubeconfig)
+                              kubeconfig=kubeconfig, loop=options.loop)
     try:
         server.start()
         deadline = time.monotonic() + 30
@@ -637,7 +653,7 @@ def run(options: Options) -> Results:
         bodies = {name: _body(make) for name, (_, make) in WORKLOADS.items()}
         distinct = [orjson.dumps(review) for review in fixtures.distinct_pod_create_requests(DISTINCT_REQUESTS)]
         _say("null server")
-        null = null_server(work, tls.cert, tls.key).start()
+        null = null_server(work, tls.cert, tls.key, loop=options.loop).start()
         try:
             for workload, (path, _) in WORKLOADS.items():
                 _say(f"null server: wrk {workload}")
@@ -651,7 +667,7 @@ def run(options: Options) -> Results:
             null.stop()
         for count in options.sets:
             _run_set(count, work, state_dir, namespaces, bodies, distinct, options, results)
-        _run_mutating(work, state_dir, namespaces, bodies["pod-create"], options, results)
+        _run_mutating(work, state_dir, namespaces, bodies["pod-create"], distinct, options, results)
         _run_workers(work, state_dir, namespaces, tls, bodies["pod-create"], options, results)
         _run_cluster_view(work, state_dir, bodies["pod-create"], options, results)
     return results
@@ -674,7 +690,7 @@ class Target:
 def _ratio_target(results: Results, workload: str, server: str, policies_count: int, floor: float,
                   null_label: str = "null") -> Target:
     name = f"{workload} @{policies_count}{' (2 workers)' if server.endswith('x2') else ''}: req/s >= {floor:g}x null"
-    null = results.row("pod-create" if workload == MUTATE_WORKLOAD else workload, null_label, None)
+    null = results.row(NULL_WORKLOAD.get(workload, workload), null_label, None)
     row = results.row(workload, server, policies_count)
     if null is None or row is None or not null.result.rps:
         return Target(name, "not measured", None)
@@ -719,6 +735,7 @@ def targets(results: Results) -> list[Target]:
     """Issue 37's targets first (pod-create @10 and @100, no-match @100, /mutate), then issue 30's and 16's that it
     leaves as they were: ratios against the null server in the same run, with the same process count."""
     mutate = [r for r in results.rows if r.workload == MUTATE_WORKLOAD]
+    mutate_distinct = [r for r in results.rows if r.workload == MUTATE_DISTINCT_WORKLOAD]
     out = [
         _ratio_target(results, "pod-create", "staticadm", 10, 0.5),
         _ratio_target(results, "pod-create", "staticadm", TARGET_SET, 0.3),
@@ -729,6 +746,9 @@ def targets(results: Results) -> list[Target]:
         # The pod-create targets again, with every request its own input: no answer kept for an earlier one helps.
         _ratio_target(results, DISTINCT_WORKLOAD, "staticadm", 10, 0.5),
         _ratio_target(results, DISTINCT_WORKLOAD, "staticadm", TARGET_SET, 0.3),
+        # Issue 46's: every request a Pod the mutating set has not seen.
+        _ratio_target(results, MUTATE_DISTINCT_WORKLOAD, "staticadm", mutate_distinct[0].policies or 0, 0.3)
+        if mutate_distinct else Target(f"{MUTATE_DISTINCT_WORKLOAD}: req/s >= 0.3x null", "not measured", None),
     ]
     in_process = next((s.cpu_us.get("pod-create") for s in results.sets if s.policies == TARGET_SET), None)
     name = f"in-process validate @{TARGET_SET} (pod-create) <= 1.3x the engine floor"
@@ -825,14 +845,15 @@ def format_report(results: Results) -> str:
         f"load: {tool}, {options.connections} connections, {options.threads} thread(s), "
         f"{options.duration:g} s per row after {WARM_UP_SECONDS:g} s of warm-up, HTTPS (TLS 1.2+, keep-alive)",
         f"staticadm from: {_source_description(options.source)}",
+        f"event loop: {options.loop} (--event-loop {options.event_loop}), the daemon's and the null server's alike",
         "",
         "== throughput and latency ==",
         f"{'workload':<20} {'server':<12} {'policies':>8} {'matched':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'errors':>6} {'x null req/s':>12} {'x null p99':>10} {'CPU µs/req':>10}",
+        f"{'errors':>6} {'x null req/s':>12} {'x null p99':>10} {'CPU µs/req':>10} {'loop':>7}",
     ]
     for row in results.rows:
         null_label = "null x2" if row.server.endswith("x2") else "null"
-        null = results.row("pod-create" if row.workload == MUTATE_WORKLOAD else row.workload, null_label, None)
+        null = results.row(NULL_WORKLOAD.get(row.workload, row.workload), null_label, None)
         rps_ratio = p99_ratio = None
         if not row.server.startswith("null") and null is not None and null.result.rps and null.result.p99_ms:
             rps_ratio = row.result.rps / null.result.rps
@@ -841,7 +862,8 @@ def format_report(results: Results) -> str:
             f"{row.workload:<20} {row.server:<12} {row.policies if row.policies is not None else '-':>8} "
             f"{row.matched if row.matched is not None else '-':>7} {row.result.rps:>9.0f} "
             f"{row.result.p50_ms:>8.2f} {row.result.p99_ms:>8.2f} {row.result.error_count:>6} "
-            f"{_fmt(rps_ratio):>12} {_fmt(p99_ratio):>10} {_fmt(row.cpu_us_per_request, '.0f'):>10}")
+            f"{_fmt(rps_ratio):>12} {_fmt(p99_ratio):>10} {_fmt(row.cpu_us_per_request, '.0f'):>10} "
+            f"{options.loop:>7}")
     if results.open_loop:
         lines += ["", "== open loop: pod-create at a fixed rate, latency from each request's due time "
                       "(bench/open_loop.py) ==",
@@ -894,7 +916,7 @@ def to_json(results: Results) -> dict[str, Any]:
     return {
         "options": {"sets": list(results.options.sets), "duration": results.options.duration,
                     "connections": results.options.connections, "threads": results.options.threads,
-                    "quick": results.options.quick},
+                    "quick": results.options.quick, "event_loop": results.options.loop},
         "rows": [row.to_json() for row in results.rows],
         "open_loop": [row.to_json() for row in results.open_loop],
         "kube_apiserver_in_process": [row.to_json() for row in results.oracle],
@@ -940,6 +962,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--json", metavar="OUT", type=Path, default=None, help="write machine-readable results")
     parser.add_argument("--only", choices=("rename",), default=None,
                         help="run only this part: 'rename' starts each set's daemon and measures rename-to-serving")
+    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                        help="the event loop of the daemon (staticadm serve --event-loop) and of the null server it "
+                             "is compared with (default: auto, the daemon's default)")
     args = parser.parse_args(argv)
     return Options(
         sets=args.sets or (QUICK_SETS if args.quick else DEFAULT_SETS),
@@ -953,6 +978,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         quick=args.quick,
         source=args.source,
         only=(args.only,) if args.only else (),
+        event_loop=args.event_loop,
     )
 
 
@@ -964,6 +990,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Before anything imports staticadm; the editable install's finder comes after sys.path.
         daemons.SOURCE_ROOT = options.source.resolve()
         sys.path.insert(0, str(daemons.SOURCE_ROOT))
+    from bench.daemons import daemon_event_loop
+
+    options.loop = daemon_event_loop(options.event_loop)
     results = run(options)
     print(format_report(results), flush=True)
     if options.json_out is not None:

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--header-timeout", type=float, default=30.0,
                         help="the daemon's handshake/header timeout: long enough to measure while they stall")
     parser.add_argument("--good-requests", type=int, default=20)
+    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                        help="the daemon's event loop (staticadm serve --event-loop; default: its default)")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, args.clients + 256)), hard))
@@ -117,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, "-m", "staticadm", "serve", "--manifests", str(work / "manifests"),
                    "--socket", "", "--listen", f"127.0.0.1:{port}", "--state-dir", str(work / "state"),
                    "--log-level", "warning", "--workers", "1", "--max-connections", str(args.max_connections),
-                   "--header-timeout", str(args.header_timeout)]
+                   "--header-timeout", str(args.header_timeout), "--event-loop", args.event_loop]
         server = Server("staticadm", command, work / "daemon.log", port).start()
         try:
-            report: dict[str, object] = {"clients": args.clients, "max_connections": args.max_connections}
+            report: dict[str, object] = {"clients": args.clients, "max_connections": args.max_connections,
+                                         "event_loop": args.event_loop}
             latencies(port, 5)  # warm
             time.sleep(1.5)
             report["before"] = {**daemon_figures(server.pid), "good_client": latencies(port, args.good_requests)}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
+from staticadm.server.event_loop import DEFAULT_EVENT_LOOP, EVENT_LOOPS
 from staticadm.yamljson import ParseError, parse_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
@@ -109,6 +110,8 @@ class ServeConfig:
     metrics_listen: tuple[str, int] | None = None
     #: The bearer token the metrics listener requires (Prometheus' credentials_file holds the same).
     metrics_token_file: Path | None = None
+    #: The event loop: ``auto`` (uvloop when importable), ``asyncio`` or ``uvloop`` (staticadm.server.event_loop).
+    event_loop: str = DEFAULT_EVENT_LOOP
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +192,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add("--metrics-token-file", metavar="FILE", default=None,
         help="the bearer token --metrics-listen requires (Prometheus: authorization.credentials_file); read again "
              "when it changes (default: none)")
+    add("--event-loop", choices=EVENT_LOOPS, default=None,
+        help="the event loop requests are served on: uvloop (libuv, less CPU per request), asyncio's own, or "
+             "auto: uvloop when it is installed, else asyncio (default: auto)")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "
@@ -200,7 +206,7 @@ _OPTION_NAMES = ("manifests", "socket", "socket-mode", "listen", "tls-cert", "tl
                  "state-dir", "poll-interval", "log-format", "log-level", "shutdown-grace",
                  "body-timeout", "header-timeout", "idle-timeout", "max-connections", "allow-world-writable-manifests",
                  "workers", "worker-memory-growth", "shadow-manifests", "webhook-config-dir", "metrics-listen",
-                 "metrics-token-file")
+                 "metrics-token-file", "event-loop")
 
 
 def resolve(args: argparse.Namespace) -> ServeConfig:
@@ -267,6 +273,8 @@ def _build(values: Mapping[str, Any]) -> ServeConfig:
         updates["max_connections"] = _parse_count("max-connections", values["max-connections"])
     if "worker-memory-growth" in values:
         updates["worker_memory_growth"] = _parse_count("worker-memory-growth", values["worker-memory-growth"])
+    if "event-loop" in values:
+        updates["event_loop"] = _choice("event-loop", values["event-loop"], EVENT_LOOPS)
     if "log-format" in values:
         updates["log_format"] = _choice("log-format", values["log-format"], LOG_FORMATS)
     if "log-level" in values:

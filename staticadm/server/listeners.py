@@ -93,6 +93,10 @@ def _reporting_ssl_object(report: Callable[[ssl.SSLError], None]) -> type[ssl.SS
         refused: ssl.SSLError | None = None
         #: Told when OpenSSL refuses the client, to close the connection once the alert is out (tls_front).
         on_refused: Callable[[], None] | None = None
+        #: Told once, when OpenSSL first has bytes for the client: its whole ClientHello arrived (tls_front).
+        on_answered: Callable[[], None] | None = None
+        #: The BIO OpenSSL writes to the client through (set with on_answered).
+        outgoing: ssl.MemoryBIO | None = None
 
         def do_handshake(self) -> None:
             if self.refused is not None:
@@ -100,6 +104,10 @@ def _reporting_ssl_object(report: Callable[[ssl.SSLError], None]) -> type[ssl.SS
             try:
                 super().do_handshake()
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                answered = self.on_answered
+                if answered is not None and self.outgoing is not None and self.outgoing.pending:
+                    self.on_answered = None
+                    answered()
                 raise
             except ssl.SSLError as error:
                 report(error)

@@ -38,6 +38,7 @@ from staticadm.cluster.view import ClusterView
 from staticadm.deploy.certs import current_generated
 from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
+from staticadm.server import event_loop
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, wait_idle
 from staticadm.server.certificates import (
@@ -48,6 +49,7 @@ from staticadm.server.certificates import (
 )
 from staticadm.server.config import ServeConfig, effective_options
 from staticadm.server.connections import (
+    ACCEPT_BACKLOG,
     AcceptErrorLimiter,
     ConnectionGuard,
     GuardedAppRunner,
@@ -55,6 +57,7 @@ from staticadm.server.connections import (
     connection_cap,
     raise_open_file_limit,
 )
+from staticadm.server.event_loop import running_uvloop
 from staticadm.server.findings import FindingsReporter, note_name
 from staticadm.server.heap import Heap
 from staticadm.server.listeners import (
@@ -105,18 +108,23 @@ EXIT_FAILED = 1
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     """Runs the daemon: in this process, or with ``config.workers`` > 1 as the workers' supervisor."""
+    try:
+        loop_name = event_loop.resolve(config.event_loop)
+    except event_loop.EventLoopUnavailable as error:
+        (stderr or sys.stderr).write(f"staticadm serve: {error}\n")
+        return EXIT_FAILED
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
     daemon = (_Supervisor if config.workers > 1 else _Daemon)(config, stderr or sys.stderr)
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
-                    config=effective_options(config))
+                    event_loop=loop_name, config=effective_options(config))
     if config.workers == 1:
         daemon.log.warning("one process (--workers 1): nothing replaces it while the memory the CEL engine keeps "
                            "grows (docs/known-gaps.md); with 2 or more, a worker that grows is replaced without "
                            "failing a request")
     try:
-        return asyncio.run(daemon.run())
+        return event_loop.run(daemon.run(), config.event_loop)
     finally:
         if writer is not None:
             writer.close()
@@ -130,7 +138,7 @@ def serve_worker(spec: WorkerSpec) -> int:
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     try:
-        return asyncio.run(daemon.run())
+        return event_loop.run(daemon.run(), config.event_loop)
     finally:
         if writer is not None:
             writer.close()
@@ -633,10 +641,14 @@ class _Daemon:
             # the listener takes one and goes back to its loop, so that connections opened together (a
             # client's keep-alive pool, which then stays where it landed) spread over the workers instead
             # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
+            # uvloop has no such bound (libuv accepts until the queue is empty, yielding between accepts in a
+            # worker: worker_process) and hands the backlog to listen() itself, past SharedListeningSocket: the
+            # supervisor's length is given then, never 1, which would shorten the queue every worker shares.
+            single = self.link is not None and not running_uvloop()
             guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
                                            ssl_context=self.tls.context if tls and self.tls else None,
                                            refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
-                                           backlog=1 if self.link is not None else 128)
+                                           backlog=1 if single else ACCEPT_BACKLOG)
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,

@@ -19,15 +19,25 @@ guarded aiohttp handler) is told when the handshake begins and, if it never comp
 lost (:class:`HandshakeWatcher`); the guard may refuse it at once. Until the handshake completes, the SSL
 protocol reads into a buffer of :data:`HANDSHAKE_READ_BUFFER` bytes rather than asyncio's 256 KiB, so a
 client that stalls mid-handshake holds a few tens of KiB, not a quarter of a MiB.
+
+The same on either event loop (``staticadm.server.event_loop``): the SSL protocol swapped in is the running loop's
+own, asyncio's in Python or uvloop's in C (asyncio's would serve on uvloop's transports too, at Python's cost per
+record: uvloop's is what ``loop.create_server(ssl=...)`` would use there). What the front needs of it beyond
+what ``loop.create_server(ssl=...)`` does is hooked where both call out: its ``connection_lost`` (a subclass of
+each), and the SSL object both make through the context's ``wrap_bio`` (``_HookedContext``: the refusal and the
+first answer to the client).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from asyncio import sslproto
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from staticadm.server.event_loop import running_uvloop
 
 #: What Go's net/http writes to a TLS connection whose first bytes are an HTTP request, and nothing more.
 HTTP_TO_HTTPS_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
@@ -67,19 +77,12 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
 
     max_size = HANDSHAKE_READ_BUFFER
     watcher: HandshakeWatcher | None = None
-    _answered = False
 
     def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
         if handshake_exc is None:
             # The class attribute, not 256 KiB allocated at once: get_buffer grows the buffer on the next read.
             self.max_size = sslproto.SSLProtocol.max_size  # type: ignore[misc]
         super()._on_handshake_complete(handshake_exc)
-
-    def _process_outgoing(self) -> None:
-        if not self._answered and self.watcher is not None and self._outgoing.pending:  # type: ignore[attr-defined]
-            self._answered = True
-            self.watcher.handshake_answered()
-        super()._process_outgoing()  # type: ignore[misc]
 
     def connection_lost(self, exc: BaseException | None) -> None:
         watcher, self.watcher = self.watcher, None
@@ -88,17 +91,41 @@ class _BoundedSSLProtocol(sslproto.SSLProtocol):
             watcher.handshake_abandoned()
 
 
-class _HookedContext:
-    """The listener's SSLContext as asyncio's SSL protocol uses it, telling each connection's SSL object
-    whom to tell when it refuses the handshake (``listeners.ReportingSSLObject.on_refused``)."""
+@functools.cache
+def _uvloop_ssl_protocol() -> type:
+    """uvloop's SSL protocol (C), telling ``watcher`` when its connection is lost, as :class:`_BoundedSSLProtocol`;
+    uvloop's streams read into it directly (no Python call per read), as they do for its own. Its read buffer is
+    256 KiB from the start, but malloc maps it and the kernel gives it pages only as bytes arrive: a
+    client that stalls after a few bytes holds a page or two of it, not the whole buffer."""
+    from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in its stubs
 
-    def __init__(self, context: ssl.SSLContext, on_refused: Callable[[], None]) -> None:
+    class _UvSSLProtocol(SSLProtocol):
+        watcher: HandshakeWatcher | None = None
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            watcher, self.watcher = self.watcher, None
+            super().connection_lost(exc)
+            if watcher is not None:
+                watcher.handshake_abandoned()
+
+    return _UvSSLProtocol
+
+
+class _HookedContext:
+    """The listener's SSLContext as an SSL protocol uses it, telling each connection's SSL object whom to tell
+    when it refuses the handshake and when it first answers the client (``listeners.ReportingSSLObject``)."""
+
+    def __init__(self, context: ssl.SSLContext, on_refused: Callable[[], None],
+                 on_answered: Callable[[], None] | None) -> None:
         self._context = context
         self._on_refused = on_refused
+        self._on_answered = on_answered
 
     def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, **options: Any) -> ssl.SSLObject:
         wrapped = self._context.wrap_bio(incoming, outgoing, **options)
         wrapped.on_refused = self._on_refused  # type: ignore[attr-defined]
+        wrapped.on_answered = self._on_answered  # type: ignore[attr-defined]
+        wrapped.outgoing = outgoing  # type: ignore[attr-defined]
         return wrapped
 
     def __getattr__(self, name: str) -> Any:
@@ -123,7 +150,8 @@ class TlsFront(asyncio.Protocol):
         self._watcher: HandshakeWatcher | None = app_protocol if callable(began) else None  # type: ignore[assignment]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Not checked with isinstance: uvloop's transports are no subclasses of asyncio's.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         if self._watcher is not None and not self._watcher.handshake_began(transport):
             self._watcher = None
@@ -179,9 +207,12 @@ class TlsFront(asyncio.Protocol):
         # the bytes read so far handed to it as if it had read them.
         # Untyped on purpose: typeshed wants an SSLContext (any object with wrap_bio serves), a waiter future
         # (None is "nobody waits") and whole seconds (asyncio takes any positive number).
-        make_protocol: Any = _BoundedSSLProtocol
-        protocol = make_protocol(loop, self._app_protocol, _HookedContext(self._context, self._after_refusal), None,
-                                 server_side=True, ssl_handshake_timeout=remaining)
+        make_protocol: Any = _uvloop_ssl_protocol() if running_uvloop() else _BoundedSSLProtocol
+        watcher = self._watcher
+        context = _HookedContext(self._context, self._after_refusal,
+                                 watcher.handshake_answered if watcher is not None else None)
+        protocol = make_protocol(loop, self._app_protocol, context, None, server_side=True,
+                                 ssl_handshake_timeout=remaining)
         # From now on the SSL protocol hears of the connection's end, and tells the watcher.
         protocol.watcher, self._watcher = self._watcher, None
         transport.set_protocol(protocol)

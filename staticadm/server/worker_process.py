@@ -12,9 +12,16 @@ import os
 from staticadm.server.main import serve_worker
 from staticadm.server.workers import WORKER_ENVIRONMENT, WorkerSpec
 
+#: libuv (uvloop) accepts until a listener's queue is empty; with this set it yields between two accepts (libuv's
+#: "give other processes a chance to accept connections"), so connections opened together spread over the workers
+#: sharing the listener, as asyncio's loop does them with a backlog of 1 (main.py).
+LIBUV_SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
+
 
 def main() -> int:
     spec = WorkerSpec.decode(os.environ.pop(WORKER_ENVIRONMENT))
+    # Read by libuv when a listener starts: before the event loop exists.
+    os.environ.setdefault(LIBUV_SINGLE_ACCEPT, "1")
     return serve_worker(spec)
 
 

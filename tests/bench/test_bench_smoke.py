@@ -75,6 +75,17 @@ def test_mutating_row_is_measured_or_skipped_with_a_note(quick_run: tuple[str, d
     measured = [r for r in results["rows"] if r["workload"].endswith("/mutate")]
     noted = [n for n in results["notes"] if "/mutate" in n]
     assert measured or any("skipped" in n for n in noted)
+    if measured:
+        # The repeated Pod and the distinct ones, each compared with the null server's row of the same bodies.
+        assert {r["workload"] for r in measured} == {"pod-create /mutate", "distinct /mutate"}
+        assert any(t["name"].startswith("distinct /mutate") for t in results["targets"])
+
+
+def test_the_null_server_runs_on_the_daemons_event_loop(quick_run: tuple[str, dict]) -> None:
+    stdout, results = quick_run
+    loop = results["options"]["event_loop"]
+    assert loop in ("asyncio", "uvloop")
+    assert f"event loop: {loop} " in stdout
 
 
 def test_kube_apiserver_in_process_rows_for_every_set_and_request(quick_run: tuple[str, dict]) -> None:
@@ -133,9 +144,9 @@ def test_only_the_rename_rows(tmp_path: Path) -> None:
 
 
 def test_a_heavy_probe_is_valid_and_denies_the_probe_request(tmp_path: Path) -> None:
+    from staticadm.admission.endpoints import review_request
     from staticadm.admission.namespaces import parse_namespaces
     from staticadm.admission.request import parse_admission_review
-    from staticadm.admission.review import review_request
     from staticadm.manifests import load_manifest_directory
     from staticadm.snapshot import build_snapshot
 

@@ -230,7 +230,13 @@ def test_descriptor_exhaustion_stops_neither_the_watchdog_nor_reloads(make_daemo
         with contextlib.suppress(TimeoutError):
             messages.append(listener.recv(4096))
     assert sum(b"WATCHDOG=1" in message for message in messages) >= 3
-    assert "out of system resource" in daemon.log()  # exhaustion did happen
+    uvloop = '"event_loop":"uvloop"' in daemon.log()
+    if uvloop:
+        # libuv meets EMFILE by accepting what waits with a descriptor kept for it and closing it at once, and
+        # reports nothing: the clients it closed are the sign that exhaustion did happen.
+        assert any(_closed_by_peer(sock) for sock in flood)
+    else:
+        assert "out of system resource" in daemon.log()  # exhaustion did happen
     for sock in flood:
         sock.close()
     # Once the flood is gone: ready, serving the reloaded policy, accept errors reported, not flooded.
@@ -239,6 +245,16 @@ def test_descriptor_exhaustion_stops_neither_the_watchdog_nor_reloads(make_daemo
                                           .get("status", {}).get("message", "")), timeout=15)
     assert daemon.log().count("out of system resource") < 20
     listener.close()
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
 
 
 def test_compressed_bodies_are_refused_without_inflating(make_daemon: DaemonFactory) -> None:

@@ -28,6 +28,8 @@ RELOADS = "staticadm_manifest_admission_config_controller_automatic_reloads_tota
 REQUESTS = "staticadm_admission_requests_total"
 #: Generous bound for a file event to be served; the daemon coalesces for 50 ms.
 EVENT_WAIT = 5.0
+#: The environment variable that makes every daemon a test starts run on this event loop (--event-loop).
+TEST_EVENT_LOOP = "STATICADM_TEST_EVENT_LOOP"
 
 
 def policy_yaml(message: str, *, name: str = "deny-label", label: str = "deny") -> str:
@@ -107,6 +109,9 @@ class Daemon:
         if "--workers" not in self.args:
             # One process unless a test asks for workers: most tests look at that one process.
             command += ["--workers", "1"]
+        if "--event-loop" not in self.args and os.environ.get(TEST_EVENT_LOOP):
+            # The whole suite (or a part of it) run again on the other event loop.
+            command += ["--event-loop", os.environ[TEST_EVENT_LOOP]]
         return (self.launcher or []) + command + self.args
 
     def start(self, *, wait: bool = True) -> Daemon:

@@ -53,6 +53,7 @@ FILE_VALUES: dict[str, tuple[Any, str, Any]] = {
     "authorization-cache-unauthorized-ttl": (5, "authorization_cache_unauthorized_ttl", 5.0),
     "metrics-listen": ("0.0.0.0:9443", "metrics_listen", ("0.0.0.0", 9443)),
     "metrics-token-file": ("/etc/staticadm/metrics-token", "metrics_token_file", Path("/etc/staticadm/metrics-token")),
+    "event-loop": ("asyncio", "event_loop", "asyncio"),
     # Excludes "namespaces" (two sources of namespaces): checked on its own.
     "kubeconfig": ("/etc/staticadm/kubeconfig", "kubeconfig", Path("/etc/staticadm/kubeconfig")),
 }
@@ -83,6 +84,7 @@ FLAG_VALUES: dict[str, tuple[str, Any]] = {
     "webhook-config-dir": ("/flag/admission", Path("/flag/admission")),
     "metrics-listen": ("127.0.0.1:9444", ("127.0.0.1", 9444)),
     "metrics-token-file": ("/flag/token", Path("/flag/token")),
+    "event-loop": ("uvloop", "uvloop"),
 }
 
 

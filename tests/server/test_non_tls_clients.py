@@ -1,6 +1,7 @@
 """A client that does not speak TLS to ``--listen`` is answered and closed at once, as Go's net/http server
 does, instead of holding its connection until the header timeout; real TLS clients, refused ones included, are
-served as before."""
+served as before. On both event loops (``--event-loop``): the front hands the connection to each loop's own SSL
+protocol."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ import http.client
 import socket
 import ssl
 
+import pytest
+
 from tests.server.harness import Daemon, DaemonFactory, read_to_close
 
 #: Long enough that a connection closed by the header timeout could not pass for one closed at once.
 HEADER_TIMEOUT = "60"
 #: How long a client waits for the daemon to close: far below the header timeout.
 WAIT = 10.0
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def loop_args(request: pytest.FixtureRequest) -> list[str]:
+    """The daemon's arguments for each event loop, with a header timeout no test here reaches."""
+    return ["--header-timeout", HEADER_TIMEOUT, "--event-loop", request.param]
 
 
 def _send_and_read_to_close(daemon: Daemon, payload: bytes) -> bytes:
@@ -26,16 +35,17 @@ def _send_and_read_to_close(daemon: Daemon, payload: bytes) -> bytes:
     return received
 
 
-def test_plain_http_gets_gos_400_and_the_connection_is_closed(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon(args=["--header-timeout", HEADER_TIMEOUT])
+def test_plain_http_gets_gos_400_and_the_connection_is_closed(make_daemon: DaemonFactory, loop_args: list[str]) -> None:
+    daemon = make_daemon(args=loop_args)
     answer = _send_and_read_to_close(daemon, b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert answer == b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
     assert daemon.metric("staticadm_tls_handshake_failures_total", {"reason": "HTTP_REQUEST"}) == 1
     assert "client sent an HTTP request to an HTTPS server" in daemon.log()
+    assert f'"event_loop":"{loop_args[-1]}"' in daemon.log()
 
 
-def test_random_bytes_and_a_garbage_record_are_closed_at_once(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon(args=["--header-timeout", HEADER_TIMEOUT])
+def test_random_bytes_and_a_garbage_record_are_closed_at_once(make_daemon: DaemonFactory, loop_args: list[str]) -> None:
+    daemon = make_daemon(args=loop_args)
     assert _send_and_read_to_close(daemon, bytes(range(7, 64))) == b""
     assert daemon.metric("staticadm_tls_handshake_failures_total", {"reason": "NOT_TLS"}) == 1
     # A TLS handshake record whose body is no ClientHello: OpenSSL refuses it, the client gets its alert.
@@ -52,8 +62,9 @@ def test_random_bytes_and_a_garbage_record_are_closed_at_once(make_daemon: Daemo
             pass
 
 
-def test_tls_clients_are_served_and_refused_ones_still_learn_why(make_daemon: DaemonFactory) -> None:
-    daemon = make_daemon(args=["--header-timeout", HEADER_TIMEOUT])
+def test_tls_clients_are_served_and_refused_ones_still_learn_why(make_daemon: DaemonFactory,
+                                                                loop_args: list[str]) -> None:
+    daemon = make_daemon(args=loop_args)
     assert daemon.status("/readyz", via="https") == 200
     # A client that does not trust the daemon's CA: refused by the client, the daemon closes at once.
     assert daemon.port is not None
