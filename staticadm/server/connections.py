@@ -416,6 +416,10 @@ class GuardedSockSite(web.SockSite):
         self.handshake_timeout = handshake_timeout
         self.refused = refused
 
+    def server(self) -> asyncio.AbstractServer | None:
+        """The loop's server for the socket, once started (the listener watch asks it whether it serves)."""
+        return self._server
+
     async def start(self) -> None:
         await web.BaseSite.start(self)
         loop = asyncio.get_running_loop()

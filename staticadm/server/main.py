@@ -60,6 +60,7 @@ from staticadm.server.connections import (
 from staticadm.server.event_loop import running_uvloop
 from staticadm.server.findings import FindingsReporter, note_name
 from staticadm.server.heap import Heap
+from staticadm.server.listener_watch import EXIT_LISTENER_FAILED, ListenerWatch, WatchedListener
 from staticadm.server.listeners import (
     HANDSHAKE_HINTS,
     Listener,
@@ -202,6 +203,8 @@ class _Daemon:
         self._cluster_gaps: tuple[str, list[ClusterReads]] | None = None
         #: READY=1 has been sent: set by the first successful load, never unset.
         self.announced = False
+        #: What run() returns once it has stopped: EXIT_LISTENER_FAILED after a listener stopped listening.
+        self.exit_status = EXIT_OK
         self.unix_paths: list[tuple[Path, int | None]] = []
         self.tls: ServingTls | None = None
         #: The generated serving certificate was (re)issued as the daemon started.
@@ -571,6 +574,29 @@ class _Daemon:
         background.append(supervised("metrics-connection-sweeper", listener.guard.run))
         self.log.info("listening", address=f"https://{_address(listener.sock)}", serves="/metrics (bearer token)")
 
+    def _listener_watch(self, watched: list[WatchedListener], stop: asyncio.Event) -> ListenerWatch:
+        """Every listener this process serves (or holds, in the supervisor), checked once a second until ``stop``
+        (our own shutdown closes them); one that stopped listening stops the process with EXIT_LISTENER_FAILED."""
+        for listener in watched:
+            self.metrics.listener_failures.labels(listener=listener.kind)
+
+        def failed(listener: WatchedListener, cause: str) -> None:
+            self.log.error("a listener stopped listening; exiting so that the process is started again",
+                           listener=listener.description, cause=cause, exit_code=EXIT_LISTENER_FAILED)
+            self.metrics.listener_failures.labels(listener=listener.kind).inc()
+            self.notifier.status(f"{listener.description} stopped listening ({cause}); exiting")
+            self.exit_status = EXIT_LISTENER_FAILED
+            stop.set()
+
+        return ListenerWatch(watched, failed, stop.is_set)
+
+    @staticmethod
+    def _watched_metrics_listener(listener: MetricsListener | None) -> list[WatchedListener]:
+        if listener is None:
+            return []
+        return [WatchedListener.of("metrics", f"https://{_address(listener.sock)} (/metrics)", listener.sock,
+                                   listener.server)]
+
     # -- run ---------------------------------------------------------------------------------------
 
     async def run(self) -> int:
@@ -636,6 +662,8 @@ class _Daemon:
                                   keepalive_timeout=self.config.idle_timeout, auto_decompress=False,
                                   lingering_time=LINGERING_SECONDS)
         await runner.setup()
+        # Who each descriptor is, taken before any loop serves it: a descriptor closed later may be reused.
+        watched = self._watched_metrics_listener(metrics_listener)
         for listener, tls in listeners:
             # asyncio accepts up to ``backlog`` connections each time a listener is ready. A worker sharing
             # the listener takes one and goes back to its loop, so that connections opened together (a
@@ -649,6 +677,8 @@ class _Daemon:
                                            ssl_context=self.tls.context if tls and self.tls else None,
                                            refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
                                            backlog=1 if single else ACCEPT_BACKLOG)
+            watched.append(WatchedListener.of(listener.kind, listener.description, listener.sock,
+                                              guarded_site.server))
             await guarded_site.start()
             self.log.info("listening", address=listener.description)
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,
@@ -684,6 +714,7 @@ class _Daemon:
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
             await self._start_metrics_listener(metrics_listener, supervised, background)
+            background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
             if cluster is not None:
                 background.append(supervised("namespace-informer", cluster.namespaces.run))
             if self.shadow_watcher is not None:
@@ -730,7 +761,7 @@ class _Daemon:
                     background.append(supervised("tls-lifetime", self._certificate_lifetime().run))
             await stop.wait()
             self.log.info("shutting down; finishing in-flight requests", grace_seconds=self.config.shutdown_grace)
-            return EXIT_OK
+            return self.exit_status
         finally:
             if retiring:
                 # Unlike a shutdown, nothing is refused: no new connections, every request that arrives on an
@@ -914,6 +945,9 @@ class _Supervisor(_Daemon):
             return self._fail(str(error))
         for listener, _ in listeners:
             self.log.info("listening", address=listener.description, workers=self.config.workers)
+        # The workers serve the listeners; the supervisor holds them, and sees them die as the workers do.
+        watched = [WatchedListener.of(listener.kind, listener.description, listener.sock)
+                   for listener, _ in listeners] + self._watched_metrics_listener(metrics_listener)
         config = self.config
         if self.tls is not None:
             # Generated (or checked) once here, so workers do not race to create the same files.
@@ -941,6 +975,7 @@ class _Supervisor(_Daemon):
                               for index in range(pool.count))
             background.append(supervised("worker-heartbeat", pool.heartbeat))
             await self._start_metrics_listener(metrics_listener, supervised, background)
+            background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
             if self.tls is not None:
                 # The workers serve the files; the supervisor renews them (and measures them for /metrics).
                 background.append(supervised("tls-reload", self.tls.watch))
@@ -961,7 +996,7 @@ class _Supervisor(_Daemon):
             await stop.wait()
             self.log.info("shutting down; workers finish their in-flight requests",
                           grace_seconds=self.config.shutdown_grace)
-            return EXIT_OK
+            return self.exit_status
         finally:
             self.notifier.stopping()
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -282,6 +282,11 @@ class Metrics:
             f"{PREFIX}_background_task_failures_total",
             "Background tasks (reload, watchdog, certificate reload, connection sweeper) that failed and were "
             "restarted.", ("task",), registry=self.registry)
+        self.listener_failures = Counter(
+            f"{PREFIX}_listener_failures_total",
+            "Listeners found no longer listening (shut down, their descriptor closed, given up by the event loop), "
+            "by listener (unix, https, metrics); the process that served it then exits to be started again.",
+            ("listener",), registry=self.registry)
         self.evaluation_timeouts = Counter(
             f"{PREFIX}_admission_evaluation_timeouts_total",
             "AdmissionReview requests answered with a timeout because their deadline passed before they "

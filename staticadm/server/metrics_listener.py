@@ -13,6 +13,7 @@ workers' supervisor, which sums every worker's series), never on the admission p
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import socket
@@ -113,12 +114,17 @@ class MetricsListener:
         self._runner = GuardedAppRunner(create_metrics_app(exposition, token), guard=self.guard, shutdown_timeout=1.0,
                                         access_log=None, keepalive_timeout=idle_timeout)
         self._header_timeout = header_timeout
+        self._site: GuardedSockSite | None = None
+
+    def server(self) -> asyncio.AbstractServer | None:
+        """The loop's server for the socket, once started."""
+        return self._site.server() if self._site is not None else None
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = GuardedSockSite(self._runner, self.sock, handshake_timeout=self._header_timeout,
-                               ssl_context=self.tls.context, refused=self.tls.refusals.refuse)
-        await site.start()
+        self._site = GuardedSockSite(self._runner, self.sock, handshake_timeout=self._header_timeout,
+                                     ssl_context=self.tls.context, refused=self.tls.refusals.refuse)
+        await self._site.start()
 
     async def stop(self) -> None:
         await self._runner.cleanup()

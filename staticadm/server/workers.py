@@ -34,6 +34,7 @@ from typing import Any
 
 from staticadm.manifests.files import DirectoryContents
 from staticadm.server.config import ServeConfig
+from staticadm.server.listener_watch import EXIT_LISTENER_FAILED
 from staticadm.server.listeners import Listener, SharedListeningSocket
 from staticadm.server.metrics import ProcessMetrics, ProcessSum, render
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
@@ -578,6 +579,9 @@ class WorkerPool:
             if self.stopping:
                 return
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+            if code == EXIT_LISTENER_FAILED:
+                # Its own descriptor of a listener died (the shared socket itself: the supervisor exits too).
+                how += " (a listener stopped listening, see its log)"
             lived = time.monotonic() - worker.started
             restarts = 0 if lived > HEALTHY_AFTER else worker.restarts + 1
             delay = 0.0 if restarts == 0 else min(0.5 * 2 ** (restarts - 1), MAX_RESTART_DELAY)
