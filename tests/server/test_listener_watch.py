@@ -24,7 +24,7 @@ import pytest
 
 from staticadm.server.event_loop import uvloop_importable
 from staticadm.server.listener_watch import EXIT_LISTENER_FAILED, WatchedListener, listener_problem
-from tests.server.harness import Daemon, DaemonFactory
+from tests.server.harness import Daemon, DaemonFactory, free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs unix sockets")
 
@@ -140,6 +140,24 @@ def test_a_shared_listener_shut_down_ends_the_supervisor(make_daemon: DaemonFact
     supervisor = [line for line in _failures(daemon) if "worker" not in line]
     assert len(supervisor) == 1, daemon.log()[-4000:]
     assert supervisor[0]["listener"] == f"https://127.0.0.1:{daemon.port}"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_metrics_listener_shut_down_ends_the_process_serving_it(make_daemon: DaemonFactory, tmp_path: Path,
+                                                                    event_loop_name: str, workers: str) -> None:
+    """--metrics-listen is served by the single process, or by the supervisor: that process exits."""
+    token = tmp_path / "metrics-token"
+    token.write_text("a-token\n")
+    port = free_port()
+    daemon = make_daemon(args=["--event-loop", event_loop_name, "--workers", workers,
+                               "--metrics-listen", f"127.0.0.1:{port}", "--metrics-token-file", str(token)])
+    assert daemon.process is not None
+    dead = _listening_socket(daemon.process.pid, "https", port)
+    dead.shutdown(socket.SHUT_RDWR)
+    dead.close()
+    assert _wait_exit(daemon) == EXIT_LISTENER_FAILED
+    failures = [line for line in _failures(daemon) if "worker" not in line]
+    assert [line["listener"] for line in failures] == [f"https://127.0.0.1:{port} (/metrics)"], daemon.log()[-4000:]
 
 
 def test_sigterm_still_exits_0_without_a_listener_failure(make_daemon: DaemonFactory, event_loop_name: str) -> None:
