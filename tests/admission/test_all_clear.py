@@ -447,3 +447,32 @@ def test_the_input_key_tells_apart_what_cel_tells_apart() -> None:
     assert input_key(({"a": 1, "b": 2},)) != input_key(({"b": 2, "a": 1},))
     # Not JSON orjson writes (an integer past 64 bits): no key, so evaluated.
     assert input_key((2**70,)) is None
+
+
+def test_a_listed_answer_is_read_once_for_the_requests_that_give_it(tmp_path: Path) -> None:
+    # The annotation's value is empty (nothing published) for few replicas, and the object's own value past five.
+    annotation = {"key": "value", "valueExpression": "object.spec.replicas > 5 ? string(object.spec.value) : ''"}
+    snap = snapshot(tmp_path, policy("a.static.k8s.io", matchConditions=[CONDITIONS[0]], validations=[PASSING[0]],
+                                     auditAnnotations=[annotation]),
+                    binding("a.static.k8s.io", "a.static.k8s.io", ("Deny",)))
+
+    def decided(replicas: int, value: Any) -> ValidationOutcome:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["spec"].update(replicas=replicas, value=value)
+        straightforward = evaluate_validating(snap, NAMESPACES, parsed(review(obj=obj)), share_evaluations=False)
+        quiet = evaluate_validating(snap, NAMESPACES, parsed(review(obj=obj)), explain=False)
+        assert _decided(quiet) == _decided(straightforward)
+        return quiet
+
+    assert decided(1, "x").allowed
+    entry = _set_program(snap)
+    reading = entry.last_reading
+    assert reading is not None and reading[2] == {}
+    # Another input (not kept: replicas differ) with the same answer: the same reading, not read again.
+    assert decided(2, "y").allowed and entry.last_reading is reading
+    assert dict(decided(7, "seven").annotations) == {"a.static.k8s.io/value": "seven"}
+    assert entry.last_reading is not reading
+    # Another value is another answer, read anew; one the engine fails on is decided exactly.
+    assert dict(decided(8, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
+    assert not decided(9, ["not", "a", "string"]).allowed
+    assert dict(decided(10, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
