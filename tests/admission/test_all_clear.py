@@ -23,6 +23,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from staticadm.admission.generic.dispatcher import policy_candidate_set
 from staticadm.admission.namespaces import parse_namespaces
 from staticadm.admission.validating import all_clear
 from staticadm.admission.validating.all_clear import (
@@ -476,3 +477,26 @@ def test_a_listed_answer_is_read_once_for_the_requests_that_give_it(tmp_path: Pa
     assert dict(decided(8, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
     assert not decided(9, ["not", "a", "string"]).allowed
     assert dict(decided(10, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
+
+
+def test_the_engine_is_given_the_authorizer_only_when_a_candidate_names_it(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "named").mkdir()
+    request = _request(3, {"app": "web"}, 3, "default")
+    plain = (policy("a.static.k8s.io", validations=[PASSING[0]]), binding("a.static.k8s.io", "a.static.k8s.io"))
+    assert not policy_candidate_set(snapshot(tmp_path / "plain", *plain), request, mutating=False).asks_authorizer
+    # Named by a candidate (here in a variable), it is given, and the policy that asks it is decided as the
+    # straightforward evaluation decides it.
+    check = "authorizer.group('apps').resource('deployments').check('create').allowed()"
+    named = (*plain, policy("b.static.k8s.io", variables=[{"name": "allowed", "expression": check}],
+                            validations=[{"expression": "!variables.allowed"}]),
+             binding("b.static.k8s.io", "b.static.k8s.io"))
+    snap = snapshot(tmp_path / "named", *named)
+    assert policy_candidate_set(snap, request, mutating=False).asks_authorizer
+    outcome = evaluate_validating(snap, NAMESPACES, request)
+    assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                   share_evaluations=False))
+    # The authorizer itself answered (offline, there is none to ask), not a missing variable.
+    assert [record.message for record in outcome.decisions] == [
+        "expression '!variables.allowed' resulted in error: composited variable \"allowed\" fails to evaluate: "
+        "authorization check not possible: no authorizer is configured in staticadm"]

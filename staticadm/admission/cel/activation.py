@@ -91,7 +91,8 @@ class RequestActivations:
     """
 
     def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
-                 share: bool = True, reads: Reads | None = None, rounds_key: str | None = None) -> None:
+                 share: bool = True, reads: Reads | None = None, rounds_key: str | None = None,
+                 authorizer: bool = True) -> None:
         self._environment = environment
         self._request = request
         #: Only what ``reads`` says the expressions can read of an object or of ``request`` (cel/reads.py) is given
@@ -104,7 +105,8 @@ class RequestActivations:
         self._versions: list[tuple[Any, Any, int]] = []
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
         self.deadline = deadline
-        self._authorizer: dict[str, Any] | None = None
+        #: ``authorizer`` False (no expression that may run names it): the activations leave it out.
+        self._authorizer: dict[str, Any] | None = None if authorizer else {}
         self._request_data: dict[tuple[GroupVersionResource, GroupVersionKind], dict[str, Any]] = {}
         self._cache: dict[tuple[Any, ...], SharedActivation] = {}
         #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.

@@ -340,7 +340,8 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
         response = review_response(request.review_api_version, request.uid, allowed=True)
         return ValidationOutcome(response, True, None, (), _NO_ANNOTATIONS, (), (), (), excluded)
     activations = RequestActivations(admission_environment(False), request, deadline, share=share_evaluations,
-                                     reads=candidates.reads if prune_objects else None, rounds_key="validating")
+                                     reads=candidates.reads if prune_objects else None, rounds_key="validating",
+                                     authorizer=candidates.asks_authorizer)
     view = RequestMatch(request, namespaces)
     matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
     cleared = (_clear_policies(activations, matched, request, view, AnswersByInput.of(snapshot))
