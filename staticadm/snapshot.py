@@ -19,7 +19,7 @@ from staticadm.admission.matching.matcher import selector_keys
 from staticadm.admission.namespaces import NAME_LABEL
 from staticadm.cel import CompiledExpression
 from staticadm.cel.reads import Reads
-from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy
+from staticadm.compiled import CompiledMutatingPolicy, CompiledValidatingPolicy, policy_expression_sources
 from staticadm.model import MutatingAdmissionPolicyBinding, NamedRuleWithOperations, ValidatingAdmissionPolicyBinding
 
 if TYPE_CHECKING:
@@ -119,7 +119,12 @@ class Snapshot:
         positions = tuple(sorted(found))
         if len(self._candidates) >= _CANDIDATE_READS_KEPT:
             self._candidates.clear()
-        candidates = self._candidates[key] = CandidateSet(positions, self.candidate_reads(positions, mutating=mutating))
+        policies = self.mutating if mutating else self.validating
+        # Only an expression that names the authorizer can call it (its text says so, as for ``joins_sets``).
+        asks_authorizer = any("authorizer" in source for position in positions
+                              for source in policy_expression_sources(policies[position].policy))
+        candidates = self._candidates[key] = CandidateSet(positions, self.candidate_reads(positions, mutating=mutating),
+                                                          asks_authorizer)
         return candidates
 
     def candidate_reads(self, positions: tuple[int, ...], *, mutating: bool = False) -> Reads:
@@ -152,6 +157,8 @@ class CandidateSet:
 
     positions: tuple[int, ...]
     reads: Reads
+    #: Whether an expression of these policies may ask the authorizer: the engine is given it only then.
+    asks_authorizer: bool = True
     #: Filled by the dispatcher on first use.
     inputs: Any = None
     matched: dict[tuple[Any, ...], Any] = field(default_factory=dict)

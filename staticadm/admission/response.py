@@ -5,6 +5,7 @@ Stage: answer. Receives a dispatcher's decisions; hands on the AdmissionReview r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ def audit_annotations(failures: Sequence[ValidationFailure], published: Mapping[
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def webhook_audit_key(key: str) -> str:
     """The key under which the audit annotation kube-apiserver would record in-process as ``key`` is answered
     through the webhook, so that it survives: kube-apiserver prefixes each webhook key with ``<webhook

@@ -535,7 +535,7 @@ class CelEnvironment:
         return [
             *(cel.FunctionDecl(cost.fixed_tick_function(weight, owner), [
                 cel.Overload(f"staticadm_tick{weight}{suffix}", T.BOOL, [],
-                             impl=functools.partial(state.tick, weight, charged))])
+                             impl=state.fixed_tick(weight, charged))])
               for weight in range(largest + 1)),
             cel.FunctionDecl(cost.tick_ahead_function(owner), [
                 cel.Overload(f"staticadm_tick_ahead{suffix}", T.BOOL, [],

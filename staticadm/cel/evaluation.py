@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -169,6 +169,50 @@ class EvaluationState:
             return False
         return True
 
+    def fixed_tick(self, weight: int, owner: int = BODY) -> Callable[[], bool]:
+        """``tick(weight, owner)`` as one argument-free call (the engine makes one per loop iteration): the common
+        case (within every limit, no deadline check due) charged inline; anything else goes through ``tick``,
+        which charges, checks and ends the loop exactly as it always does."""
+        local = self._local
+        limit = cost.PER_CALL_LIMIT
+        interval = _DEADLINE_CHECK_INTERVAL
+        tick = self.tick
+        none_exceeded = _NONE_EXCEEDED
+
+        if owner == BODY:
+            def body_tick() -> bool:
+                context = local.context
+                run = context._run
+                total = run.body + weight
+                if total > limit or run.exceeded is not none_exceeded:
+                    return tick(weight, owner)
+                if context._deadline is not None:
+                    calls = context._charge_calls + 1
+                    if not calls % interval or context._deadline_exceeded:
+                        return tick(weight, owner)
+                    context._charge_calls = calls
+                run.body = total
+                return True
+
+            return body_tick
+
+        def owner_tick() -> bool:
+            context = local.context
+            run = context._run
+            variables = run.variables
+            total = variables.get(owner, 0) + weight
+            if total > limit or run.exceeded is not none_exceeded:
+                return tick(weight, owner)
+            if context._deadline is not None:
+                calls = context._charge_calls + 1
+                if not calls % interval or context._deadline_exceeded:
+                    return tick(weight, owner)
+                context._charge_calls = calls
+            variables[owner] = total
+            return True
+
+        return owner_tick
+
     def tick_ahead(self, weight: int, owner: int = BODY) -> bool:
         """Adds part of an iteration's weight; the tick that follows it checks the limit on the whole."""
         self._local.context.add(weight, owner)
@@ -206,7 +250,20 @@ class EvaluationState:
         return True
 
     def charge(self, amount: int) -> bool:
-        self._local.context.charge(amount, BODY)
+        # The common case inline, as ``fixed_tick`` does; anything else charges and checks through the context.
+        context = self._local.context
+        run = context._run
+        total = run.body + amount
+        if total <= cost.PER_CALL_LIMIT and run.exceeded is _NONE_EXCEEDED:
+            if context._deadline is None:
+                run.body = total
+                return True
+            calls = context._charge_calls + 1
+            if calls % _DEADLINE_CHECK_INTERVAL and not context._deadline_exceeded:
+                context._charge_calls = calls
+                run.body = total
+                return True
+        context.charge(amount, BODY)
         return True
 
     def charge_for(self, owner: int, amount: int) -> bool:

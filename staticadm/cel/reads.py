@@ -221,12 +221,14 @@ def _collect_through(bound: _Bound, unread: _Bound, parts: tuple[Any, ...], scop
 class Reads:
     """What a snapshot's expressions read of ``object``, ``oldObject`` and ``request``, and the pruning that follows."""
 
-    __slots__ = ("_pruners", "_tries")
+    __slots__ = ("_keys", "_pruners", "_tries")
 
     def __init__(self, tries: Mapping[str, Trie]) -> None:
         self._tries = dict(tries)
         #: Each root's trie as straight-line Python (``_pruner``), made on first use.
         self._pruners: dict[str, Callable[[Any], Any]] = {}
+        #: ``keys_read`` of each root, worked out on first use.
+        self._keys: dict[str, frozenset[str] | None] = {}
 
     @classmethod
     def of(cls, read: Iterable[Mapping[str, Iterable[ReadPath]]]) -> Reads:
@@ -242,6 +244,16 @@ class Reads:
     @classmethod
     def everything(cls) -> Reads:
         return cls({})
+
+    def keys_read(self, root: str) -> frozenset[str] | None:
+        """The keys of a map ``root`` that ``prune`` keeps (a value made for the engine needs no others); None when
+        it keeps every key (the map may be read whole or iterated)."""
+        if root in self._keys:
+            return self._keys[root]
+        trie = self._tries.get(root) if root in self._tries else None
+        keys = None if trie is None or EACH in trie else frozenset(key for key in trie if isinstance(key, str))
+        self._keys[root] = keys
+        return keys
 
     def prune(self, root: str, value: Any) -> Any:
         """``value`` (of variable ``root``) without the keys no expression can read."""

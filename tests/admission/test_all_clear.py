@@ -23,6 +23,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from staticadm.admission.generic.dispatcher import policy_candidate_set
 from staticadm.admission.namespaces import parse_namespaces
 from staticadm.admission.validating import all_clear
 from staticadm.admission.validating.all_clear import (
@@ -447,3 +448,55 @@ def test_the_input_key_tells_apart_what_cel_tells_apart() -> None:
     assert input_key(({"a": 1, "b": 2},)) != input_key(({"b": 2, "a": 1},))
     # Not JSON orjson writes (an integer past 64 bits): no key, so evaluated.
     assert input_key((2**70,)) is None
+
+
+def test_a_listed_answer_is_read_once_for_the_requests_that_give_it(tmp_path: Path) -> None:
+    # The annotation's value is empty (nothing published) for few replicas, and the object's own value past five.
+    annotation = {"key": "value", "valueExpression": "object.spec.replicas > 5 ? string(object.spec.value) : ''"}
+    snap = snapshot(tmp_path, policy("a.static.k8s.io", matchConditions=[CONDITIONS[0]], validations=[PASSING[0]],
+                                     auditAnnotations=[annotation]),
+                    binding("a.static.k8s.io", "a.static.k8s.io", ("Deny",)))
+
+    def decided(replicas: int, value: Any) -> ValidationOutcome:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["spec"].update(replicas=replicas, value=value)
+        straightforward = evaluate_validating(snap, NAMESPACES, parsed(review(obj=obj)), share_evaluations=False)
+        quiet = evaluate_validating(snap, NAMESPACES, parsed(review(obj=obj)), explain=False)
+        assert _decided(quiet) == _decided(straightforward)
+        return quiet
+
+    assert decided(1, "x").allowed
+    entry = _set_program(snap)
+    reading = entry.last_reading
+    assert reading is not None and reading[2] == {}
+    # Another input (not kept: replicas differ) with the same answer: the same reading, not read again.
+    assert decided(2, "y").allowed and entry.last_reading is reading
+    assert dict(decided(7, "seven").annotations) == {"a.static.k8s.io/value": "seven"}
+    assert entry.last_reading is not reading
+    # Another value is another answer, read anew; one the engine fails on is decided exactly.
+    assert dict(decided(8, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
+    assert not decided(9, ["not", "a", "string"]).allowed
+    assert dict(decided(10, "eight").annotations) == {"a.static.k8s.io/value": "eight"}
+
+
+def test_the_engine_is_given_the_authorizer_only_when_a_candidate_names_it(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "named").mkdir()
+    request = _request(3, {"app": "web"}, 3, "default")
+    plain = (policy("a.static.k8s.io", validations=[PASSING[0]]), binding("a.static.k8s.io", "a.static.k8s.io"))
+    assert not policy_candidate_set(snapshot(tmp_path / "plain", *plain), request, mutating=False).asks_authorizer
+    # Named by a candidate (here in a variable), it is given, and the policy that asks it is decided as the
+    # straightforward evaluation decides it.
+    check = "authorizer.group('apps').resource('deployments').check('create').allowed()"
+    named = (*plain, policy("b.static.k8s.io", variables=[{"name": "allowed", "expression": check}],
+                            validations=[{"expression": "!variables.allowed"}]),
+             binding("b.static.k8s.io", "b.static.k8s.io"))
+    snap = snapshot(tmp_path / "named", *named)
+    assert policy_candidate_set(snap, request, mutating=False).asks_authorizer
+    outcome = evaluate_validating(snap, NAMESPACES, request)
+    assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                   share_evaluations=False))
+    # The authorizer itself answered (offline, there is none to ask), not a missing variable.
+    assert [record.message for record in outcome.decisions] == [
+        "expression '!variables.allowed' resulted in error: composited variable \"allowed\" fails to evaluate: "
+        "authorization check not possible: no authorizer is configured in staticadm"]

@@ -29,12 +29,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from staticadm.admission.cel.activation import RequestActivations, same_json
+from staticadm.admission.cel.activation import RequestActivations, request_data, same_json
 from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
+from staticadm.admission.request import GroupVersionKind
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
 from staticadm.cel.evaluation import EvalError
+from staticadm.cel.reads import Reads
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
 
 VALIDATIONS = (
@@ -568,3 +570,28 @@ def _scribble(value: Any) -> None:
         for item in value:
             _scribble(item)
         value.append("scribbled")
+
+
+@pytest.mark.parametrize("source", [
+    "request.namespace != 'kube-system'",
+    "request.userInfo.username != 'x' && has(request.subResource)",
+    "request.kind.kind == 'Deployment' && request.dryRun == false && request.options == null",
+    "request.userInfo.groups.exists(g, g == 'system:authenticated')",
+    "[request].size() == 1",
+    "object.metadata.name != ''",
+])
+def test_request_fields_are_made_only_as_read(source: str) -> None:
+    # What the engine is given of ``request`` is the same whether the fields no expression reads are made and
+    # pruned away or never made (request_data with the keys the reads keep).
+    program = admission_environment(False).compile(source, ExpressionKind.VALIDATION)
+    assert isinstance(program, CompiledExpression), program
+    reads = Reads.of([program.object_reads()])
+    for request in (parsed(review()), parsed(review(sub="scale", name="", dryRun=True,
+                                                    options={"kind": "CreateOptions"}))):
+        for resource, kind in ((request.original_resource, request.original_kind),
+                               (request.resource, GroupVersionKind("apps", "v1beta1", "Deployment"))):
+            made = reads.prune("request", request_data(request, resource, kind, reads.keys_read("request")))
+            pruned = reads.prune("request", request_data(request, resource, kind))
+            assert list(made.items()) == list(pruned.items())
+            assert RequestActivations(admission_environment(False), request, reads=reads).request_fields(
+                resource, kind) == pruned

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from staticadm.cel import (
     cost,
 )
 from staticadm.cel.cost import PER_CALL_LIMIT
+from staticadm.cel.evaluation import DEADLINE_MESSAGE
 
 ENVIRONMENT = admission_environment(False)
 
@@ -125,6 +127,43 @@ class TestVariables:
                                ("count", "variables.images.size()"),
                                ("first", "variables.images[0]"))
         assert _evaluate("variables.count == 2 && variables.first == 'nginx'", {"object": POD}, variables) is True
+
+
+class TestDeadline:
+    """The request's deadline is a backstop the loops' charges check every ``_DEADLINE_CHECK_INTERVAL`` (1,024)
+    charges: a loop that charges that often stops once it has passed; one that charges less runs to its value."""
+
+    def _run(self, source: str, items: int, deadline: float,
+             variables: list[tuple[str, Any]] | None = None) -> Any:
+        names = [name for name, _ in variables or []]
+        program = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION, variable_names=names if variables else None,
+                                      variable_types=_types(variables or []))
+        assert isinstance(program, CompiledExpression), program
+        if variables:
+            program = ENVIRONMENT.link(program, variables)
+        context = ENVIRONMENT.new_context({"object": {"items": list(range(items)), "name": "x" * 100}},
+                                          request_deadline=deadline)
+        return program.evaluate(context)
+
+    def test_a_passed_deadline_stops_a_long_loop(self) -> None:
+        outcome = self._run("object.items.all(x, x >= 0)", 5000, time.perf_counter() - 1)
+        assert outcome == EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
+
+    def test_a_passed_deadline_stops_a_variable_s_loop(self) -> None:
+        variables = _variables(("ok", "object.items.all(x, x >= 0)"))
+        outcome = self._run("variables.ok", 5000, time.perf_counter() - 1, variables)
+        assert isinstance(outcome, EvalError) and outcome.deadline_exceeded
+
+    def test_size_charges_count_toward_the_check(self) -> None:
+        # 600 iterations tick 600 times; the concatenation and the startsWith of 100-character strings are each
+        # charged by a call into Python too, which makes it more than 1,024 charges.
+        outcome = self._run("object.items.all(x, !object.name.startsWith(object.name + 'y'))", 600,
+                            time.perf_counter() - 1)
+        assert outcome == EvalError(DEADLINE_MESSAGE, deadline_exceeded=True)
+
+    def test_short_loops_and_future_deadlines_run_to_their_value(self) -> None:
+        assert self._run("object.items.all(x, x >= 0)", 600, time.perf_counter() - 1) is True
+        assert self._run("object.items.all(x, x >= 0)", 5000, time.perf_counter() + 3600) is True
 
 
 class TestCost:

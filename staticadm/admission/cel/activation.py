@@ -12,7 +12,7 @@ namespace object, authorizer), each built once per request.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -22,25 +22,47 @@ from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
 from staticadm.cel.reads import Reads
 
 
-def request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
-    """``CreateAdmissionRequest`` as CEL sees it: omitempty fields left out, no uid/object/oldObject."""
-    data: dict[str, Any] = {
-        "kind": kind.to_json(),
-        "resource": resource.to_json(),
-        "requestKind": request.original_kind.to_json(),
-        "requestResource": request.original_resource.to_json(),
-        "operation": request.operation,
-        "userInfo": request.user_info.to_json(),
-        "dryRun": bool(request.dry_run),
-        "options": dict(request.options) if request.options is not None else None,
-    }
+class _EveryField:
+    """``request_data``'s ``keys`` when every field is wanted."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+_EVERY_FIELD = _EveryField()
+
+
+def request_data(request: AdmissionRequest, resource: GroupVersionResource, kind: GroupVersionKind,
+                 keys: Container[str] | None = None) -> dict[str, Any]:
+    """``CreateAdmissionRequest`` as CEL sees it: omitempty fields left out, no uid/object/oldObject; with ``keys``
+    only the fields named there (what the expressions can read: the rest would be pruned away)."""
+    wanted: Container[str] = _EVERY_FIELD if keys is None else keys
+    data: dict[str, Any] = {}
+    if "kind" in wanted:
+        data["kind"] = kind.to_json()
+    if "resource" in wanted:
+        data["resource"] = resource.to_json()
+    if "requestKind" in wanted:
+        data["requestKind"] = request.original_kind.to_json()
+    if "requestResource" in wanted:
+        data["requestResource"] = request.original_resource.to_json()
+    if "operation" in wanted:
+        data["operation"] = request.operation
+    if "userInfo" in wanted:
+        data["userInfo"] = request.user_info.to_json()
+    if "dryRun" in wanted:
+        data["dryRun"] = bool(request.dry_run)
+    if "options" in wanted:
+        data["options"] = dict(request.options) if request.options is not None else None
     sub = request.original_sub_resource
     if sub:
-        data["subResource"] = sub
-        data["requestSubResource"] = sub
-    if request.name:
+        if "subResource" in wanted:
+            data["subResource"] = sub
+        if "requestSubResource" in wanted:
+            data["requestSubResource"] = sub
+    if request.name and "name" in wanted:
         data["name"] = request.name
-    if request.namespace:
+    if request.namespace and "namespace" in wanted:
         data["namespace"] = request.namespace
     return data
 
@@ -91,7 +113,8 @@ class RequestActivations:
     """
 
     def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
-                 share: bool = True, reads: Reads | None = None, rounds_key: str | None = None) -> None:
+                 share: bool = True, reads: Reads | None = None, rounds_key: str | None = None,
+                 authorizer: bool = True) -> None:
         self._environment = environment
         self._request = request
         #: Only what ``reads`` says the expressions can read of an object or of ``request`` (cel/reads.py) is given
@@ -104,7 +127,8 @@ class RequestActivations:
         self._versions: list[tuple[Any, Any, int]] = []
         #: When all CEL work of this request must stop (``time.perf_counter``), or None.
         self.deadline = deadline
-        self._authorizer: dict[str, Any] | None = None
+        #: ``authorizer`` False (no expression that may run names it): the activations leave it out.
+        self._authorizer: dict[str, Any] | None = None if authorizer else {}
         self._request_data: dict[tuple[GroupVersionResource, GroupVersionKind], dict[str, Any]] = {}
         self._cache: dict[tuple[Any, ...], SharedActivation] = {}
         #: The last (resource, kind, namespaceObject, object, activation): nearly every lookup repeats it.
@@ -185,9 +209,12 @@ class RequestActivations:
         made once per request; callers only read it."""
         data = self._request_data.get((resource, kind))
         if data is None:
-            whole = request_data(self._request, resource, kind)
-            data = self._request_data[resource, kind] = (
-                cast(dict[str, Any], self._reads.prune("request", whole)) if self._reads is not None else whole)
+            reads = self._reads
+            if reads is None:
+                data = self._request_data[resource, kind] = request_data(self._request, resource, kind)
+            else:
+                whole = request_data(self._request, resource, kind, reads.keys_read("request"))
+                data = self._request_data[resource, kind] = cast(dict[str, Any], reads.prune("request", whole))
         return data
 
     def _version(self, whole: Any) -> tuple[int, Any]:

@@ -96,6 +96,10 @@ class SetProgram:
     #: Requests in a row whose input had no kept answer (``AnswersByInput``), and requests not looked up since.
     inputs_missed: int = 0
     inputs_passed_over: int = 0
+    #: The last listed answer it read (its JSON), what that said, and the audit annotations it published (made by
+    #: the dispatcher on first use): consecutive requests mostly get the same answer, read once. Replaced whole, so
+    #: a thread reading it sees one consistent triple.
+    last_reading: tuple[bytes, list[PolicyClear], dict[str, str] | None] | None = None
     #: Names this program among every one the process builds (``AnswersByInput`` keys by it, not by the program, so
     #: that what it keeps holds nothing the garbage collector has to visit).
     serial: int = field(default_factory=lambda: next(_SERIALS))
@@ -155,7 +159,7 @@ def all_clear(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
         if entry.passed_over % RETRY_EVERY:
             return None
     answer = context.run_within(entry.program, entry.static_cost, entry.cost_limit)
-    found = _read(entry, policies, answer)
+    found = _read_listed(entry, policies, answer) if answer.__class__ is list else _read(entry, policies, answer)
     if found is None:
         entry.misses += 1
     else:
@@ -273,6 +277,27 @@ def input_key(given: tuple[Any, ...]) -> bytes | None:
     except orjson.JSONEncodeError:
         return None
     return key if len(key) <= LONGEST_KEPT_INPUT else None
+
+
+#: The longest answer (in JSON) whose reading a set program keeps (``SetProgram.last_reading``).
+LONGEST_KEPT_ANSWER = 1024
+
+
+def _read_listed(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy],
+                 answer: list[Any]) -> list[PolicyClear] | None:
+    """``_read`` of a listed answer, or what reading the same answer found last time: JSON tells apart what reading
+    does (0 and false, 1 and 1.0, every string), so the same JSON is the same reading. Callers only read it."""
+    try:
+        key = orjson.dumps(answer)
+    except orjson.JSONEncodeError:
+        return _read(entry, policies, answer)
+    last = entry.last_reading
+    if last is not None and last[0] == key:
+        return last[1]
+    found = _read(entry, policies, answer)
+    if found is not None and len(key) <= LONGEST_KEPT_ANSWER:
+        entry.last_reading = (key, found, None)
+    return found
 
 
 def _read(entry: SetProgram, policies: Sequence[CompiledValidatingPolicy], answer: Any) -> list[PolicyClear] | None:

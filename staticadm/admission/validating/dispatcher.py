@@ -205,8 +205,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 site=DecisionSite.AUDIT_ANNOTATION))
 
 
-def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionRequest, view: RequestMatch,
-                    kept: AnswersByInput) -> tuple[_SetOf, list[PolicyClear]] | None:
+def _clear_policies(activations: RequestActivations, matched: Matched, request: AdmissionRequest,
+                    view: RequestMatch, kept: AnswersByInput) -> tuple[_SetOf, list[PolicyClear]] | None:
     """The invoked policies that can join a set's program and what each does, when one engine call finds the
     request all clear for all of them (``all_clear.py``), or found an earlier request with the same input so
     (``kept``); None when the bindings are to be evaluated one by one."""
@@ -221,7 +221,6 @@ def _clear_policies(state: _Dispatch, matched: Matched, request: AdmissionReques
     namespace_object, namespace_error = view.namespace_object(program.uses_namespace_object)
     if namespace_error is not None:
         return None
-    activations = state.activations
     key = None
     if not program.uses_namespace_object and kept.worth_looking_up(program.entry):
         key = input_key(activations.given(resource, kind))
@@ -257,11 +256,19 @@ class _SetOf:
 
 def _published(program: _SetOf, found: list[PolicyClear]) -> dict[str, str]:
     """The audit annotations of a request all clear for every policy it invokes: each policy's bindings publish
-    the same values (what the validator decides never depends on the binding), so each key has one value."""
+    the same values (what the validator decides never depends on the binding), so each key has one value. Made
+    once per reading the set program keeps (``SetProgram.last_reading``); a copy is returned."""
+    entry = program.entry
+    last = entry.last_reading if entry is not None else None
+    if last is not None and last[1] is found and last[2] is not None:
+        return dict(last[2])
     published = {}
     for compiled, clear in zip(program.joined, found, strict=True):
         for key, value in clear.published:
             published[f"{compiled.name}/{key}"] = truncate_bytes(value, MAX_AUDIT_ANNOTATION_VALUE_BYTES)
+    if last is not None and last[1] is found:
+        assert entry is not None
+        entry.last_reading = (last[0], found, dict(published))
     return published
 
 
@@ -332,22 +339,23 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
         # No policy could match (most requests to a cluster's admission webhook): nothing to evaluate.
         response = review_response(request.review_api_version, request.uid, allowed=True)
         return ValidationOutcome(response, True, None, (), _NO_ANNOTATIONS, (), (), (), excluded)
-    state = _Dispatch(activations=RequestActivations(admission_environment(False), request, deadline,
-                                                     share=share_evaluations,
-                                                     reads=candidates.reads if prune_objects else None,
-                                                     rounds_key="validating"),
-                      validated={} if share_evaluations else None)
+    activations = RequestActivations(admission_environment(False), request, deadline, share=share_evaluations,
+                                     reads=candidates.reads if prune_objects else None, rounds_key="validating",
+                                     authorizer=candidates.asks_authorizer)
     view = RequestMatch(request, namespaces)
     matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
-    cleared = (_clear_policies(state, matched, request, view, AnswersByInput.of(snapshot))
+    cleared = (_clear_policies(activations, matched, request, view, AnswersByInput.of(snapshot))
                if one_call and share_evaluations else None)
     if cleared is not None and cleared[0].whole and not explain:
-        # Nothing to decide and nobody to tell which bindings applied: only the annotations are left to publish.
-        state.published = _published(*cleared)
-    else:
-        clear = None if cleared is None else {id(compiled): found
-                                              for compiled, found in zip(cleared[0].joined, cleared[1], strict=True)}
-        _dispatch(state, matched, request, view, clear)
+        # Nothing to decide and nobody to tell which bindings applied: only the annotations are left to publish
+        # (most requests, so none of the dispatch's bookkeeping is made for them).
+        annotations = _published(*cleared)
+        response = review_response(request.review_api_version, request.uid, allowed=True, annotations=annotations)
+        return ValidationOutcome(response, True, None, (), MappingProxyType(annotations), (), (), (), excluded)
+    state = _Dispatch(activations=activations, validated={} if share_evaluations else None)
+    clear = None if cleared is None else {id(compiled): found
+                                          for compiled, found in zip(cleared[0].joined, cleared[1], strict=True)}
+    _dispatch(state, matched, request, view, clear)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)
