@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from staticadm.admission.cel.activation import RequestActivations, request_data, same_json
+from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
 from staticadm.admission.namespaces import RequestOnlyNamespaces
 from staticadm.admission.request import GroupVersionKind
@@ -148,8 +149,8 @@ def test_rescoped_context_and_bool_fast_path_evaluate_as_fresh_contexts(scopes: 
                                                                         labels: dict[str, str]) -> None:
     environment = admission_environment(False)
     request = _request(replicas, labels)
-    shared = RequestActivations(environment, request)
-    fresh = RequestActivations(environment, request)
+    shared = RequestActivations(environment, RequestMatch(request, RequestOnlyNamespaces()))
+    fresh = RequestActivations(environment, RequestMatch(request, RequestOnlyNamespaces()))
     for sources in scopes:
         programs = [_compiled(source) for source in sources]
         rescoped = shared.scope(shared.for_evaluation(request.original_resource, request.original_kind, None),
@@ -593,5 +594,6 @@ def test_request_fields_are_made_only_as_read(source: str) -> None:
             made = reads.prune("request", request_data(request, resource, kind, reads.keys_read("request")))
             pruned = reads.prune("request", request_data(request, resource, kind))
             assert list(made.items()) == list(pruned.items())
-            assert RequestActivations(admission_environment(False), request, reads=reads).request_fields(
+            assert RequestActivations(admission_environment(False), RequestMatch(request, RequestOnlyNamespaces()),
+                                      reads=reads).request_fields(
                 resource, kind) == pruned

@@ -4,9 +4,11 @@ Kubernetes builds the same activation for both plugins (``CreateAdmissionRequest
 namespace object); here it is built once per request and per version of what the expressions read of the
 object. Running expressions over it is ``filter.py``; what they produced is ``admission/outcomes.py``.
 
-Stage: prepare inputs (kube-apiserver's ``plugin/cel/activation.go``). Receives the parsed request once, in
-:class:`RequestActivations`; hands on the engine activations (request fields, pruned object and old object,
-namespace object, authorizer), each built once per request.
+Stage: prepare inputs (kube-apiserver's ``plugin/cel/activation.go``). Receives the request's match view
+(``matching/plan.py``'s :class:`RequestMatch`: the parsed request, its labels, namespace and namespace object) once,
+in :class:`RequestActivations`; hands that one value on to the evaluate and decide stages, holding the view and the
+engine activations (request fields, pruned object and old object and their key, namespace object, authorizer),
+each built once per request.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Container, Mapping
 from contextvars import ContextVar
 from typing import Any, cast
 
+from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind, GroupVersionResource
 from staticadm.cel.evaluation import CostBudget, EvaluationContext, RememberedOutcomes, SharedActivation
 from staticadm.cel.libraries.authz import make_authorizer, make_request_resource
@@ -105,18 +108,23 @@ EVALUATION_ROUNDS: ContextVar[EvaluationRounds | None] = ContextVar("staticadm_e
 
 
 class RequestActivations:
-    """The engine activations of one request, built once and shared by every policy and binding.
+    """The engine activations of one request, built once and shared by every policy and binding; the one value
+    the later stages receive: it holds the parsed request (``request``) and its match view (``view``: labels,
+    namespace and namespace object) it was built from, so nothing after it re-derives them.
 
     Converting the object to CEL values is by far the largest cost of evaluating a policy, so all
     validations of a request read one activation; only policies matched through another resource version
     than the request's get their own.
     """
 
-    def __init__(self, environment: Any, request: AdmissionRequest, deadline: float | None = None, *,
+    def __init__(self, environment: Any, view: RequestMatch, deadline: float | None = None, *,
                  share: bool = True, reads: Reads | None = None, rounds_key: str | None = None,
                  authorizer: bool = True) -> None:
         self._environment = environment
-        self._request = request
+        #: The request's match view (``matching/plan.py``), built by the match stage before these activations.
+        self.view = view
+        #: The parsed request (``view.request``).
+        self.request = request = view.request
         #: Only what ``reads`` says the expressions can read of an object or of ``request`` (cel/reads.py) is given
         #: to the engine.
         self._reads = reads
@@ -167,14 +175,14 @@ class RequestActivations:
 
     def _authorizer_data(self) -> dict[str, Any]:
         if self._authorizer is None:
-            self._authorizer = authorizer_data(self._request)
+            self._authorizer = authorizer_data(self.request)
         return self._authorizer
 
     def for_match_conditions(self, namespace_object: Mapping[str, Any] | None,
                              current: Mapping[str, Any] | object | None = REQUEST_OBJECT) -> SharedActivation:
         """Match conditions see the request's own resource; they never read namespaceObject (compiled as null),
         so they share the evaluation activation of that resource."""
-        request = self._request
+        request = self.request
         return self.for_evaluation(request.original_resource, request.original_kind, namespace_object, current)
 
     def for_evaluation(self, resource: GroupVersionResource, kind: GroupVersionKind,
@@ -186,7 +194,7 @@ class RequestActivations:
         if (last is not None and last[0] is resource and last[1] is kind and last[2] is namespace_object
                 and last[3] is current):
             return cast(SharedActivation, last[4])
-        request = self._request
+        request = self.request
         version, obj = self._version(request.object if current is REQUEST_OBJECT else current)
         # The cached activation holds ``namespace_object``, so its id stays its own meanwhile.
         key = (resource, kind, id(namespace_object), version)
@@ -202,7 +210,7 @@ class RequestActivations:
     def given(self, resource: GroupVersionResource, kind: GroupVersionKind) -> tuple[Any, Any, dict[str, Any]]:
         """What the engine is given of the request's own ``object``, ``oldObject`` and ``request`` for a policy
         matched as ``resource``/``kind`` (pruned: ``for_evaluation`` gives the engine these very values)."""
-        return self._version(self._request.object)[1], self._old_object, self.request_fields(resource, kind)
+        return self._version(self.request.object)[1], self._old_object, self.request_fields(resource, kind)
 
     def request_fields(self, resource: GroupVersionResource, kind: GroupVersionKind) -> dict[str, Any]:
         """``request`` as the activations for a policy matched as ``resource``/``kind`` hold it (``request_data``),
@@ -211,9 +219,9 @@ class RequestActivations:
         if data is None:
             reads = self._reads
             if reads is None:
-                data = self._request_data[resource, kind] = request_data(self._request, resource, kind)
+                data = self._request_data[resource, kind] = request_data(self.request, resource, kind)
             else:
-                whole = request_data(self._request, resource, kind, reads.keys_read("request"))
+                whole = request_data(self.request, resource, kind, reads.keys_read("request"))
                 data = self._request_data[resource, kind] = cast(dict[str, Any], reads.prune("request", whole))
         return data
 

@@ -21,8 +21,9 @@ or the configuration error's text; why something did not match is left to ``matc
 when someone reads it.
 
 Stage: match, precompiled. Receives the parsed request once (:class:`RequestMatch`, the request's match view: its
-shape, labels, namespace and namespace object, each read at most once) and hands that view on to every plan, the
-dispatcher and the evaluation that needs the namespace object.
+shape, labels, namespace and namespace object, each read at most once) and hands that view on to every plan and
+to the prepare-inputs stage, whose :class:`~staticadm.admission.cel.activation.RequestActivations` holds it for
+the later stages (the namespace object is read from it there).
 """
 
 from __future__ import annotations

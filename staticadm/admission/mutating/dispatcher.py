@@ -15,7 +15,9 @@ them) by the snapshot they belong to (``KeptForSnapshot``), only outcomes withou
 number of each.
 
 Stage: evaluate and decide (``mutating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed
-request; builds the request's match view and activations once; hands on a :class:`MutationOutcome`.
+request; builds the request's match view once (for the match stage) and from it the request's activations (one
+for match conditions, one for mutations: two CEL environments), each the one value (:class:`RequestActivations`:
+request, match view, CEL inputs) the evaluation receives; hands on a :class:`MutationOutcome`.
 """
 
 from __future__ import annotations
@@ -495,7 +497,7 @@ class KeptForSnapshot:
 _KEPT_KEY = "mutating"
 
 
-def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolicy, current: Any,
+def _match_conditions(compiled: CompiledMutatingPolicy, current: Any,
                       activations: RequestActivations, decided: dict[Any, str | None] | None, kept: KeptForSnapshot,
                       ) -> tuple[str | None, list[ExpressionFailure]]:
     """``evaluate_match_conditions`` of ``compiled`` over the object as ``current``; with ``decided`` (what the
@@ -516,6 +518,7 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
         assert decided is not None
         known = decided.get(plan.key, _UNDECIDED)
         if known is _UNDECIDED and plan.request_paths is not None:
+            request = activations.request
             values = _request_values(activations.request_fields(request.original_resource, request.original_kind),
                                      plan.request_paths)
             if values is not None:
@@ -535,16 +538,16 @@ def _match_conditions(request: AdmissionRequest, compiled: CompiledMutatingPolic
     return false_condition, failures
 
 
-def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: AdmissionRequest,
-              view: RequestMatch, deadline: float | None, reads: Reads | None, share: bool) -> Any:
+def _dispatch(state: _Dispatch, invocations: list[_Invocation], view: RequestMatch, deadline: float | None,
+              reads: Reads | None, share: bool) -> Any:
     """Both passes of the reinvocation chain over the invocations; returns the final object."""
-    current = request.object
+    current = view.request.object
     context = PolicyReinvokeContext()
     # Match conditions and mutations are compiled in different environments, so each has its own
     # activations; both keep one per version of what the expressions can read of the object.
-    condition_activations = RequestActivations(admission_environment(False), request, deadline, share=share,
+    condition_activations = RequestActivations(admission_environment(False), view, deadline, share=share,
                                                reads=reads, rounds_key="mutating-conditions")
-    mutation_activations = RequestActivations(admission_environment(True), request, deadline, share=share,
+    mutation_activations = RequestActivations(admission_environment(True), view, deadline, share=share,
                                               reads=reads, rounds_key="mutating")
     decided: dict[Any, str | None] | None = {} if share else None
     namespace_objects: dict[bool, tuple[Mapping[str, Any] | None, str | None]] = {}
@@ -563,7 +566,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
                 # Not reinvoked, and its conditions already decided without a failure: they would record nothing.
                 continue
             if compiled.match_conditions:
-                false_condition, failures = _match_conditions(request, compiled, current, condition_activations,
+                false_condition, failures = _match_conditions(compiled, current, condition_activations,
                                                               decided, state.kept)
                 if false_condition is not None:
                     if not reinvocation:
@@ -581,7 +584,7 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], request: Admissi
             if found is None:
                 # The request's namespace is looked up once (``RequestMatch.lookup``): the answer only differs by
                 # whether the policy reads namespaceObject.
-                found = namespace_objects[compiled.uses_namespace_object] = view.namespace_object(
+                found = namespace_objects[compiled.uses_namespace_object] = mutation_activations.view.namespace_object(
                     compiled.uses_namespace_object)
             namespace_object, namespace_error = found
             if namespace_error is not None:
@@ -648,7 +651,7 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
                        for invocation in policy.invocations()]
         if invocations:
             try:
-                final = _dispatch(state, invocations, request, view, deadline,
+                final = _dispatch(state, invocations, view, deadline,
                                   snapshot.candidate_reads(positions, mutating=True) if prune_objects else None,
                                   share_evaluations)
             except _InternalError as error:

@@ -13,7 +13,8 @@ A request goes one way through four stages, each a module that never calls back 
    binding, action, error type) for logs, metrics and the explain view.
 
 Stage: decide (``validating/dispatcher.go``). Receives the snapshot, the namespace source and the parsed request;
-builds the request's match view and activations once and hands them to the later stages; hands on a
+builds the request's match view once (for the match stage) and from it the request's activations, the one value
+(:class:`RequestActivations`: request, match view, CEL inputs) the later stages receive; hands on a
 :class:`ValidationOutcome`.
 """
 
@@ -135,12 +136,12 @@ class _Dispatch:
                                            message, site=DecisionSite.CONFIGURATION))
 
 
-def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatingPolicy], request: AdmissionRequest,
-                      view: RequestMatch, collector: dict[str, list[str]]) -> None:
+def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatingPolicy],
+                      collector: dict[str, list[str]]) -> None:
     compiled = invocation.compiled
     binding = cast(ValidatingAdmissionPolicyBinding, invocation.binding)
     policy_name, binding_name = compiled.name, binding.metadata.name
-    namespace_object, namespace_error = view.namespace_object(compiled.uses_namespace_object)
+    namespace_object, namespace_error = state.activations.view.namespace_object(compiled.uses_namespace_object)
     if namespace_error is not None:
         state.config_error(compiled, binding_name, namespace_error)
         return
@@ -205,8 +206,8 @@ def _evaluate_binding(state: _Dispatch, invocation: Invocation[CompiledValidatin
                                                 site=DecisionSite.AUDIT_ANNOTATION))
 
 
-def _clear_policies(activations: RequestActivations, matched: Matched, request: AdmissionRequest,
-                    view: RequestMatch, kept: AnswersByInput) -> tuple[_SetOf, list[PolicyClear]] | None:
+def _clear_policies(activations: RequestActivations, matched: Matched,
+                    kept: AnswersByInput) -> tuple[_SetOf, list[PolicyClear]] | None:
     """The invoked policies that can join a set's program and what each does, when one engine call finds the
     request all clear for all of them (``all_clear.py``), or found an earlier request with the same input so
     (``kept``); None when the bindings are to be evaluated one by one."""
@@ -217,8 +218,9 @@ def _clear_policies(activations: RequestActivations, matched: Matched, request: 
         program = matched.program = _SetOf.of(matched)
     if program.entry is None:
         return None
+    request = activations.request
     resource, kind = request.original_resource, request.original_kind
-    namespace_object, namespace_error = view.namespace_object(program.uses_namespace_object)
+    namespace_object, namespace_error = activations.view.namespace_object(program.uses_namespace_object)
     if namespace_error is not None:
         return None
     key = None
@@ -272,10 +274,11 @@ def _published(program: _SetOf, found: list[PolicyClear]) -> dict[str, str]:
     return published
 
 
-def _dispatch(state: _Dispatch, matched: Matched, request: AdmissionRequest, view: RequestMatch,
-              clear: dict[int, PolicyClear] | None) -> None:
+def _dispatch(state: _Dispatch, matched: Matched, clear: dict[int, PolicyClear] | None) -> None:
     """kube-apiserver's dispatcher loop over the matching phase's steps; the policies in ``clear`` (an all-clear
     request's) are not evaluated again."""
+    view = state.activations.view
+    request = view.request
     collector: dict[str, list[str]] = {}
     for step in matched.steps:
         what = step[0]
@@ -284,7 +287,7 @@ def _dispatch(state: _Dispatch, matched: Matched, request: AdmissionRequest, vie
             found = clear.get(id(compiled)) if clear is not None else None
             if found is None:
                 resource, kind = matched_as(step[3], request)
-                _evaluate_binding(state, Invocation(compiled, binding, resource, kind), request, view, collector)
+                _evaluate_binding(state, Invocation(compiled, binding, resource, kind), collector)
             elif found.skipped_by is not None:
                 state.not_matched.append(NotMatched(compiled.name, binding.metadata.name,
                                                     f'matchCondition "{found.skipped_by}" evaluated to false'))
@@ -339,12 +342,12 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
         # No policy could match (most requests to a cluster's admission webhook): nothing to evaluate.
         response = review_response(request.review_api_version, request.uid, allowed=True)
         return ValidationOutcome(response, True, None, (), _NO_ANNOTATIONS, (), (), (), excluded)
-    activations = RequestActivations(admission_environment(False), request, deadline, share=share_evaluations,
+    view = RequestMatch(request, namespaces)
+    activations = RequestActivations(admission_environment(False), view, deadline, share=share_evaluations,
                                      reads=candidates.reads if prune_objects else None, rounds_key="validating",
                                      authorizer=candidates.asks_authorizer)
-    view = RequestMatch(request, namespaces)
     matched = match_validating(snapshot.validating, candidates, view, remember=share_evaluations)
-    cleared = (_clear_policies(activations, matched, request, view, AnswersByInput.of(snapshot))
+    cleared = (_clear_policies(activations, matched, AnswersByInput.of(snapshot))
                if one_call and share_evaluations else None)
     if cleared is not None and cleared[0].whole and not explain:
         # Nothing to decide and nobody to tell which bindings applied: only the annotations are left to publish
@@ -355,7 +358,7 @@ def evaluate_validating(snapshot: Snapshot, namespaces: NamespaceSource, request
     state = _Dispatch(activations=activations, validated={} if share_evaluations else None)
     clear = None if cleared is None else {id(compiled): found
                                           for compiled, found in zip(cleared[0].joined, cleared[1], strict=True)}
-    _dispatch(state, matched, request, view, clear)
+    _dispatch(state, matched, clear)
 
     warnings = tuple(dict.fromkeys(state.warnings))
     annotations = audit_annotations(state.failures, state.published)
