@@ -962,9 +962,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--json", metavar="OUT", type=Path, default=None, help="write machine-readable results")
     parser.add_argument("--only", choices=("rename",), default=None,
                         help="run only this part: 'rename' starts each set's daemon and measures rename-to-serving")
-    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="the event loop of the daemon (staticadm serve --event-loop) and of the null server it "
-                             "is compared with (default: auto, the daemon's default)")
+                             "is compared with (default: asyncio, the daemon's default)")
     args = parser.parse_args(argv)
     return Options(
         sets=args.sets or (QUICK_SETS if args.quick else DEFAULT_SETS),

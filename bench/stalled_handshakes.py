@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--header-timeout", type=float, default=30.0,
                         help="the daemon's handshake/header timeout: long enough to measure while they stall")
     parser.add_argument("--good-requests", type=int, default=20)
-    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+    parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="the daemon's event loop (staticadm serve --event-loop; default: its default)")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

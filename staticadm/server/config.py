@@ -194,7 +194,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
              "when it changes (default: none)")
     add("--event-loop", choices=EVENT_LOOPS, default=None,
         help="the event loop requests are served on: uvloop (libuv, less CPU per request), asyncio's own, or "
-             "auto: uvloop when it is installed, else asyncio (default: auto)")
+             "auto: uvloop when it is installed, else asyncio (default: asyncio)")
     # store_const rather than store_true: "not given" must stay None so the config file can set it.
     add("--allow-world-writable-manifests", action="store_const", const=True, default=None,
         help="load the manifest directory even when it or a manifest file is world-writable; otherwise such a "

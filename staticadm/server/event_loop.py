@@ -4,7 +4,7 @@ uvloop runs the same coroutines with its transports, TLS and timers written in C
 per request costs less under it (docs/operations.md, "The daemon"; ``bench.run --event-loop`` measures either).
 Everything the daemon does on its loop works on both (the TLS front's early refusal of non-TLS clients, handshake
 deadlines and the connection cap, signals, subprocesses of ``--workers``, unix sockets): ``--event-loop`` picks
-one, ``auto`` (the default) uvloop when it can be imported, else asyncio.
+one (``asyncio``, the default), ``auto`` uvloop when it can be imported, else asyncio.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-DEFAULT_EVENT_LOOP = "auto"
+#: asyncio's own: in quiet back-to-back bench pairs uvloop did not lower the CPU of a request the daemon has not
+#: seen before beyond the host's noise, and out of descriptors libuv drops queued connections without a word
+#: (docs/known-gaps.md).
+DEFAULT_EVENT_LOOP = "asyncio"
 
 _T = TypeVar("_T")
 
