@@ -126,6 +126,18 @@ def bind(ids: Ids, name: str, value: Any, body: Any) -> Any:
     return node
 
 
+def moved_aside(node: Any, ids: Ids, references: Any) -> Any:
+    """A copy of ``node`` under a new id, keeping the checker's reference (its overload) there, so a wrapper can
+    take ``node``'s place and id (and the type the checker gave it)."""
+    moved = ast.Expr()
+    moved.CopyFrom(node)
+    moved.id = ids()
+    if node.id in references:
+        references[moved.id].CopyFrom(references[node.id])
+        del references[node.id]
+    return moved
+
+
 def renumbered(expr: Any, ids: Ids, references: Any) -> Any:
     """A copy of ``expr`` with fresh ids (a subtree used twice must not share ids); the copies keep the
     checker's references (resolved names and overloads) of the nodes they copy."""
@@ -848,17 +860,11 @@ def _lister_operand(node: Any, ids: Ids) -> None:
 def _lister_panics_confined(root: Any, ids: Ids, references: Any) -> None:
     """A variable's expression ``v`` becomes ``mark() ? bind(r, v, check() ? r : r) : null``: ``check()`` runs
     however ``v`` ended and fails when an operand of sort()/distinct() failed since ``mark()``."""
-    original = ast.Expr()
-    original.CopyFrom(root)
-    root_id = root.id
-    original.id = ids()
-    if root_id in references:
-        references[original.id].CopyFrom(references[root_id])
-        del references[root_id]
-    name = f"@listers{root_id}"
+    original = moved_aside(root, ids, references)
+    name = f"@listers{root.id}"
     checked = call(ids(), "_?_:_", call(ids(), LISTER_CHECK_FUNCTION), ident(ids(), name), ident(ids(), name))
     wrapped = call(ids(), "_?_:_", call(ids(), LISTER_MARK_FUNCTION), bind(ids, name, original, checked), _null(ids))
-    wrapped.id = root_id
+    wrapped.id = root.id
     root.CopyFrom(wrapped)
 
 
@@ -972,15 +978,8 @@ def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[in
         else:
             call_node.args[position - (1 if has_target else 0)].CopyFrom(replacement)
         measured.append(call(ids(), "size", ident(ids(), name)))
-    original = ast.Expr()
-    original.CopyFrom(node)
-    # The wrapper takes the call's place (and the type the checker gave it); the call moves to a new id
-    # and keeps its overload reference there.
-    node_id = node.id
-    original.id = ids()
-    if node_id in references:
-        references[original.id].CopyFrom(references[node_id])
-        del references[node_id]
+    # The wrapper takes the call's place (and the type the checker gave it); the call moves to a new id.
+    original = moved_aside(node, ids, references)
     charge = _native_charge(how, measured, ids, owner_args)
     if needs_result:
         # size([r]) carries an error of the call into the charge before anything is measured.
@@ -1003,7 +1002,7 @@ def _charge_after(node: Any, how: cost.SizedCall, ids: Ids, owner_args: tuple[in
         wrapped = call(ids(), "_?_:_", charge, original, bool_constant(ids(), False))
     for name, value in reversed(bindings):
         wrapped = bind(ids, name, value, wrapped)
-    wrapped.id = node_id
+    wrapped.id = node.id
     node.CopyFrom(wrapped)
 
 
