@@ -17,6 +17,12 @@ time costs more in calls than in evaluation. :func:`fuse` joins what the policie
   nothing to list). No null ever reaches Python: cel-expr-python 0.1.3 hands one over without a reference of
   its own (see ``values.py``).
 
+An expression several policies evaluate alike is evaluated once (``_Shared``): the same checked expression over the
+same entries for the variables it reads (a variable many policies declare, ``containers.map(c, c.image)``, a
+validation or match condition they repeat). Its value is what each would have had; and since one policy never
+shares an entry with itself (each of its expressions is charged in its scopes, as kube-apiserver charges them),
+what a scope would charge alone is still within the program's total.
+
 Any false or error makes the result something else than that shape (``&&`` never turns an error into true:
 ``error && true`` is the error), and the caller then evaluates everything one expression at a time, which
 says exactly what happened; so the program only needs to be right when it answers "all clear".
@@ -104,6 +110,47 @@ def _null(node_id: int) -> Any:
     return node
 
 
+class _Shared:
+    """The block entries of one fused program, each expression once: by its checked form (its bytes) and the
+    entries its ``variables.<name>`` reads are bound to, which make the same expression the same value."""
+
+    def __init__(self, ids: Ids, into: Any, entries: list[Any]) -> None:
+        self._ids = ids
+        self._into = into
+        self._entries = entries
+        self._positions: dict[tuple[bytes, tuple[int, ...]], int] = {}
+        #: By id: (the checked expression, held so that its id stays its own; its bytes; the variables it reads).
+        self._forms: dict[int, tuple[Any, bytes, tuple[str, ...]]] = {}
+
+    def key(self, checked: Any, index_of: dict[str, int]) -> tuple[bytes, tuple[int, ...]]:
+        form = self._forms.get(id(checked))
+        if form is None:
+            form = self._forms[id(checked)] = (checked, checked.SerializeToString(deterministic=True),
+                                               tuple(sorted(linking.direct_uses(checked))))
+        return form[1], tuple(index_of.get(name, -1) for name in form[2])
+
+    def entry(self, checked: Any, index_of: dict[str, int], used: set[int]) -> int:
+        """The position of ``checked``'s entry for a policy that already reads the entries ``used`` (to which it is
+        added): another policy's entry of the same expression, or a new one. Never one the policy reads already:
+        a scope is charged for every expression it evaluates, so two of one policy (two variables, two match
+        conditions alike) are two evaluations, as in kube-apiserver."""
+        key = self.key(checked, index_of)
+        position = self._positions.get(key)
+        if position is None or position in used:
+            position = len(self._entries)
+            self._entries.append(bound(checked, index_of, self._ids, self._into))
+            self._positions.setdefault(key, position)
+        used.add(position)
+        return position
+
+
+def bound(checked: Any, index_of: dict[str, int], ids: Ids, into: Any) -> Any:
+    """``checked``'s expression renumbered into ``into``, its variables read as the block entries ``index_of``."""
+    expr = renumbered(checked, ids, into)
+    linking.bind_variables(expr, index_of, ids)
+    return expr
+
+
 def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
     """The CheckedExpr of the fused program of ``policies`` (see the module's text) and its layout."""
     fused = ast.CheckedExpr()
@@ -116,42 +163,49 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
     def index(position: int) -> Any:
         return linking.index_reference(ids(), position)
 
+    shared = _Shared(ids, fused, entries)
+    # Variables first, so that every policy's expressions are keyed by the entries they read.
+    bindings: list[tuple[dict[str, int], set[int]]] = []
     for policy in policies:
         index_of: dict[str, int] = {}
+        used: set[int] = set()
         for name, variable in policy.variables:
             if isinstance(variable, str):
-                entry = linking.failing_variable(ids, variable)
+                index_of[name] = len(entries)
+                entries.append(linking.failing_variable(ids, variable))
             else:
-                entry = renumbered(variable, ids, fused)
-                linking.bind_variables(entry, index_of, ids)
-            index_of[name] = len(entries)
-            entries.append(entry)
+                index_of[name] = shared.entry(variable, index_of, used)
+        bindings.append((index_of, used))
+    # A validation that more than one policy makes is a block entry, read by each; any other is written in place.
+    makers: dict[tuple[bytes, tuple[int, ...]], set[int]] = {}
+    for number, (policy, (index_of, _)) in enumerate(zip(policies, bindings, strict=True)):
+        for validation in policy.validations:
+            makers.setdefault(shared.key(validation, index_of), set()).add(number)
 
-        def part(checked: Any, index_of: dict[str, int] = index_of) -> Any:
-            expr = renumbered(checked, ids, fused)
-            linking.bind_variables(expr, index_of, ids)
-            return expr
+    for policy, (index_of, used) in zip(policies, bindings, strict=True):
 
-        validations = [part(validation) for validation in policy.validations]
+        def validation_of(checked: Any, index_of: dict[str, int] = index_of, used: set[int] = used) -> Any:
+            if len(makers[shared.key(checked, index_of)]) > 1:
+                return index(shared.entry(checked, index_of, used))
+            return bound(checked, index_of, ids, fused)
+
+        validations = [validation_of(validation) for validation in policy.validations]
         values = []
         for annotation in policy.annotations:
             # A block entry, to be read twice and evaluated once.
-            entries.append(part(annotation))
-            is_null = call(ids(), "_==_", index(len(entries) - 1), _null(ids()))
+            position = shared.entry(annotation, index_of, used)
+            is_null = call(ids(), "_==_", index(position), _null(ids()))
             fused.reference_map[is_null.id].overload_id.append("equals")
-            values.append(_conditional(ids, fused, is_null, bool_constant(ids(), False), index(len(entries) - 1)))
+            values.append(_conditional(ids, fused, is_null, bool_constant(ids(), False), index(position)))
         if not policy.conditions:
             guards.extend(validations)
             annotations.extend(values)
             continue
         # Each condition is a block entry, and every one is evaluated before any is read (``evaluated``, a guard),
         # as kube-apiserver's matcher does: an error or the cost of one after a false one counts.
-        conditions = []
-        for condition in policy.conditions:
-            entries.append(part(condition))
-            conditions.append(index(len(entries) - 1))
-        evaluated = call(ids(), "size", list_of(ids(), *(index(len(entries) - len(conditions) + offset)
-                                                         for offset in range(len(conditions)))))
+        positions = [shared.entry(condition, index_of, used) for condition in policy.conditions]
+        conditions = [index(position) for position in positions]
+        evaluated = call(ids(), "size", list_of(ids(), *(index(position) for position in positions)))
         fused.reference_map[evaluated.id].overload_id.append("size_list")
         all_evaluated = call(ids(), "_==_", evaluated, int_constant(ids(), len(conditions)))
         fused.reference_map[all_evaluated.id].overload_id.append("equals")

@@ -200,10 +200,11 @@ def test_an_all_clear_request_is_answered_by_the_program(tmp_path: Path) -> None
 @pytest.mark.parametrize("count", [1, 2])
 def test_expressions_within_their_limits_alone_are_decided_exactly_together(tmp_path: Path, count: int) -> None:
     # Each policy's validation costs ~750,000, under the 1,000,000 per expression; in one program they add up
-    # past it, so the program says nothing and each binding is evaluated on its own: all allowed.
+    # past it, so the program says nothing and each binding is evaluated on its own: all allowed. (The expressions
+    # differ: one that several policies make alike is evaluated once, see below.)
     objects = []
     for index in range(count):
-        objects += [policy(f"p{index}.static.k8s.io", validations=[{"expression": HEAVY}]),
+        objects += [policy(f"p{index}.static.k8s.io", validations=[{"expression": f"{HEAVY} && {index} >= 0"}]),
                     binding(f"p{index}.static.k8s.io", f"p{index}.static.k8s.io")]
     snap = snapshot(tmp_path, *objects)
     request = _request(1, {}, 3, "default", large=True)
@@ -213,6 +214,46 @@ def test_expressions_within_their_limits_alone_are_decided_exactly_together(tmp_
                                                                    share_evaluations=False))
     assert _set_program(snap).misses == (count - 1)
 
+
+@pytest.mark.parametrize("shared", ["validation", "variable", "match condition"])
+def test_what_several_policies_evaluate_alike_is_evaluated_once(tmp_path: Path, shared: str) -> None:
+    # The same ~750,000 expression in two policies: under the per-expression limit once, over it twice. The program
+    # evaluates it once (a validation, a variable each declares, a match condition) and so finds the request all
+    # clear, as evaluating each binding on its own does; nothing is run again by the exact evaluation.
+    objects = []
+    for index in range(2):
+        spec: dict[str, Any] = {"validations": [{"expression": HEAVY}]}
+        if shared == "variable":
+            spec = {"variables": [{"name": f"v{index}" if index else "heavy", "expression": HEAVY}],
+                    "validations": [{"expression": f"variables.{'v1' if index else 'heavy'}"}]}
+        elif shared == "match condition":
+            spec = {"matchConditions": [{"name": f"c{index}", "expression": HEAVY}],
+                    "validations": [{"expression": f"{index} >= 0"}]}
+        objects += [policy(f"p{index}.static.k8s.io", **spec),
+                    binding(f"p{index}.static.k8s.io", f"p{index}.static.k8s.io")]
+    snap = snapshot(tmp_path, *objects)
+    request = _request(1, {}, 3, "default", large=True)
+    outcome = evaluate_validating(snap, NAMESPACES, request)
+    assert outcome.allowed and len(outcome.matched) == 2
+    assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                   share_evaluations=False))
+    entry = _set_program(snap)
+    assert (entry.answered, entry.misses) == (1, 0)
+
+
+def test_one_policy_never_shares_an_evaluation_with_itself(tmp_path: Path) -> None:
+    # Two ~750,000 validations alike in one policy are two evaluations in its scope, as kube-apiserver charges them:
+    # the program charges both (past the per-expression limit together), says nothing, and the exact evaluation
+    # decides.
+    spec: dict[str, Any] = {"validations": [{"expression": HEAVY}, {"expression": HEAVY}]}
+    snap = snapshot(tmp_path, policy("p.static.k8s.io", **spec), binding("p.static.k8s.io", "p.static.k8s.io"))
+    request = _request(1, {}, 3, "default", large=True)
+    outcome = evaluate_validating(snap, NAMESPACES, request)
+    assert outcome.allowed
+    assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                   share_evaluations=False))
+    entry = _set_program(snap)
+    assert (entry.answered, entry.misses) == (0, 1)
 
 def test_a_set_that_is_never_all_clear_is_tried_only_now_and_then(tmp_path: Path) -> None:
     snap = snapshot(tmp_path, policy(validations=[{"expression": "object.spec.replicas <= 5"}]),
