@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from staticadm.admission.cel.activation import RequestActivations, request_data, same_json
 from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
-from staticadm.admission.namespaces import RequestOnlyNamespaces
+from staticadm.admission.namespaces import RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import GroupVersionKind
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
@@ -597,3 +597,89 @@ def test_request_fields_are_made_only_as_read(source: str) -> None:
             assert RequestActivations(admission_environment(False), RequestMatch(request, RequestOnlyNamespaces()),
                                       reads=reads).request_fields(
                 resource, kind) == pruned
+
+
+MATCHING_SELECTORS = (None, {"matchLabels": {"app": "web"}},
+                      {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]})
+MATCHING_NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}},
+                                {"matchExpressions": [{"key": "env", "operator": "Exists"}]})
+MUTATING_MATCH_NAMESPACES = parse_namespaces("""
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: staging, labels: {team: a}}
+""")
+
+
+@st.composite
+def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """MutatingAdmissionPolicies whose matching reads every part of a request plans can: operations, resource
+    names, object and namespace selectors (on the policy and on each binding), and another version than the
+    request's (matchPolicy Equivalent: an invocation whose object would need converting is the policy's error)."""
+    objects: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 4))):
+        name = f"m{index}.static.k8s.io"
+        rule: dict[str, Any] = {"apiGroups": ["apps"], "apiVersions": [draw(st.sampled_from(("v1", "v1", "v1beta2")))],
+                                "operations": draw(st.sampled_from((["CREATE"], ["CREATE", "UPDATE"], ["*"]))),
+                                "resources": ["deployments"]}
+        if draw(st.booleans()):
+            rule["resourceNames"] = ["web"]
+        constraints: dict[str, Any] = {"resourceRules": [rule], "matchPolicy": "Equivalent"}
+        for key, choices in (("objectSelector", MATCHING_SELECTORS),
+                             ("namespaceSelector", MATCHING_NAMESPACE_SELECTORS)):
+            selector = draw(st.sampled_from(choices))
+            if selector is not None:
+                constraints[key] = selector
+        spec = {"matchConstraints": constraints, "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
+                "reinvocationPolicy": "Never", "mutations": [MUTATIONS[0]]}
+        objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+                        "metadata": {"name": name}, "spec": spec})
+        for number in range(draw(st.integers(1, 2))):
+            binding_spec: dict[str, Any] = {"policyName": name}
+            selector = draw(st.sampled_from(MATCHING_SELECTORS))
+            namespace_selector = draw(st.sampled_from(MATCHING_NAMESPACE_SELECTORS))
+            if selector is not None or namespace_selector is not None:
+                chosen = (("objectSelector", selector), ("namespaceSelector", namespace_selector))
+                binding_spec["matchResources"] = {key: value for key, value in chosen if value is not None}
+            objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+                            "metadata": {"name": f"m{index}-b{number}.static.k8s.io"}, "spec": binding_spec})
+    return objects
+
+
+mutating_request_shapes = st.fixed_dictionaries({
+    "name": st.sampled_from(("web", "db")),
+    "namespace": st.sampled_from(("default", "staging", "unknown")),
+    "labels": st.sampled_from(({"app": "web"}, {"app": "db"}, {})),
+    "update": st.booleans(),
+})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects=mutating_matching_sets(), shapes=st.lists(mutating_request_shapes, min_size=2, max_size=10))
+def test_remembered_mutating_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
+                                                                       shapes: list[dict[str, Any]]) -> None:
+    # One snapshot answers every request in turn, so each is matched through what the earlier ones left remembered
+    # (``generic.dispatcher.match_mutating``); the straightforward reading matches each request from scratch.
+    with tempfile.TemporaryDirectory() as directory:
+        snap = snapshot(Path(directory), *objects)
+    for shape in shapes:
+        obj = copy.deepcopy(DEPLOYMENT)
+        obj["metadata"].update(name=shape["name"], namespace=shape["namespace"], labels=shape["labels"])
+        old = copy.deepcopy(obj) if shape["update"] else None
+        request = parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE", name=shape["name"],
+                                namespace=shape["namespace"]))
+        remembered = evaluate_mutating(snap, MUTATING_MATCH_NAMESPACES, request)
+        plain = evaluate_mutating(snap, MUTATING_MATCH_NAMESPACES, request, share_evaluations=False,
+                                  prune_objects=False)
+        event("denied" if not remembered.allowed else "mutated" if remembered.patch else "unchanged")
+        event("configuration error" if any(r.message.startswith("failed to configure")
+                                           for r in remembered.decisions) else "no configuration error")
+        assert (remembered.response, remembered.patch, remembered.invoked,
+                [(r.policy, r.binding, r.action, r.error_type, r.message) for r in remembered.decisions],
+                [(n.policy, n.binding, n.reason) for n in remembered.not_matched]) == \
+            (plain.response, plain.patch, plain.invoked,
+             [(r.policy, r.binding, r.action, r.error_type, r.message) for r in plain.decisions],
+             [(n.policy, n.binding, n.reason) for n in plain.not_matched])

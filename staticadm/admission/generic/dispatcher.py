@@ -11,10 +11,10 @@ match view; hands on the steps to run, in Kubernetes' order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from staticadm.admission.matching.matcher import matches
 from staticadm.admission.matching.plan import NOT_MATCHED, MatchInputs, RequestMatch, matched_as
@@ -25,7 +25,6 @@ from staticadm.model import MatchResources, MutatingAdmissionPolicyBinding, Vali
 from staticadm.snapshot import CandidateSet, Snapshot
 
 CompiledPolicy = TypeVar("CompiledPolicy", CompiledValidatingPolicy, CompiledMutatingPolicy)
-RecordedPolicy = TypeVar("RecordedPolicy", contravariant=True)
 Binding = ValidatingAdmissionPolicyBinding | MutatingAdmissionPolicyBinding
 
 
@@ -41,16 +40,8 @@ class ConversionCheck(Enum):
     PER_BINDING = "per-binding"
 
 
-class MatchRecorder(Protocol[RecordedPolicy]):
-    """What a dispatcher keeps of the matching phase."""
-
-    def config_error(self, compiled: RecordedPolicy, binding: str | None, error: str, /) -> None: ...
-
-    def skipped(self, policy: str, binding: str | None, why: str | Callable[[], str]) -> None: ...
-
-
-# Not frozen: these two are made for every matching policy and binding of every request, and a frozen
-# dataclass pays an object.__setattr__ per field to build; nothing changes them once made.
+# Not frozen: this is made for every matching policy and binding of every request, and a frozen
+# dataclass pays an object.__setattr__ per field to build; nothing changes it once made.
 @dataclass(slots=True, eq=False)
 class Invocation(Generic[CompiledPolicy]):
     """One (policy, binding) pair to evaluate, with the resource and kind the policy matched."""
@@ -75,36 +66,6 @@ def conversion_error(request: AdmissionRequest, matched: GroupVersionKind) -> st
             f"it to {gvk_text(matched)}")
 
 
-@dataclass(slots=True, eq=False)
-class MatchedPolicy(Generic[CompiledPolicy]):
-    """A policy whose matchConstraints selected the request; its bindings are matched as they are read."""
-
-    compiled: CompiledPolicy
-    resource: GroupVersionResource
-    kind: GroupVersionKind
-    _view: RequestMatch
-    _recorder: MatchRecorder[CompiledPolicy]
-    _conversion: ConversionCheck
-
-    def invocations(self) -> Iterator[Invocation[CompiledPolicy]]:
-        compiled, view = self.compiled, self._view
-        request = view.request
-        bindings: Sequence[Binding] = compiled.bindings
-        for binding, plan in zip(bindings, compiled.binding_plans, strict=True):
-            outcome = plan.evaluate(view)
-            if outcome.__class__ is str:
-                self._recorder.config_error(compiled, binding.metadata.name, cast(str, outcome))
-            elif outcome == NOT_MATCHED:
-                self._recorder.skipped(compiled.name, binding.metadata.name,
-                                       _why_not(binding.spec.match_resources, view, is_policy=False))
-            elif (self._conversion is ConversionCheck.PER_BINDING and self.kind != request.kind
-                  and request.object is not None):
-                # Kubernetes reports it as the policy's error, once per binding.
-                self._recorder.config_error(compiled, None, conversion_error(request, self.kind))
-            else:
-                yield Invocation(compiled, binding, self.resource, self.kind)
-
-
 def _why_not(match: MatchResources | None, view: RequestMatch, *, is_policy: bool) -> Callable[[], str]:
     """Why a plan did not match, in the words of the straightforward matcher, built when read."""
     return lambda: matches(match, view.request, view.namespaces(), is_policy=is_policy).reason
@@ -118,8 +79,8 @@ MAX_MATCHED = 1024
 
 @dataclass(slots=True, eq=False)
 class Matched:
-    """How a set of validating policies matches requests that plans cannot tell apart (``RequestMatch.key``), as
-    steps in Kubernetes' order, none holding anything of one request:
+    """How a set of policies matches requests that plans cannot tell apart (``RequestMatch.key``), as steps in
+    Kubernetes' order, none holding anything of one request:
 
     - ``(SKIPPED, policy name, binding name or None, the MatchResources that did not match, whether the policy's)``
     - ``(CONFIG_ERROR, compiled policy, binding name or None, the error)``
@@ -130,7 +91,7 @@ class Matched:
     """
 
     steps: tuple[tuple[Any, ...], ...]
-    invoked: tuple[CompiledValidatingPolicy, ...]
+    invoked: tuple[Any, ...]
     config_errors: bool
     #: What the request path builds for these policies on first use (``validating/all_clear.py``).
     program: Any = None
@@ -138,10 +99,21 @@ class Matched:
 
 def match_validating(policies: Sequence[CompiledValidatingPolicy], candidates: CandidateSet,
                      view: RequestMatch, *, remember: bool = True) -> Matched:
-    """How ``policies`` at ``candidates`` match ``view``'s request (the validating dispatcher converts per
-    policy), with ``remember`` remembered per candidate set by what their plans read of a request."""
+    """How validating ``policies`` at ``candidates`` match ``view``'s request (the validating dispatcher converts
+    per policy), with ``remember`` remembered per candidate set by what their plans read of a request."""
+    return _remembered(policies, candidates, view, ConversionCheck.PER_POLICY, remember)
+
+
+def match_mutating(policies: Sequence[CompiledMutatingPolicy], candidates: CandidateSet,
+                   view: RequestMatch, *, remember: bool = True) -> Matched:
+    """``match_validating`` for mutating ``policies``, whose dispatcher converts per invocation."""
+    return _remembered(policies, candidates, view, ConversionCheck.PER_BINDING, remember)
+
+
+def _remembered(policies: Sequence[Any], candidates: CandidateSet, view: RequestMatch, conversion: ConversionCheck,
+                remember: bool) -> Matched:
     if not remember:
-        return _match_validating(policies, candidates.positions, view)
+        return _match(policies, candidates.positions, view, conversion)
     inputs = candidates.inputs
     if inputs is None:
         plans = [plan for position in candidates.positions
@@ -151,16 +123,16 @@ def match_validating(policies: Sequence[CompiledValidatingPolicy], candidates: C
     memo = candidates.matched
     found: Matched | None = memo.get(key)
     if found is None:
-        found = _match_validating(policies, candidates.positions, view)
+        found = _match(policies, candidates.positions, view, conversion)
         keep_bounded(memo, key, found, MAX_MATCHED)
     return found
 
 
-def _match_validating(policies: Sequence[CompiledValidatingPolicy], positions: Sequence[int],
-                      view: RequestMatch) -> Matched:
+def _match(policies: Sequence[Any], positions: Sequence[int], view: RequestMatch,
+           conversion: ConversionCheck) -> Matched:
     request = view.request
     steps: list[tuple[Any, ...]] = []
-    invoked: list[CompiledValidatingPolicy] = []
+    invoked: list[Any] = []
     errors = False
     for position in positions:
         compiled = policies[position]
@@ -173,8 +145,9 @@ def _match_validating(policies: Sequence[CompiledValidatingPolicy], positions: S
             steps.append((SKIPPED, compiled.name, None, compiled.policy.spec.match_constraints, True))
             continue
         kind = matched_as(cast(int, outcome), request)[1]
-        if kind is not request.kind and kind != request.kind and (request.object is not None
-                                                                  or request.old_object is not None):
+        converts = kind is not request.kind and kind != request.kind
+        if conversion is ConversionCheck.PER_POLICY and converts and (request.object is not None
+                                                                      or request.old_object is not None):
             steps.append((CONFIG_ERROR, compiled, None, conversion_error(request, kind)))
             errors = True
             continue
@@ -185,6 +158,10 @@ def _match_validating(policies: Sequence[CompiledValidatingPolicy], positions: S
                 errors = True
             elif binding_outcome == NOT_MATCHED:
                 steps.append((SKIPPED, compiled.name, binding.metadata.name, binding.spec.match_resources, False))
+            elif conversion is ConversionCheck.PER_BINDING and converts and request.object is not None:
+                # Kubernetes reports it as the policy's error, once per binding.
+                steps.append((CONFIG_ERROR, compiled, None, conversion_error(request, kind)))
+                errors = True
             else:
                 if not invoked or invoked[-1] is not compiled:
                     invoked.append(compiled)
@@ -198,37 +175,9 @@ def not_matched_why(match: MatchResources | None, view: RequestMatch, is_policy:
     return _why_not(match, view, is_policy=is_policy)
 
 
-def matched_policies(policies: Sequence[CompiledPolicy], positions: Sequence[int], view: RequestMatch,
-                     recorder: MatchRecorder[CompiledPolicy],
-                     conversion: ConversionCheck) -> Iterator[MatchedPolicy[CompiledPolicy]]:
-    """The candidate policies (by ``positions``, in name order) whose matchConstraints select the request."""
-    request = view.request
-    for position in positions:
-        compiled = policies[position]
-        outcome = compiled.match_plan.evaluate(view)
-        if outcome.__class__ is str:
-            recorder.config_error(compiled, None, cast(str, outcome))
-            continue
-        if outcome == NOT_MATCHED:
-            recorder.skipped(compiled.name, None, _why_not(compiled.policy.spec.match_constraints, view,
-                                                            is_policy=True))
-            continue
-        resource, kind = matched_as(cast(int, outcome), request)
-        if (conversion is ConversionCheck.PER_POLICY and kind is not request.kind and kind != request.kind
-                and (request.object is not None or request.old_object is not None)):
-            recorder.config_error(compiled, None, conversion_error(request, kind))
-            continue
-        yield MatchedPolicy(compiled, resource, kind, view, recorder, conversion)
-
-
-def policy_candidates(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> tuple[int, ...]:
-    """Positions of the policies whose rules could match, by the request's original resource and the one
-    the webhook received."""
-    return policy_candidate_set(snapshot, request, mutating=mutating).positions
-
-
 def policy_candidate_set(snapshot: Snapshot, request: AdmissionRequest, *, mutating: bool) -> CandidateSet:
-    """``policy_candidates`` with what the request path remembers about them (``Snapshot.candidate_set``)."""
+    """Positions of the policies whose rules could match, by the request's original resource and the one the webhook
+    received, with what the request path remembers about them (``Snapshot.candidate_set``)."""
     original, received = request.original_resource, request.resource
     if original is received or (original.group == received.group and original.resource == received.resource):
         return snapshot.candidate_set(request.operation, ((original.group, original.resource),), mutating=mutating)

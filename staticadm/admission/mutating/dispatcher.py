@@ -40,9 +40,18 @@ from staticadm.admission.cel.filter import (
     request_paths,
     run_program,
 )
-from staticadm.admission.generic.dispatcher import ConversionCheck, Invocation, matched_policies, policy_candidates
+from staticadm.admission.generic.dispatcher import (
+    CONFIG_ERROR,
+    INVOKED,
+    SKIPPED,
+    Invocation,
+    Matched,
+    match_mutating,
+    not_matched_why,
+    policy_candidate_set,
+)
 from staticadm.admission.matching.matcher import is_excluded
-from staticadm.admission.matching.plan import RequestMatch
+from staticadm.admission.matching.plan import RequestMatch, matched_as
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotMatched, aggregate_failures
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
@@ -605,6 +614,23 @@ def _dispatch(state: _Dispatch, invocations: list[_Invocation], view: RequestMat
     return current
 
 
+def _invocations(state: _Dispatch, matched: Matched, view: RequestMatch) -> list[_Invocation]:
+    """The matching phase's steps for this request: its invocations, in order, with what did not match and the
+    configuration errors recorded on the way."""
+    request = view.request
+    invocations = []
+    for step in matched.steps:
+        what = step[0]
+        if what == INVOKED:
+            resource, kind = matched_as(step[3], request)
+            invocations.append(Invocation(step[1], step[2], resource, kind))
+        elif what == SKIPPED:
+            state.skipped(step[1], step[2], not_matched_why(step[3], view, step[4]))
+        elif what == CONFIG_ERROR:
+            state.config_error(step[1], step[2], step[3])
+    return invocations
+
+
 def _denial_status(request: AdmissionRequest, errors: list[_PolicyError]) -> dict[str, Any]:
     """``admission.NewForbidden`` with the first error's message, and every error as a cause."""
     first = errors[0]
@@ -625,11 +651,12 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
     """The mutation kube-apiserver's MutatingAdmissionPolicy plugin would make to ``request``; all CEL work
     stops at ``deadline`` (``time.perf_counter``).
 
-    With ``share_evaluations`` a match condition is evaluated once per version of what it reads (once per
-    request when it reads nothing of the object, and not again for requests with the same values of the fields
-    of ``request`` it reads), a constant mutation once per process, and a mutation that changes nothing the
-    expressions can read makes no new activation; with ``prune_objects``
-    the engine is given only what the expressions of the policies that could match can read of the objects.
+    With ``share_evaluations`` the matching phase is remembered per candidate set by what the plans read of a
+    request (``generic.dispatcher.match_mutating``), a match condition is evaluated once per version of what it
+    reads (once per request when it reads nothing of the object, and not again for requests with the same values
+    of the fields of ``request`` it reads), a constant mutation once per process, and a mutation that changes
+    nothing the expressions can read makes no new activation; with ``prune_objects`` the engine is given only what
+    the expressions of the policies that could match can read of the objects.
     Both only make evaluation cheaper (the tests compare them with the straightforward reading, False and
     False). With ``explain`` the outcome carries each mutation's own patch (``steps``), for the reports of
     the offline commands."""
@@ -643,17 +670,14 @@ def evaluate_mutating(snapshot: Snapshot, namespaces: NamespaceSource, request: 
             state.skipped(compiled.name, None, f"MutatingAdmissionPolicies do not run on {request.operation} "
                                                "requests (kube-apiserver's plugin handles CREATE, UPDATE and CONNECT)")
     if not excluded and handled and snapshot.mutating:
-        positions = policy_candidates(snapshot, request, mutating=True)
+        candidates = policy_candidate_set(snapshot, request, mutating=True)
         view = RequestMatch(request, namespaces)
-        invocations = [invocation
-                       for policy in matched_policies(snapshot.mutating, positions, view, state,
-                                                      ConversionCheck.PER_BINDING)
-                       for invocation in policy.invocations()]
+        invocations = _invocations(state, match_mutating(snapshot.mutating, candidates, view,
+                                                         remember=share_evaluations), view)
         if invocations:
+            reads = snapshot.candidate_reads(candidates.positions, mutating=True) if prune_objects else None
             try:
-                final = _dispatch(state, invocations, view, deadline,
-                                  snapshot.candidate_reads(positions, mutating=True) if prune_objects else None,
-                                  share_evaluations)
+                final = _dispatch(state, invocations, view, deadline, reads, share_evaluations)
             except _InternalError as error:
                 internal = error.status()
     failing = [error for error in state.errors if error.failure_policy != "Ignore"]
