@@ -23,6 +23,12 @@ validation or match condition they repeat). Its value is what each would have ha
 shares an entry with itself (each of its expressions is charged in its scopes, as kube-apiserver charges them),
 what a scope would charge alone is still within the program's total.
 
+Validations of the form ``R.all(c, body)`` over the same ``R`` (the same checked range over the same entries, the same
+iteration variable) are one loop (``_LoopFusion``): ``R.all(c, bodyA && (conditionsB ? bodyB : true) ...)``, a guard
+of its own, each body under its policy's match conditions. It is true exactly when each of those loops would be
+true for the policies whose conditions hold, and it charges every iteration's cost of every one of them, so the
+program's total stays what it was; only the evaluation of ``R`` and the loop around the bodies are made once.
+
 Any false or error makes the result something else than that shape (``&&`` never turns an error into true:
 ``error && true`` is the error), and the caller then evaluates everything one expression at a time, which
 says exactly what happened; so the program only needs to be right when it answers "all clear".
@@ -30,12 +36,12 @@ says exactly what happened; so the program only needs to be right when it answer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from staticadm.cel import ast, linking
-from staticadm.cel.rewrite import Ids, bool_constant, call, int_constant, list_of
+from staticadm.cel.rewrite import Ids, bool_constant, call, int_constant, list_of, tick, tick_weight
 
 #: Outcome of a policy whose match conditions held and whose validations all passed.
 APPLIES = 0
@@ -151,6 +157,109 @@ def bound(checked: Any, index_of: dict[str, int], ids: Ids, into: Any) -> Any:
     return expr
 
 
+#: The accumulator of the ``all`` macro's loop, as the parser names it.
+_RESULT = "@result"
+
+
+def _is_call(node: Any, function: str, arity: int) -> bool:
+    return (node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function == function
+            and not node.call_expr.HasField("target") and len(node.call_expr.args) == arity)
+
+
+def _is_result(node: Any) -> bool:
+    return node.WhichOneof("expr_kind") == "ident_expr" and node.ident_expr.name == _RESULT
+
+
+def all_loop(checked: Any) -> Any | None:
+    """The loop of a prepared expression that is an ``all`` macro and nothing else, or None: one iteration variable,
+    ``true`` to start, ``charge && @not_strictly_false(@result)`` as its condition (``rewrite.prepare`` puts the
+    iteration's charge first) and ``@result && body`` as its step."""
+    expr = checked.expr
+    if expr.WhichOneof("expr_kind") != "comprehension_expr":
+        return None
+    loop = expr.comprehension_expr
+    start = loop.accu_init
+    if (loop.iter_var2 or loop.accu_var != _RESULT or start.WhichOneof("expr_kind") != "const_expr"
+            or start.const_expr.WhichOneof("constant_kind") != "bool_value" or not start.const_expr.bool_value
+            or not _is_result(loop.result)):
+        return None
+    condition, step = loop.loop_condition, loop.loop_step
+    if not (_is_call(condition, "_&&_", 2) and _is_call(condition.call_expr.args[1], "@not_strictly_false", 1)
+            and _is_result(condition.call_expr.args[1].call_expr.args[0])):
+        return None
+    if not (_is_call(step, "_&&_", 2) and _is_result(step.call_expr.args[0])):
+        return None
+    return loop
+
+
+def _range_key(checked: Any, loop: Any, index_of: dict[str, int]) -> tuple[bytes, str, tuple[int, ...]]:
+    """What makes two loops' ranges the same list: the range's checked form, ids aside; the entries the variables it
+    reads are bound to; and the loop's iteration variable, which the bodies read."""
+    probe = ast.CheckedExpr()
+    probe.expr.CopyFrom(loop.iter_range)
+    for number, node in enumerate(ast.walk(probe.expr), start=1):
+        old_id, node.id = node.id, number
+        if old_id in checked.reference_map:
+            probe.reference_map[number].CopyFrom(checked.reference_map[old_id])
+        if old_id in checked.type_map:
+            probe.type_map[number].CopyFrom(checked.type_map[old_id])
+    uses = sorted(linking.direct_uses(probe))
+    return probe.SerializeToString(deterministic=True), loop.iter_var, tuple(index_of.get(name, -1) for name in uses)
+
+
+class _LoopFusion:
+    """The ``all`` loops of the set's validations over the same range, made one loop (see the module's text)."""
+
+    def __init__(self) -> None:
+        #: Range key -> the loops over it: (policy number, the validation, its policy's variable entries).
+        self._groups: dict[tuple[bytes, str, tuple[int, ...]], list[tuple[int, Any, dict[str, int]]]] = {}
+
+    def offer(self, number: int, checked: Any, index_of: dict[str, int]) -> None:
+        loop = all_loop(checked)
+        if loop is not None:
+            self._groups.setdefault(_range_key(checked, loop, index_of), []).append((number, checked, index_of))
+
+    def fused(self) -> set[int]:
+        """The ids of the validations that are part of a fused loop (written there, not in their policy's)."""
+        return {id(checked) for members in self._groups.values() if len(members) > 1 for _, checked, _ in members}
+
+    def loops(self, ids: Ids, into: Any, applies: Callable[[int], Any | None]) -> list[Any]:
+        """One loop per range that more than one validation iterates; ``applies(policy number)`` is what says the
+        policy's match conditions hold (None: it has none)."""
+        made = []
+        for members in self._groups.values():
+            if len(members) < 2:
+                continue
+            charges, bodies = [], []
+            first = None
+            for number, checked, index_of in members:
+                expr = bound(checked, index_of, ids, into)
+                loop = expr.comprehension_expr
+                first = first if first is not None else expr
+                charges.append(loop.loop_condition.call_expr.args[0])
+                body = loop.loop_step.call_expr.args[1]
+                condition = applies(number)
+                bodies.append(body if condition is None
+                              else _conditional(ids, into, condition, body, bool_constant(ids(), True)))
+            assert first is not None
+            loop = first.comprehension_expr
+            # The first loop's own ``@not_strictly_false(@result)`` and ``@result``, as the checker resolved them.
+            not_false = ast.Expr()
+            not_false.CopyFrom(loop.loop_condition.call_expr.args[1])
+            result = ast.Expr()
+            result.CopyFrom(loop.loop_step.call_expr.args[0])
+            weights = [tick_weight(charge) for charge in charges]
+            if all(weight is not None for weight in weights):
+                # One charge of every body's weight per iteration, checked on the whole as each part would be.
+                charges = [tick(ids, sum(cast(list[int], weights)), ())]
+            condition = conjunction([*charges, not_false], ids, into)
+            step = conjunction([result, conjunction(bodies, ids, into)], ids, into)
+            loop.loop_condition.CopyFrom(condition)
+            loop.loop_step.CopyFrom(step)
+            made.append(first)
+        return made
+
+
 def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
     """The CheckedExpr of the fused program of ``policies`` (see the module's text) and its layout."""
     fused = ast.CheckedExpr()
@@ -182,14 +291,24 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
         for validation in policy.validations:
             makers.setdefault(shared.key(validation, index_of), set()).add(number)
 
-    for policy, (index_of, used) in zip(policies, bindings, strict=True):
+    # Loops over one range, in validations written in place, are one loop.
+    fusion = _LoopFusion()
+    for number, (policy, (index_of, _)) in enumerate(zip(policies, bindings, strict=True)):
+        for validation in policy.validations:
+            if len(makers[shared.key(validation, index_of)]) == 1:
+                fusion.offer(number, validation, index_of)
+    in_loops = fusion.fused()
+    condition_entries: dict[int, list[int]] = {}
+
+    for number, (policy, (index_of, used)) in enumerate(zip(policies, bindings, strict=True)):
 
         def validation_of(checked: Any, index_of: dict[str, int] = index_of, used: set[int] = used) -> Any:
             if len(makers[shared.key(checked, index_of)]) > 1:
                 return index(shared.entry(checked, index_of, used))
             return bound(checked, index_of, ids, fused)
 
-        validations = [validation_of(validation) for validation in policy.validations]
+        validations = [validation_of(validation) for validation in policy.validations
+                       if id(validation) not in in_loops]
         values = []
         for annotation in policy.annotations:
             # A block entry, to be read twice and evaluated once.
@@ -203,7 +322,8 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
             continue
         # Each condition is a block entry, and every one is evaluated before any is read (``evaluated``, a guard),
         # as kube-apiserver's matcher does: an error or the cost of one after a false one counts.
-        positions = [shared.entry(condition, index_of, used) for condition in policy.conditions]
+        positions = condition_entries[number] = [shared.entry(condition, index_of, used)
+                                                 for condition in policy.conditions]
         conditions = [index(position) for position in positions]
         evaluated = call(ids(), "size", list_of(ids(), *(index(position) for position in positions)))
         fused.reference_map[evaluated.id].overload_id.append("size_list")
@@ -225,6 +345,11 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
             fused.reference_map[held.id].overload_id.append("equals")
             annotations.append(_conditional(ids, fused, held, value, bool_constant(ids(), False)))
 
+    def conditions_hold(number: int) -> Any | None:
+        positions = condition_entries.get(number)
+        return None if positions is None else conjunction([index(position) for position in positions], ids, fused)
+
+    guards.extend(fusion.loops(ids, fused, conditions_hold))
     guard = conjunction(guards, ids, fused)
     listed = bool(outcomes or annotations)
     if listed:

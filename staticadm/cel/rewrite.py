@@ -595,7 +595,7 @@ def prepare(checked: Any, *, opaque_types: frozenset[str],
             condition = ast.Expr()
             condition.CopyFrom(comprehension.loop_condition)
             weight = weights[node.id]
-            comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", _tick(ids, weight, owner_args), condition))
+            comprehension.loop_condition.CopyFrom(call(ids(), "_&&_", tick(ids, weight, owner_args), condition))
             if builds_collection(comprehension):
                 _guard_collection_loop(node, ids)
         elif kind == "call_expr":
@@ -887,7 +887,7 @@ def _timestamp_zero_is_go_zero(node: Any, ids: Ids) -> None:
     node.CopyFrom(wrapped)
 
 
-def _tick(ids: Ids, weight: int, owner_args: tuple[int, ...]) -> Any:
+def tick(ids: Ids, weight: int, owner_args: tuple[int, ...]) -> Any:
     """What one loop iteration calls to be charged: functions without arguments where it can (cel-expr-python
     keeps the argument tuple of every call into Python: docs/known-gaps.md), joined with ``&&``."""
     owner = owner_args[0] if owner_args else None
@@ -900,6 +900,31 @@ def _tick(ids: Ids, weight: int, owner_args: tuple[int, ...]) -> Any:
         # Unchecked additions first (always true), so the last call checks the limit on the whole weight.
         tick = call(ids(), "_&&_", call(ids(), cost.tick_ahead_function(owner)), tick)
     return tick
+
+
+def tick_weight(node: Any) -> int | None:
+    """What the charge ``tick`` made for one iteration of the expression's own loop (no variable's) charges, or
+    None when ``node`` is not one."""
+    ahead = 0
+    while (node.WhichOneof("expr_kind") == "call_expr" and node.call_expr.function == "_&&_"
+           and len(node.call_expr.args) == 2 and node.call_expr.args[0].WhichOneof("expr_kind") == "call_expr"
+           and node.call_expr.args[0].call_expr.function == cost.tick_ahead_function()
+           and not node.call_expr.args[0].call_expr.args):
+        ahead += 1
+        node = node.call_expr.args[1]
+    if node.WhichOneof("expr_kind") != "call_expr" or node.call_expr.HasField("target"):
+        return None
+    function, arguments = node.call_expr.function, node.call_expr.args
+    suffix = function[len(cost.TICK_FUNCTION):] if function.startswith(cost.TICK_FUNCTION) else ""
+    if not arguments and suffix.isdigit():
+        rest = int(suffix)
+    elif (function == cost.TICK_FUNCTION and len(arguments) == 1 and not ahead
+          and arguments[0].WhichOneof("expr_kind") == "const_expr"
+          and arguments[0].const_expr.WhichOneof("constant_kind") == "int64_value"):
+        rest = arguments[0].const_expr.int64_value
+    else:
+        return None
+    return ahead * cost.largest_fixed_tick(None) + rest
 
 
 def builds_collection(comprehension: Any) -> bool:

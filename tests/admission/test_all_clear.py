@@ -37,6 +37,8 @@ from staticadm.admission.validating.all_clear import (
     set_program,
 )
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
+from staticadm.cel import ast
+from staticadm.cel.fusion import FusedPolicy, all_loop, fuse
 from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import build_snapshot
 from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
@@ -57,6 +59,9 @@ PASSING = (
     {"expression": "request.operation == 'CREATE' || oldObject != null"},
     {"expression": "true", "messageExpression": "'contains: ' + string(object.metadata.name.contains('w'))"},
     {"expression": MEDIUM},
+    # Loops over the range MEDIUM iterates, with the same iteration variable: one loop in the program.
+    {"expression": "object.spec.items.all(i, i < 1000)"},
+    {"expression": "object.spec.items.all(i, i >= 0 && string(i) != 'x')"},
 )
 TROUBLE = (
     {"expression": "object.spec.replicas <= 5"},
@@ -66,6 +71,8 @@ TROUBLE = (
     {"expression": HEAVY},
     {"expression": "namespaceObject.metadata.labels.env == 'prod'"},
     {"expression": "authorizer.group('apps').resource('deployments').check('create').allowed()"},
+    {"expression": "object.spec.items.all(i, i < 50)"},
+    {"expression": "object.spec.items.all(i, object.spec.nope > i)"},
 )
 CONDITIONS = (
     {"name": "small", "expression": "object.spec.replicas < 100"},
@@ -254,6 +261,38 @@ def test_one_policy_never_shares_an_evaluation_with_itself(tmp_path: Path) -> No
                                                                    share_evaluations=False))
     entry = _set_program(snap)
     assert (entry.answered, entry.misses) == (0, 1)
+
+def test_loops_over_one_range_are_one_loop_under_each_policys_conditions(tmp_path: Path) -> None:
+    # Three policies iterate object.spec.items; the third's conditions are false for this request, and its loop
+    # would not pass: in the one loop its body is not evaluated, so the request is all clear, as evaluating each
+    # binding on its own finds.
+    objects = [policy("a.static.k8s.io", validations=[{"expression": "object.spec.items.all(i, i < 1000)"}]),
+               binding("a.static.k8s.io", "a.static.k8s.io"),
+               policy("b.static.k8s.io", matchConditions=[CONDITIONS[0]],
+                      validations=[{"expression": "object.spec.items.all(i, i >= 0)"}, PASSING[0]]),
+               binding("b.static.k8s.io", "b.static.k8s.io"),
+               policy("c.static.k8s.io", matchConditions=[{"name": "never", "expression": "object.spec.replicas < 0"}],
+                      validations=[{"expression": "object.spec.items.all(i, i < 50)"}]),
+               binding("c.static.k8s.io", "c.static.k8s.io")]
+    snap = snapshot(tmp_path, *objects)
+    entry = None
+    for items, allowed in ((99, True), (1200, False)):
+        request = _request(1, {}, items, "default")
+        outcome = evaluate_validating(snap, NAMESPACES, request)
+        assert outcome.allowed is allowed
+        assert _comparable(outcome) == _comparable(evaluate_validating(snap, NAMESPACES, request,
+                                                                       share_evaluations=False))
+        entry = _set_program(snap)
+    assert entry is not None and (entry.answered, entry.misses) == (1, 1)
+    # One loop in the program over object.spec.items, where the policies wrote three.
+    parts = [FusedPolicy([], [program.prepared for _, program in compiled.match_conditions],
+                         [validation.expression.prepared for validation in compiled.validations], [])
+             for compiled in snap.validating]
+    assert all(all_loop(part.validations[0]) is not None for part in parts)
+    fused, _ = fuse(parts)
+    loops = [node for node in ast.walk(fused.expr) if node.WhichOneof("expr_kind") == "comprehension_expr"
+             and node.comprehension_expr.iter_var == "i"]
+    assert len(loops) == 1
 
 def test_a_set_that_is_never_all_clear_is_tried_only_now_and_then(tmp_path: Path) -> None:
     snap = snapshot(tmp_path, policy(validations=[{"expression": "object.spec.replicas <= 5"}]),
