@@ -298,14 +298,17 @@ def _pruner(trie: Trie) -> Callable[[Any], Any]:
 
     def constant(value: Any) -> str:
         constants.append(value)
-        return f"_k[{len(constants) - 1}]"
+        return f"_k{len(constants) - 1}"
 
     def function(node: Trie) -> str:
         name = f"_p{len(functions)}"
         functions.append(name)
         body: list[str] = []
+        first = len(constants)
         emit(node, "v", body, 1)
-        lines.extend([f"def {name}(v):", *body, "    return v"])
+        # Each key a default argument: read as a local (one instruction), not an item of a global list.
+        keys = "".join(f", _k{number}=_k[{number}]" for number in range(first, len(constants)))
+        lines.extend([f"def {name}(v{keys}):", *body, "    return v"])
         return name
 
     def emit(node: Trie, var: str, out: list[str], depth: int) -> None:
