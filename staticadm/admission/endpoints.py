@@ -24,7 +24,7 @@ from staticadm.admission.vocabulary import EnforcementAction, ErrorType
 from staticadm.snapshot import Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as DecisionRecord: one per decision of every request
 class PolicyCheck:
     """One (policy, binding) evaluation, for metrics and the per-decision log line."""
 

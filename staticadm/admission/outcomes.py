@@ -14,7 +14,9 @@ from staticadm.admission.vocabulary import DecisionSite, EnforcementAction, Erro
 from staticadm.cel import COST_LIMIT_MESSAGE, EvalError
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one per decision of every request (a frozen dataclass pays an object.__setattr__ per field to build);
+# nothing changes one once made.
+@dataclass(slots=True)
 class DecisionRecord:
     """What happened for one decision of one (policy, binding): the explain view and metrics read it."""
 
