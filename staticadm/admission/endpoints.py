@@ -36,7 +36,7 @@ class PolicyCheck:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per request
 class Review:
     #: The whole AdmissionReview to answer with, in the request's apiVersion.
     review: dict[str, Any]

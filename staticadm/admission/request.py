@@ -72,7 +72,9 @@ class UserInfo:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one per request, and a frozen dataclass builds through object.__setattr__, once per field (19);
+# nothing changes a request once parsed.
+@dataclass(slots=True)
 class AdmissionRequest:
     """One admission request as the webhook sees it.
 
@@ -105,12 +107,10 @@ class AdmissionRequest:
     original_sub_resource: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        set_field = object.__setattr__
-        set_field(self, "original_kind", self.request_kind if self.request_kind is not None else self.kind)
-        set_field(self, "original_resource",
-                  self.request_resource if self.request_resource is not None else self.resource)
-        set_field(self, "original_sub_resource",
-                  self.request_sub_resource if self.request_sub_resource is not None else self.sub_resource)
+        self.original_kind = self.request_kind if self.request_kind is not None else self.kind
+        self.original_resource = self.request_resource if self.request_resource is not None else self.resource
+        self.original_sub_resource = (self.request_sub_resource if self.request_sub_resource is not None
+                                      else self.sub_resource)
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,7 +271,7 @@ class EvaluationState:
         return True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)  # not frozen: one or more per request
 class SharedActivation:
     """An engine activation and the Python data it was made from (stepped evaluation needs the data)."""
 

@@ -122,7 +122,7 @@ class MutationStep:
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per request (a frozen dataclass builds through object.__setattr__)
 class MutationOutcome:
     response: Mapping[str, Any]
     allowed: bool

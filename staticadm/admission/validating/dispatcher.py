@@ -75,7 +75,7 @@ from staticadm.model import ValidatingAdmissionPolicyBinding
 from staticadm.snapshot import Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per request (a frozen dataclass builds through object.__setattr__)
 class ValidationOutcome:
     response: Mapping[str, Any]
     allowed: bool
