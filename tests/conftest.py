@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -64,11 +65,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "image, the node install, the benchmark's smoke run); CI runs them")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the temporary root
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: an end-to-end test of several seconds or more; runs only with --slow "
                                        "(CI)")
     config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
                                        "run runs meanwhile")
+    _compiled_code_outside_the_checkout(config)
+
+
+#: PYTHONPYCACHEPREFIX's directory in pytest's per-user temporary root (mode 0700, checked by pytest to be the
+#: user's own), beside the runs' ``pytest-N`` directories, which pytest's clean-up of old runs does not touch.
+PYCACHE_DIRECTORY = "staticadm-pycache"
+
+
+def _compiled_code_outside_the_checkout(config: pytest.Config) -> None:
+    """With PYTHONDONTWRITEBYTECODE set nothing is compiled once: every daemon and command the suite starts (several
+    hundred) compiles each module it imports that has no up-to-date ``__pycache__`` entry, and every xdist worker
+    rewrites and compiles each test module's asserts on each run (about 4 s of CPU a worker). The setting asks that
+    nothing be written into the checkout, so the suite's processes write their compiled code to a cache of their
+    own outside it instead (PYTHONPYCACHEPREFIX), kept from one run to the next; the processes that start later
+    (xdist's workers and everything they start) inherit it. Without the setting nothing changes."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        return
+    prefix = config._tmp_path_factory.getbasetemp().parent / PYCACHE_DIRECTORY  # type: ignore[attr-defined]
+    prefix.mkdir(mode=0o700, exist_ok=True)
+    status = prefix.stat()
+    if status.st_uid != os.getuid() or status.st_mode & 0o022:
+        return  # a --basetemp in a shared directory: no code another user could have written is ever run
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = str(prefix)
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:

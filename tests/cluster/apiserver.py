@@ -567,7 +567,11 @@ class FakeApiServer:
         if hostile is not None:
             return hostile
         if self.sar_delay:
-            await asyncio.sleep(self.sar_delay)
+            # The delay, or less if the stand-in stops meanwhile: its clean-up waits for every handler, and nobody
+            # waits for this answer any more (a test's teardown waited out the rest of a 5 s delay).
+            assert self._closing is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.sar_delay)
         return self._answer("sar", {**review, "status": self.authorize(review.get("spec") or {})}, 201)
 
     # -- server-side apply --------------------------------------------------------------------------

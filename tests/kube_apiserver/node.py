@@ -99,6 +99,10 @@ class ControlPlaneNode:
     def start(self, *extra: str, command: list[str] | None = None, env: dict[str, str] | None = None,
               wait: bool = True) -> None:
         environment = {**self.unit_environment(), **(env or {})}
+        if "PYTHONPYCACHEPREFIX" in os.environ:
+            # The suite's cache of compiled code (tests/conftest.py), read only here: the unit's environment keeps
+            # PYTHONDONTWRITEBYTECODE; without the cache each of the node's processes compiles what it imports.
+            environment.setdefault("PYTHONPYCACHEPREFIX", os.environ["PYTHONPYCACHEPREFIX"])
         if command is None:
             # The checkout's staticadm, as the unit's ExecStart runs the installed one.
             environment["PYTHONPATH"] = str(REPO_ROOT)
