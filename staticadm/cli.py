@@ -336,9 +336,9 @@ def command_certs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stder
 def command_webhook_config(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     import yaml
 
+    from staticadm.defaults import DEFAULT_TIMEOUT_SECONDS
     from staticadm.deploy.registration import installed_client_settings
     from staticadm.deploy.webhooks import (
-        DEFAULT_TIMEOUT_SECONDS,
         WebhookConfigError,
         WebhookSettings,
         read_ca_bundle,
@@ -535,7 +535,7 @@ def _command_name(args: argparse.Namespace) -> str:
 
 def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     """How a plain object becomes the request kube-apiserver would send (review and diff)."""
-    from staticadm.offline.request_builder import DEFAULT_USERNAME
+    from staticadm.defaults import DEFAULT_USERNAME
 
     parser.add_argument("-f", "--filename", dest="filenames", action="append", default=[], metavar="FILE",
                                help="an object or AdmissionReview file, as REQUEST; repeatable")
@@ -578,7 +578,7 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from staticadm.offline.request_builder import DEFAULT_USERNAME
+    from staticadm.defaults import DEFAULT_USERNAME
 
     parser = _OptionsAnywhere(
         prog="staticadm",
@@ -812,7 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="reissue only the serving certificate and key, signed by the existing CA")
     certs_parser.set_defaults(handler=command_certs)
 
-    from staticadm.deploy.webhooks import DEFAULT_TIMEOUT_SECONDS
+    from staticadm.defaults import DEFAULT_TIMEOUT_SECONDS
 
     webhook_parser = commands.add_parser(
         "webhook-config", help="print the kube-apiserver webhook configurations for a manifest directory",

@@ -43,7 +43,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CEL", ("staticadm.cel",)),
     ("support", ("staticadm", "staticadm.build_info", "staticadm.gofmt", "staticadm.json_types", "staticadm.yamljson",
                  "staticadm.yamlresolve", "staticadm.yamltext", "staticadm.bounded", "staticadm.atomicfile",
-                 "staticadm.colour", "staticadm.tables", "staticadm.progress", "staticadm.schemas")),
+                 "staticadm.colour", "staticadm.tables", "staticadm.progress", "staticadm.schemas",
+                 "staticadm.defaults")),
 )
 
 

@@ -36,10 +36,9 @@ from staticadm.admission.request import UserInfo
 from staticadm.cel.libraries.authz import ACTIVE_AUTHORIZER, AuthorizationPending, CheckAttributes, CheckDecision
 from staticadm.cluster.connection import ClusterError, KubeConnection
 from staticadm.cluster.namespaces import ClusterObserver, NoObserver
+from staticadm.defaults import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
 
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-DEFAULT_AUTHORIZED_TTL = 300.0
-DEFAULT_UNAUTHORIZED_TTL = 30.0
 #: Rounds of a request's evaluation at most; a chain of checks each depending on the previous one's
 #: answer deeper than this is answered as an error rather than holding the request.
 MAX_ROUNDS = 8

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from staticadm.admission.request import UserInfo
-from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL, SubjectAccessReviewer
+from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.cluster.connection import KubeConnection
 from staticadm.cluster.namespaces import ClusterObserver, NamespaceInformer
+from staticadm.defaults import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
 
 T = TypeVar("T")
 #: ``review`` has no caller's deadline; each request's checks get this long.

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from staticadm.defaults import DEFAULT_TIMEOUT_SECONDS
 from staticadm.deploy.exclusions import BY_NAME, pair_reaches
 from staticadm.deploy.webhooks import (
-    DEFAULT_TIMEOUT_SECONDS,
     MUTATING_WEBHOOK,
     VALIDATING_WEBHOOK,
     Requirement,

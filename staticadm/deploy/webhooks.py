@@ -31,6 +31,7 @@ from typing import Any
 
 from cryptography import x509
 
+from staticadm.defaults import DEFAULT_TIMEOUT_SECONDS
 from staticadm.deploy.exclusions import (
     ANY_NAMESPACE,
     CLUSTER_SCOPED,
@@ -55,7 +56,6 @@ VALIDATING_WEBHOOK = "validate.staticadm.io"
 MUTATING_WEBHOOK = "mutate.staticadm.io"
 REGISTRATIONS = ("static", "api")
 FAILURE_POLICIES = ("Fail", "Ignore")
-DEFAULT_TIMEOUT_SECONDS = 10
 #: Lets an operator (and ``kubectl get -o yaml``) tell which manifest directory a configuration was made for.
 HASH_ANNOTATION = "staticadm.io/manifests-hash"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm.admission.request import OPERATIONS
+from staticadm.defaults import DEFAULT_USERNAME
 from staticadm.kinds import TypedObjectError, as_admitted
 from staticadm.kinds.resources import BUILTIN_RESOURCES
 from staticadm.yamljson import copy_json
@@ -35,9 +36,6 @@ _VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d+)?")
 _OPTIONS_KINDS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 
 
-#: The user of a request built for a plain object unless told otherwise (``--user``, a PolicyTest case's
-#: ``user``): a name no policy singles out, in no group but the one every authenticated user is in.
-DEFAULT_USERNAME = "admin"
 ALL_AUTHENTICATED = "system:authenticated"
 ALL_UNAUTHENTICATED = "system:unauthenticated"
 ANONYMOUS = "system:anonymous"

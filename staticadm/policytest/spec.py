@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from staticadm.defaults import DEFAULT_USERNAME
 from staticadm.manifests.files import document_files_under
 from staticadm.offline.audit_log import WRITE_VERBS, AuditFilters, AuditLogError, parse_timestamp, read_audit_log
 from staticadm.offline.object_lists import ListedObject, ObjectListError, expand_lists
-from staticadm.offline.request_builder import DEFAULT_USERNAME
 from staticadm.yamljson import ParseError, parse_yaml_stream
 
 API_VERSION = "staticadm.io/v1alpha1"

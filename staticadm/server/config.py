@@ -13,9 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from staticadm.cluster.authorizer import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
+from staticadm.defaults import DEFAULT_AUTHORIZED_TTL, DEFAULT_UNAUTHORIZED_TTL
 from staticadm.server.event_loop import DEFAULT_EVENT_LOOP, EVENT_LOOPS
-from staticadm.yamljson import ParseError, parse_yaml
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 DEFAULT_SOCKET_MODE = 0o660
@@ -222,6 +221,9 @@ def resolve(args: argparse.Namespace) -> ServeConfig:
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
+    # Imported here: every command builds its parser with add_serve_arguments, and only --config reads YAML.
+    from staticadm.yamljson import ParseError, parse_yaml
+
     try:
         document = parse_yaml(path.read_text(encoding="utf-8"))
     except OSError as error:

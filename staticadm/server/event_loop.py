@@ -9,9 +9,13 @@ one (``asyncio``, the default), ``auto`` uvloop when it can be imported, else as
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+# asyncio is imported where a loop runs: the command line reads EVENT_LOOPS to build its parser, and every
+# command but serve would pay for asyncio's import without using it.
+if TYPE_CHECKING:
+    import asyncio
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 #: asyncio's own: in quiet back-to-back bench pairs uvloop did not lower the CPU of a request the daemon has not
@@ -55,10 +59,14 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run(main: Coroutine[Any, Any, _T], choice: str) -> _T:
     """``asyncio.run(main)`` on the loop ``choice`` names."""
+    import asyncio
+
     with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
         return runner.run(main)
 
 
 def running_uvloop() -> bool:
     """Whether the running loop is uvloop's (its transports take only uvloop's own SSL protocol)."""
+    import asyncio
+
     return type(asyncio.get_running_loop()).__module__.startswith("uvloop")
