@@ -29,8 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography import x509
-
 from staticadm.defaults import DEFAULT_TIMEOUT_SECONDS
 from staticadm.deploy.exclusions import (
     ANY_NAMESPACE,
@@ -111,6 +109,10 @@ def check_base_url(url: str) -> str:
 
 def read_ca_bundle(data: bytes, source: str) -> bytes:
     """PEM certificates checked to parse, so a wrong file fails here rather than in every TLS handshake."""
+    # Imported here: `check` and the daemon's analyses read this module's rules and never a CA file, and
+    # cryptography's x509 costs them more than the rest of the module.
+    from cryptography import x509
+
     try:
         certificates = x509.load_pem_x509_certificates(data)
     except ValueError as error:
