@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import strategies as st
 
-from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces
+from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespaces, parse_namespaces
 from staticadm.admission.request import AdmissionRequest, parse_admission_review
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.manifests.loader import load_manifest_directory
@@ -16,6 +17,23 @@ from staticadm.snapshot import Snapshot, build_snapshot
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 
+
+
+#: Object and namespace selectors that generated policy sets draw from (None: no selector).
+SELECTORS = (None, {"matchLabels": {"app": "web"}}, {"matchExpressions": [{"key": "app", "operator": "NotIn",
+                                                                          "values": ["db"]}]})
+NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}}, {"matchExpressions": [{"key": "env",
+                                                                                      "operator": "Exists"}]})
+#: The namespaces those selectors are matched against: one labelled env=prod, one without env.
+MATCHING_NAMESPACES = parse_namespaces("""
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: staging, labels: {team: a}}
+""")
 
 def policy(name: str = "p.static.k8s.io", **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -103,3 +121,27 @@ def cel_error(expression: str, variables: dict[str, Any] | None = None) -> str:
     outcome = evaluate_standalone(expression, {"object": copy.deepcopy(DEPLOYMENT), **(variables or {})})
     assert isinstance(outcome, EvalError), outcome
     return outcome.message
+
+
+#: What a request matching reads can differ by: its name (resourceNames), namespace (selectors, known or not), the
+#: object's labels and, for an UPDATE, the old object's (None: a CREATE); ``shaped_request`` builds it.
+MATCHING_SHAPES = st.fixed_dictionaries({
+    "name": st.sampled_from(("web", "db")),
+    "namespace": st.sampled_from(("default", "staging", "unknown")),
+    "labels": st.sampled_from(({"app": "web"}, {"app": "db"}, {})),
+    "old_labels": st.sampled_from((None, {"app": "web"}, {"app": "db"})),
+    "replicas": st.sampled_from((1, 7)),
+})
+
+
+def shaped_request(shape: dict[str, Any]) -> AdmissionRequest:
+    """A Deployment CREATE (or UPDATE, with ``old_labels``) of the ``MATCHING_SHAPES`` drawn."""
+    obj = copy.deepcopy(DEPLOYMENT)
+    obj["metadata"].update(name=shape["name"], namespace=shape["namespace"], labels=shape["labels"])
+    obj["spec"].update(replicas=shape["replicas"], items=[1, 2])
+    old = None
+    if shape["old_labels"] is not None:
+        old = copy.deepcopy(obj)
+        old["metadata"]["labels"] = shape["old_labels"]
+    return parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE", name=shape["name"],
+                         namespace=shape["namespace"]))

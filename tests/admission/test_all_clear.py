@@ -41,7 +41,19 @@ from staticadm.cel import ast
 from staticadm.cel.fusion import FusedPolicy, all_loop, fuse
 from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import build_snapshot
-from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
+from tests.admission.helpers import (
+    DEPLOYMENT,
+    MATCHING_NAMESPACES,
+    MATCHING_SHAPES,
+    NAMESPACE_SELECTORS,
+    SELECTORS,
+    binding,
+    parsed,
+    policy,
+    review,
+    shaped_request,
+    snapshot,
+)
 
 #: About 750,000 each with the large text (50,000 x 1,500 / 100): under the per-expression limit alone, over it
 #: in pairs.
@@ -304,21 +316,6 @@ def test_a_set_that_is_never_all_clear_is_tried_only_now_and_then(tmp_path: Path
     assert entry.misses == MISS_STREAK + 2 and entry.passed_over == 2 * RETRY_EVERY
 
 
-SELECTORS = (None, {"matchLabels": {"app": "web"}}, {"matchExpressions": [{"key": "app", "operator": "NotIn",
-                                                                          "values": ["db"]}]})
-NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}}, {"matchExpressions": [{"key": "env",
-                                                                                      "operator": "Exists"}]})
-MATCHING_NAMESPACES = parse_namespaces("""
-apiVersion: v1
-kind: Namespace
-metadata: {name: default, labels: {env: prod}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: staging, labels: {team: a}}
-""")
-
-
 @st.composite
 def matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = []
@@ -348,17 +345,8 @@ def matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-requests = st.fixed_dictionaries({
-    "name": st.sampled_from(("web", "db")),
-    "namespace": st.sampled_from(("default", "staging", "unknown")),
-    "labels": st.sampled_from(({"app": "web"}, {"app": "db"}, {})),
-    "old_labels": st.sampled_from((None, {"app": "web"}, {"app": "db"})),
-    "replicas": st.sampled_from((1, 7)),
-})
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(objects=matching_sets(), shapes=st.lists(requests, min_size=2, max_size=12))
+@given(objects=matching_sets(), shapes=st.lists(MATCHING_SHAPES, min_size=2, max_size=12))
 def test_remembered_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
                                                               shapes: list[dict[str, Any]]) -> None:
     # One snapshot answers every request in turn, so each is matched through what the earlier ones left
@@ -366,15 +354,7 @@ def test_remembered_matching_decides_as_matching_each_request(objects: list[dict
     with tempfile.TemporaryDirectory() as directory:
         snap = snapshot(Path(directory), *objects)
     for shape in shapes:
-        obj = copy.deepcopy(DEPLOYMENT)
-        obj["metadata"].update(name=shape["name"], namespace=shape["namespace"], labels=shape["labels"])
-        obj["spec"].update(replicas=shape["replicas"], items=[1, 2])
-        old = None
-        if shape["old_labels"] is not None:
-            old = copy.deepcopy(obj)
-            old["metadata"]["labels"] = shape["old_labels"]
-        request = parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE", name=shape["name"],
-                                namespace=shape["namespace"]))
+        request = shaped_request(shape)
         remembered = evaluate_validating(snap, MATCHING_NAMESPACES, request)
         straightforward = evaluate_validating(snap, MATCHING_NAMESPACES, request, share_evaluations=False)
         event("denied" if not remembered.allowed else "allowed")

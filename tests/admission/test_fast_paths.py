@@ -32,13 +32,25 @@ from hypothesis import strategies as st
 from staticadm.admission.cel.activation import RequestActivations, request_data, same_json
 from staticadm.admission.matching.plan import RequestMatch
 from staticadm.admission.mutating.dispatcher import MutationOutcome, evaluate_mutating
-from staticadm.admission.namespaces import RequestOnlyNamespaces, parse_namespaces
+from staticadm.admission.namespaces import RequestOnlyNamespaces
 from staticadm.admission.request import GroupVersionKind
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
 from staticadm.cel.evaluation import EvalError
 from staticadm.cel.reads import Reads
-from tests.admission.helpers import DEPLOYMENT, binding, parsed, policy, review, snapshot
+from tests.admission.helpers import (
+    DEPLOYMENT,
+    MATCHING_NAMESPACES,
+    MATCHING_SHAPES,
+    NAMESPACE_SELECTORS,
+    SELECTORS,
+    binding,
+    parsed,
+    policy,
+    review,
+    shaped_request,
+    snapshot,
+)
 
 VALIDATIONS = (
     {"expression": "object.spec.replicas <= 5"},
@@ -599,21 +611,6 @@ def test_request_fields_are_made_only_as_read(source: str) -> None:
                 resource, kind) == pruned
 
 
-MATCHING_SELECTORS = (None, {"matchLabels": {"app": "web"}},
-                      {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["db"]}]})
-MATCHING_NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}},
-                                {"matchExpressions": [{"key": "env", "operator": "Exists"}]})
-MUTATING_MATCH_NAMESPACES = parse_namespaces("""
-apiVersion: v1
-kind: Namespace
-metadata: {name: default, labels: {env: prod}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: staging, labels: {team: a}}
-""")
-
-
 @st.composite
 def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     """MutatingAdmissionPolicies whose matching reads every part of a request plans can: operations, resource
@@ -628,8 +625,8 @@ def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.booleans()):
             rule["resourceNames"] = ["web"]
         constraints: dict[str, Any] = {"resourceRules": [rule], "matchPolicy": "Equivalent"}
-        for key, choices in (("objectSelector", MATCHING_SELECTORS),
-                             ("namespaceSelector", MATCHING_NAMESPACE_SELECTORS)):
+        for key, choices in (("objectSelector", SELECTORS),
+                             ("namespaceSelector", NAMESPACE_SELECTORS)):
             selector = draw(st.sampled_from(choices))
             if selector is not None:
                 constraints[key] = selector
@@ -639,8 +636,8 @@ def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
                         "metadata": {"name": name}, "spec": spec})
         for number in range(draw(st.integers(1, 2))):
             binding_spec: dict[str, Any] = {"policyName": name}
-            selector = draw(st.sampled_from(MATCHING_SELECTORS))
-            namespace_selector = draw(st.sampled_from(MATCHING_NAMESPACE_SELECTORS))
+            selector = draw(st.sampled_from(SELECTORS))
+            namespace_selector = draw(st.sampled_from(NAMESPACE_SELECTORS))
             if selector is not None or namespace_selector is not None:
                 chosen = (("objectSelector", selector), ("namespaceSelector", namespace_selector))
                 binding_spec["matchResources"] = {key: value for key, value in chosen if value is not None}
@@ -649,16 +646,8 @@ def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-mutating_request_shapes = st.fixed_dictionaries({
-    "name": st.sampled_from(("web", "db")),
-    "namespace": st.sampled_from(("default", "staging", "unknown")),
-    "labels": st.sampled_from(({"app": "web"}, {"app": "db"}, {})),
-    "update": st.booleans(),
-})
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(objects=mutating_matching_sets(), shapes=st.lists(mutating_request_shapes, min_size=2, max_size=10))
+@given(objects=mutating_matching_sets(), shapes=st.lists(MATCHING_SHAPES, min_size=2, max_size=10))
 def test_remembered_mutating_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
                                                                        shapes: list[dict[str, Any]]) -> None:
     # One snapshot answers every request in turn, so each is matched through what the earlier ones left remembered
@@ -666,13 +655,9 @@ def test_remembered_mutating_matching_decides_as_matching_each_request(objects: 
     with tempfile.TemporaryDirectory() as directory:
         snap = snapshot(Path(directory), *objects)
     for shape in shapes:
-        obj = copy.deepcopy(DEPLOYMENT)
-        obj["metadata"].update(name=shape["name"], namespace=shape["namespace"], labels=shape["labels"])
-        old = copy.deepcopy(obj) if shape["update"] else None
-        request = parsed(review(obj=obj, old=old, operation="UPDATE" if old else "CREATE", name=shape["name"],
-                                namespace=shape["namespace"]))
-        remembered = evaluate_mutating(snap, MUTATING_MATCH_NAMESPACES, request)
-        plain = evaluate_mutating(snap, MUTATING_MATCH_NAMESPACES, request, share_evaluations=False,
+        request = shaped_request(shape)
+        remembered = evaluate_mutating(snap, MATCHING_NAMESPACES, request)
+        plain = evaluate_mutating(snap, MATCHING_NAMESPACES, request, share_evaluations=False,
                                   prune_objects=False)
         event("denied" if not remembered.allowed else "mutated" if remembered.patch else "unchanged")
         event("configuration error" if any(r.message.startswith("failed to configure")
