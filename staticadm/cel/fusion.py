@@ -71,11 +71,11 @@ class FusedLayout:
     conditional: int
 
 
-def renumbered(checked: Any, ids: Ids, into: Any) -> Any:
-    """A copy of ``checked``'s expression with fresh ids from ``ids``, its types and references copied into the
-    CheckedExpr ``into`` (ids must be unique in one program)."""
+def renumbered(checked: Any, ids: Ids, into: Any, expr: Any = None) -> Any:
+    """A copy of ``checked``'s expression (or of ``expr``, a part of it) with fresh ids from ``ids``, its types and
+    references copied into the CheckedExpr ``into`` (ids must be unique in one program)."""
     part = ast.Expr()
-    part.CopyFrom(checked.expr)
+    part.CopyFrom(checked.expr if expr is None else expr)
     for node in ast.walk(part):
         old_id, node.id = node.id, ids()
         if old_id in checked.reference_map:
@@ -196,13 +196,7 @@ def _range_key(checked: Any, loop: Any, index_of: dict[str, int]) -> tuple[bytes
     """What makes two loops' ranges the same list: the range's checked form, ids aside; the entries the variables it
     reads are bound to; and the loop's iteration variable, which the bodies read."""
     probe = ast.CheckedExpr()
-    probe.expr.CopyFrom(loop.iter_range)
-    for number, node in enumerate(ast.walk(probe.expr), start=1):
-        old_id, node.id = node.id, number
-        if old_id in checked.reference_map:
-            probe.reference_map[number].CopyFrom(checked.reference_map[old_id])
-        if old_id in checked.type_map:
-            probe.type_map[number].CopyFrom(checked.type_map[old_id])
+    probe.expr.CopyFrom(renumbered(checked, Ids(0), probe, loop.iter_range))
     uses = sorted(linking.direct_uses(probe))
     return probe.SerializeToString(deterministic=True), loop.iter_var, tuple(index_of.get(name, -1) for name in uses)
 
@@ -211,17 +205,22 @@ class _LoopFusion:
     """The ``all`` loops of the set's validations over the same range, made one loop (see the module's text)."""
 
     def __init__(self) -> None:
-        #: Range key -> the loops over it: (policy number, the validation, its policy's variable entries).
-        self._groups: dict[tuple[bytes, str, tuple[int, ...]], list[tuple[int, Any, dict[str, int]]]] = {}
+        #: Range key -> the loops over it: (policy number, the validation's position in the policy, the validation,
+        #: its policy's variable entries).
+        self._groups: dict[tuple[bytes, str, tuple[int, ...]], list[tuple[int, int, Any, dict[str, int]]]] = {}
 
-    def offer(self, number: int, checked: Any, index_of: dict[str, int]) -> None:
+    def offer(self, number: int, position: int, checked: Any, index_of: dict[str, int]) -> None:
         loop = all_loop(checked)
         if loop is not None:
-            self._groups.setdefault(_range_key(checked, loop, index_of), []).append((number, checked, index_of))
+            self._groups.setdefault(_range_key(checked, loop, index_of), []).append(
+                (number, position, checked, index_of))
 
-    def fused(self) -> set[int]:
-        """The ids of the validations that are part of a fused loop (written there, not in their policy's)."""
-        return {id(checked) for members in self._groups.values() if len(members) > 1 for _, checked, _ in members}
+    def fused(self) -> set[tuple[int, int]]:
+        """(policy number, position) of the validations that are part of a fused loop (written there, not in their
+        policy's). By position, not by the expression object: one object may serve policies whose loops are not all
+        fused."""
+        return {(number, position) for members in self._groups.values() if len(members) > 1
+                for number, position, _, _ in members}
 
     def loops(self, ids: Ids, into: Any, applies: Callable[[int], Any | None]) -> list[Any]:
         """One loop per range that more than one validation iterates; ``applies(policy number)`` is what says the
@@ -232,7 +231,7 @@ class _LoopFusion:
                 continue
             charges, bodies = [], []
             first = None
-            for number, checked, index_of in members:
+            for number, _, checked, index_of in members:
                 expr = bound(checked, index_of, ids, into)
                 loop = expr.comprehension_expr
                 first = first if first is not None else expr
@@ -294,9 +293,9 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
     # Loops over one range, in validations written in place, are one loop.
     fusion = _LoopFusion()
     for number, (policy, (index_of, _)) in enumerate(zip(policies, bindings, strict=True)):
-        for validation in policy.validations:
+        for position, validation in enumerate(policy.validations):
             if len(makers[shared.key(validation, index_of)]) == 1:
-                fusion.offer(number, validation, index_of)
+                fusion.offer(number, position, validation, index_of)
     in_loops = fusion.fused()
     condition_entries: dict[int, list[int]] = {}
 
@@ -307,8 +306,8 @@ def fuse(policies: Sequence[FusedPolicy]) -> tuple[Any, FusedLayout]:
                 return index(shared.entry(checked, index_of, used))
             return bound(checked, index_of, ids, fused)
 
-        validations = [validation_of(validation) for validation in policy.validations
-                       if id(validation) not in in_loops]
+        validations = [validation_of(validation) for position, validation in enumerate(policy.validations)
+                       if (number, position) not in in_loops]
         values = []
         for annotation in policy.annotations:
             # A block entry, to be read twice and evaluated once.
