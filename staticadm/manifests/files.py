@@ -60,6 +60,9 @@ class DirectoryContents:
     #: atomic writers' temporary files) left out: kube-apiserver skips them without a word, check and the
     #: daemon say so.
     skipped: tuple[str, ...] = ()
+    #: Manifest files listed with no bytes: skipped as kube-apiserver skips them, yet judged like the others for
+    #: who may write them (an empty file anyone may write is one anyone may fill, or one that anyone emptied).
+    empty_files: tuple[ManifestFile, ...] = ()
 
 
 def go_ext(name: str) -> str:
@@ -121,6 +124,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     listing: list[tuple[str, int]] = []
     changing: list[str] = []
     skipped: list[str] = []
+    empty: list[ManifestFile] = []
     for name, is_dir in entries:
         if is_dir:
             continue
@@ -140,10 +144,9 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
         listing.append((name, file.stamp[3]))
         if changed:
             changing.append(name)
-        if file.data:
-            files.append(file)
+        (files if file.data else empty).append(file)
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors),
-                             tuple(listing), tuple(changing), read_at, tuple(skipped))
+                             tuple(listing), tuple(changing), read_at, tuple(skipped), tuple(empty))
 
 
 def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
@@ -151,13 +154,15 @@ def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
     test files naming single manifests); the directory mode is not judged."""
     errors: list[ManifestError] = []
     files: list[ManifestFile] = []
+    empty: list[ManifestFile] = []
     for path in paths:
         read = _read_file(path, max_file_bytes)
         if isinstance(read, ManifestError):
             errors.append(read)
-        elif read[0].data:
-            files.append(read[0])
-    return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors))
+        else:
+            (files if read[0].data else empty).append(read[0])
+    return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors),
+                             empty_files=tuple(empty))
 
 
 def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[str, int]]:
@@ -165,12 +170,14 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
 
     Such a path lets anyone on the host change admission policy; the daemon refuses to load it unless
     told otherwise (``--allow-world-writable-manifests``). Files are judged by the mode of what their
-    symlink resolves to, since that is what is read.
+    symlink resolves to, since that is what is read. Empty files are judged too: were they not, any local user
+    could empty a world-writable manifest and the daemon would load the directory without its policies.
     """
     found: list[tuple[str, int]] = []
     if contents.directory_mode is not None and contents.directory_mode & stat.S_IWOTH:
         found.append((directory, stat.S_IMODE(contents.directory_mode)))
-    found.extend((f.path, stat.S_IMODE(f.mode)) for f in contents.files if f.mode & stat.S_IWOTH)
+    found.extend((f.path, stat.S_IMODE(f.mode)) for f in sorted((*contents.files, *contents.empty_files),
+                                                               key=lambda f: f.path) if f.mode & stat.S_IWOTH)
     return found
 
 

@@ -195,6 +195,9 @@ class _Load:
             self.warnings.append(ManifestError(self.directory, "directory is world-writable"))
         for manifest_file in contents.files:
             self._file(manifest_file)
+        # Empty files hold nothing to load, but anyone may fill one that anyone may write.
+        self.warnings.extend(ManifestError(empty.path, "file is world-writable")
+                             for empty in contents.empty_files if empty.mode & stat.S_IWOTH)
         self._check_references()
         self.compiler.forget_previous()
 

@@ -65,6 +65,17 @@ def test_a_world_writable_file_given_with_f_fails_too(tmp_path: Path) -> None:
     assert code == 1 and f"manifest file '{manifest}' is world-writable (mode 0666)" in out
 
 
+def test_an_empty_world_writable_file_fails_as_the_daemon_refuses_it(tmp_path: Path) -> None:
+    directory, _ = _directory(tmp_path)
+    empty = directory / "later.yaml"
+    empty.touch()
+    empty.chmod(0o666)
+    code, out = _check(str(directory))
+    assert code == 1 and f"manifest file '{empty}' is world-writable (mode 0666)" in out, out
+    code, out = _check(str(directory), "--allow-world-writable-manifests")
+    assert code == 0 and f"warning: {empty}: file is world-writable" in out, out
+
+
 def test_allowed_as_the_daemon_allows_it_the_check_passes_with_a_warning(tmp_path: Path) -> None:
     directory, manifest = _directory(tmp_path)
     manifest.chmod(0o666)

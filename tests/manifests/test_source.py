@@ -116,6 +116,24 @@ def test_a_world_writable_file_is_refused_unless_allowed(tmp_path: Path) -> None
     assert allowed.status is ReloadStatus.SUCCESS
 
 
+def test_a_world_writable_file_emptied_is_refused_and_the_last_good_kept(tmp_path: Path) -> None:
+    # An empty file is skipped, as kube-apiserver skips it, but who may write it still counts: a world-writable
+    # manifest that any local user empties must not load the directory without its policies.
+    path = tmp_path / "a.yaml"
+    path.write_text(_policy("a") + "---\n" + _binding("a"))
+    source = _source(tmp_path)
+    good = source.reload("startup")
+    assert good.status is ReloadStatus.SUCCESS
+    os.chmod(path, 0o666)
+    os.truncate(path, 0)
+    emptied = source.reload("watch")
+    assert emptied.status is ReloadStatus.FAILURE, emptied
+    assert [error.path for error in emptied.errors] == [str(path)]
+    assert "is world-writable (mode 0666)" in str(emptied.errors[0])
+    assert emptied.served is good.served
+    assert [p.name for p in emptied.served.snapshot.validating] == ["a.static.k8s.io"]  # type: ignore[union-attr]
+
+
 def test_a_binding_dropped_while_its_policy_stays_is_part_of_the_result(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(_policy("a"))
     (tmp_path / "a-binding.yaml").write_text(_binding("a"))

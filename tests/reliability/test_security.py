@@ -177,6 +177,22 @@ def test_directory_or_file_becoming_world_writable_keeps_the_last_good(make_daem
         assert wait_for(lambda: "v1: pods labelled" in (denied_message(daemon) or ""))
 
 
+def test_a_world_writable_manifest_emptied_by_another_user_keeps_its_policies(make_daemon: DaemonFactory) -> None:
+    """Once a manifest is world-writable, any local user may empty it. Empty files hold nothing to load, but the
+    daemon must still refuse the directory, not serve it without the emptied file's policies."""
+    daemon = make_daemon()
+    manifest = daemon.manifests / "deny.yaml"
+    before = daemon.metric(RELOADS, {"status": "failure"})
+    manifest.chmod(0o666)
+    assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before)
+    os.truncate(manifest, 0)
+    assert daemon.process is not None
+    daemon.process.send_signal(1)
+    assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before + 1)
+    assert "v1: pods labelled" in (denied_message(daemon) or "")
+    assert f"manifest file '{manifest}' is world-writable (mode 0666)" in daemon.log()
+
+
 def test_a_chmod_is_seen_without_a_signal_or_the_poll(make_daemon: DaemonFactory) -> None:
     """The harness polls once an hour: a chmod of the directory or of a manifest (inotify IN_ATTRIB) alone must
     refuse the world-writable path, and the chmod back must serve again, within seconds."""
