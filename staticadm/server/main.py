@@ -664,23 +664,33 @@ class _Daemon:
         await runner.setup()
         # Who each descriptor is, taken before any loop serves it: a descriptor closed later may be reused.
         watched = self._watched_metrics_listener(metrics_listener)
-        for listener, tls in listeners:
-            # asyncio accepts up to ``backlog`` connections each time a listener is ready. A worker sharing
-            # the listener takes one and goes back to its loop, so that connections opened together (a
-            # client's keep-alive pool, which then stays where it landed) spread over the workers instead
-            # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
-            # uvloop has no such bound (libuv accepts until the queue is empty, yielding between accepts in a
-            # worker: worker_process) and hands the backlog to listen() itself, past SharedListeningSocket: the
-            # supervisor's length is given then, never 1, which would shorten the queue every worker shares.
-            single = self.link is not None and not running_uvloop()
-            guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
-                                           ssl_context=self.tls.context if tls and self.tls else None,
-                                           refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
-                                           backlog=1 if single else ACCEPT_BACKLOG)
-            watched.append(WatchedListener.of(listener.kind, listener.description, listener.sock,
-                                              guarded_site.server))
-            await guarded_site.start()
-            self.log.info("listening", address=listener.description)
+
+        async def open_sites() -> None:
+            for listener, tls in listeners:
+                # asyncio accepts up to ``backlog`` connections each time a listener is ready. A worker sharing
+                # the listener takes one and goes back to its loop, so that connections opened together (a
+                # client's keep-alive pool, which then stays where it landed) spread over the workers instead
+                # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
+                # uvloop has no such bound (libuv accepts until the queue is empty, yielding between accepts in a
+                # worker: worker_process) and hands the backlog to listen() itself, past SharedListeningSocket: the
+                # supervisor's length is given then, never 1, which would shorten the queue every worker shares.
+                single = self.link is not None and not running_uvloop()
+                guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
+                                               ssl_context=self.tls.context if tls and self.tls else None,
+                                               refused=self.tls.refusals.refuse if self.tls else lambda _r, _d: None,
+                                               backlog=1 if single else ACCEPT_BACKLOG)
+                watched.append(WatchedListener.of(listener.kind, listener.description, listener.sock,
+                                                  guarded_site.server))
+                await guarded_site.start()
+                self.log.info("listening", address=listener.description)
+
+        # A worker started while its siblings serve (a replacement) accepts nothing before its first snapshot:
+        # connections meanwhile go to the siblings, so no request waits on its load and no probe it would
+        # answer 503 sees the daemon unready. A process that is the only one serving accepts at once: requests
+        # wait for the first load within their own deadlines, and /livez answers while it runs.
+        joining = self.link is not None and self.link.spec.accept_after_first_load
+        if not joining:
+            await open_sites()
         self.log.info("connection limits", max_connections=guard.max_connections, open_file_limit=soft_limit,
                       header_timeout=guard.header_timeout, idle_timeout=guard.idle_timeout)
 
@@ -714,7 +724,8 @@ class _Daemon:
             background.append(supervised("systemd-watchdog", self.notifier.watchdog_loop))
             background.append(supervised("connection-sweeper", guard.run))
             await self._start_metrics_listener(metrics_listener, supervised, background)
-            background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
+            if not joining:
+                background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
             if cluster is not None:
                 background.append(supervised("namespace-informer", cluster.namespaces.run))
             if self.shadow_watcher is not None:
@@ -752,6 +763,9 @@ class _Daemon:
                 background.append(supervised("memory-allowance", lambda: link.watch_memory(
                     self.config.worker_memory_growth << 20, self.log)))
             state.first_load_done.set()
+            if joining:
+                await open_sites()
+                background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
             # What the first load made is there to stay: out of the collector's walks from now on.
             self.heap.settle()
             background.append(supervised("heap-freezer", self.heap.keep_survivors_frozen))

@@ -202,6 +202,9 @@ class WorkerSpec:
     #: (file descriptor, "unix" or "https", description) of each inherited listener.
     listeners: tuple[tuple[int, str, str], ...]
     control_fd: int
+    #: Other workers serve already (this one replaces a worker): accept connections only once the first
+    #: snapshot is served.
+    accept_after_first_load: bool = False
 
     def encode(self) -> str:
         return base64.b64encode(pickle.dumps(self)).decode("ascii")
@@ -363,6 +366,8 @@ class _Worker:
     reader: asyncio.StreamReader
     started: float
     served_hash: str | None = None
+    #: It has served a snapshot: connections it accepts get answers, not a wait for a load.
+    has_served: bool = False
     restarts: int = 0
     #: Its request to be replaced for its memory, once made.
     recycling: Recycling | None = None
@@ -417,9 +422,11 @@ class WorkerPool:
     async def _spawn(self, index: int, restarts: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = [listener.sock.fileno() for listener, _ in self.listeners]
+        siblings_serve = any(worker.has_served and worker.process.returncode is None
+                             for worker in (*self.workers.values(), *self.retiring))
         spec = WorkerSpec(index, self.config, tuple(
             (listener.sock.fileno(), "https" if tls else "unix", listener.description)
-            for listener, tls in self.listeners), theirs.fileno())
+            for listener, tls in self.listeners), theirs.fileno(), accept_after_first_load=siblings_serve)
         env = {key: value for key, value in os.environ.items()
                if key not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS",
                               "LISTEN_FDNAMES")}
@@ -474,6 +481,7 @@ class WorkerPool:
             worker.last_heard = time.monotonic()
             if isinstance(message, Serving):
                 worker.served_hash = message.content_hash
+                worker.has_served = worker.has_served or bool(message.content_hash)
                 self.on_serving()
             elif isinstance(message, Recycling):
                 worker.recycling = message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -10,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,6 +106,51 @@ def test_a_dead_worker_is_replaced_while_the_others_serve(make_daemon: DaemonFac
     assert failures <= 2
     assert daemon.metric("staticadm_worker_restarts_total") == 1
     assert "worker died; replacing it" in daemon.log() and "killed by SIGSEGV" in daemon.log()
+
+
+def test_a_replacement_worker_accepts_connections_only_once_it_serves(make_daemon: DaemonFactory) -> None:
+    """A worker started while its siblings serve takes no connection before its first snapshot: a probe never
+    meets one still loading (503, manifests-loaded failed), nor does a review wait on its load."""
+    daemon = make_daemon(args=["--workers", "2"], start=False)
+    # Enough policies that a load takes a while, so that a replacement accepting early would be met.
+    for index in range(60):
+        (daemon.manifests / f"extra-{index:02d}.yaml").write_text(
+            policy_yaml(f"extra {index}", name=f"extra-{index:02d}", label=f"extra-{index}"))
+    daemon.start()
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=60), daemon.log()
+    serving = _all_serving(daemon, 2)
+    assert serving is not None
+    victim = next(iter(serving))
+    replaced = threading.Event()
+
+    def probe() -> tuple[list[int], int]:
+        answers: list[int] = []
+        failures = 0
+        while not replaced.is_set():
+            try:
+                answers.append(daemon.get("/readyz?verbose").status)
+            except OSError:
+                failures += 1  # a connection the killed worker had accepted
+        return answers, failures
+
+    with ThreadPoolExecutor(1) as pool:
+        probing = pool.submit(probe)
+        os.kill(victim, signal.SIGKILL)
+        try:
+            assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and victim not in now, timeout=60), \
+                daemon.log()
+        finally:
+            replaced.set()
+        answers, failures = probing.result()
+    assert len(answers) > 20 and set(answers) == {200}, (collections.Counter(answers), daemon.log())
+    assert failures <= 2
+    # The replacement (in the dead worker's slot) opens its listeners after its first load, which it does not
+    # log; "connection limits" is logged before that load.
+    lines = [orjson.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    died = max(number for number, line in enumerate(lines) if line.get("msg") == "worker died; replacing it")
+    slot = lines[died]["worker"]
+    said = [line.get("msg") for line in lines[died:] if line.get("worker") == slot]
+    assert said.index("connection limits") < said.index("listening"), said
 
 
 def test_a_reload_reaches_every_worker_with_one_hash(make_daemon: DaemonFactory, tmp_path: Path,
