@@ -442,48 +442,64 @@ def _raised_at(error: BaseException) -> str:
     return f"{frame.tb_frame.f_code.co_filename}:{frame.tb_lineno} in {frame.tb_frame.f_code.co_name}"
 
 
+#: The enumeration members the per-request log reads, as module constants: a member read through its class
+#: costs a metaclass attribute lookup, several per check of every logged request.
+_ALLOW, _MUTATE = EnforcementAction.ALLOW, EnforcementAction.MUTATE
+_NO_ERROR = ErrorType.NO_ERROR
+_DENY = RequestDecision.DENY
+
+
 def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: RequestDecision,
                 seconds: float) -> None:
     parsed, review, _ = item
     checks = review.checks
-    if not checks and decision is not RequestDecision.DENY:
+    denied = decision is _DENY
+    logger = state.logger
+    if not checks and not denied:
         # Most requests: allowed with nothing to report, logged only at debug.
-        if state.logger.is_enabled_for(stdlib_logging.DEBUG):
-            state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
-                               latency_ms=round(seconds * 1000, 3))
+        if logger.is_enabled_for(stdlib_logging.DEBUG):
+            logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
+                         latency_ms=round(seconds * 1000, 3))
         return
+    # One pass: each check's metrics, and what the log says of it. A mutation is logged like a denial (an
+    # operator needs to know which policies changed which object): successful ones as one line for the request
+    # (a Pod can pass through many mutating policies), every other notable check (denials, warnings, audits,
+    # errors) as a line of its own with its message.
+    metrics = state.metrics
+    mutating = endpoint == "mutate"
+    mutations: list[dict[str, str]] = []
+    others: list[Any] = []
     for check in checks:
-        if endpoint == "mutate":
-            state.metrics.record_mutation_check(check.policy, check.binding, check.error_type, check.seconds)
+        action, error_type = check.action, check.error_type
+        if mutating:
+            metrics.record_mutation_check(check.policy, check.binding, error_type, check.seconds)
         else:
-            state.metrics.record_policy_check(check.policy, check.binding, check.error_type, check.action,
-                                              check.seconds)
-    # A mutation is logged like a denial: an operator needs to know which policies changed which object.
-    notable = [c for c in checks
-               if c.action is not EnforcementAction.ALLOW or c.error_type is not ErrorType.NO_ERROR]
-    if not notable and decision is not RequestDecision.DENY:
-        if state.logger.is_enabled_for(stdlib_logging.DEBUG):
-            state.logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
-                               latency_ms=round(seconds * 1000, 3))
-        return
-    fields = {**request_fields(endpoint, parsed), "latency_ms": round(seconds * 1000, 3)}
-    if not notable:
+            metrics.record_policy_check(check.policy, check.binding, error_type, action, check.seconds)
+        if error_type is _NO_ERROR:
+            if action is _ALLOW:
+                continue
+            if action is _MUTATE:
+                mutations.append({"policy": check.policy, "binding": check.binding})
+                continue
+        others.append(check)
+    if not mutations and not others:
+        if not denied:
+            if logger.is_enabled_for(stdlib_logging.DEBUG):
+                logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
+                             latency_ms=round(seconds * 1000, 3))
+            return
+        fields = request_fields(endpoint, parsed)
+        fields["latency_ms"] = round(seconds * 1000, 3)
         status = (review.review.get("response") or {}).get("status") or {}
-        state.logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
+        logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
         return
-    # Successful mutations are one line for the request (a Pod can pass through many mutating policies);
-    # every other decision (denials, warnings, audits, errors) is a line of its own with its message.
-    mutations = [{"policy": check.policy, "binding": check.binding} for check in notable
-                 if check.action is EnforcementAction.MUTATE and check.error_type is ErrorType.NO_ERROR]
+    fields = request_fields(endpoint, parsed)
+    fields["latency_ms"] = round(seconds * 1000, 3)
     if mutations:
-        state.logger.info("admission mutated", allowed=decision is not RequestDecision.DENY,
-                          action=EnforcementAction.MUTATE, mutations=mutations, **fields)
-    for check in notable:
-        if check.action is EnforcementAction.MUTATE and check.error_type is ErrorType.NO_ERROR:
-            continue
-        state.logger.info("admission decision", allowed=decision is not RequestDecision.DENY, policy=check.policy,
-                          binding=check.binding, action=check.action, error_type=check.error_type,
-                          message=check.message, **fields)
+        logger.info("admission mutated", allowed=not denied, action=_MUTATE, mutations=mutations, **fields)
+    for check in others:
+        logger.info("admission decision", allowed=not denied, policy=check.policy, binding=check.binding,
+                    action=check.action, error_type=check.error_type, message=check.message, **fields)
 
 
 # -- health and metrics ----------------------------------------------------------------------------

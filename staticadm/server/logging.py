@@ -6,6 +6,7 @@ Field names follow Kubernetes' JSON log format where it has one (``ts`` as a uni
 
 from __future__ import annotations
 
+import datetime
 import logging as stdlib_logging
 import os
 import queue
@@ -22,9 +23,21 @@ from staticadm.admission.request import AdmissionRequest
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def _rename_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+_UTC = datetime.UTC
+_METHOD_LEVELS = {"warn": "warning", "exception": "error"}
+
+
+def _json_line(_logger: Any, method: str, event: dict[str, Any]) -> str:
+    """An event as one JSON line, in one step (structlog calls each processor in turn, and a request's log
+    line is made on the event loop): what ``add_log_level``, ``TimeStamper(fmt="iso", utc=True, key="ts")``,
+    ``format_exc_info``, the renaming of ``event`` to ``msg`` and ``JSONRenderer`` would make, keys in that
+    order. The time is RFC 3339 in UTC with microseconds: what journald, Loki and jq read without a conversion."""
+    event["level"] = _METHOD_LEVELS.get(method, method)
+    event["ts"] = datetime.datetime.now(tz=_UTC).isoformat().replace("+00:00", "Z")
+    if "exc_info" in event:
+        event = dict(structlog.processors.format_exc_info(_logger, method, event))
     event["msg"] = event.pop("event", "")
-    return event
+    return _orjson_dumps(event)
 
 
 def _orjson_dumps(event: dict[str, Any], **_kwargs: Any) -> str:
@@ -155,19 +168,12 @@ def configure(log_format: str = "json", level: str = "info", stream: TextIO | No
     numeric = getattr(stdlib_logging, level.upper())
     # No context variables are bound anywhere (loggers carry their fields with ``bind``), so structlog's
     # merge_contextvars would only copy an empty context into every line.
-    shared: list[Any] = [structlog.processors.add_log_level]
-    renderer: Any
+    processors: list[Any] = [_json_line]
     if log_format == "console":
-        shared.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
-    else:
-        # RFC 3339 in UTC with microseconds: what journald, Loki and jq read as a time without a conversion.
-        shared.append(structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"))
-        shared.append(structlog.processors.format_exc_info)
-        shared.append(_rename_event)
-        renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+        processors = [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                      structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
-        processors=[*shared, renderer],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(target),
         cache_logger_on_first_use=False,
