@@ -44,6 +44,21 @@ class ManifestFile:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenPath:
+    """The manifest directory, or a manifest file reached through a symbolic link, whose resolved path passes
+    through a directory where any local user could replace what the path leads to."""
+
+    #: The directory or file, as named in the manifest directory.
+    path: str
+    #: The directory on its resolved path that lets any local user in, and that directory's mode bits.
+    through: str
+    mode: int
+    #: Why: the directory is world-writable without the sticky bit, or with it the entry on the path in it
+    #: belongs to a user other than root and this process's (anyone may have made it there).
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class DirectoryContents:
     files: tuple[ManifestFile, ...]
     content_hash: str
@@ -63,6 +78,9 @@ class DirectoryContents:
     #: Manifest files listed with no bytes: skipped as kube-apiserver skips them, yet judged like the others for
     #: who may write them (an empty file anyone may write is one anyone may fill, or one that anyone emptied).
     empty_files: tuple[ManifestFile, ...] = ()
+    #: The directory and each manifest reached through a symbolic link, when its resolved path lets any local user
+    #: replace what it leads to (``open_path``).
+    open_paths: tuple[OpenPath, ...] = ()
 
 
 def go_ext(name: str) -> str:
@@ -111,7 +129,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
         return DirectoryContents((), "", directory_mode, (ManifestError(directory, message),), read_at=read_at)
     try:
         with os.scandir(directory) as scan:
-            entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in scan]
+            entries = [(entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()) for entry in scan]
     except OSError as err:
         return DirectoryContents((), "", directory_mode, (_read_failure(directory, "manifest directory", err),),
                                  read_at=read_at)
@@ -125,7 +143,9 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     changing: list[str] = []
     skipped: list[str] = []
     empty: list[ManifestFile] = []
-    for name, is_dir in entries:
+    opened = open_path(directory)
+    open_paths = [] if opened is None else [opened]
+    for name, is_dir, is_link in entries:
         if is_dir:
             continue
         if not is_manifest_name(name):
@@ -141,12 +161,16 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
                 errors.append(read)
             continue
         file, changed = read
+        if is_link:
+            opened = open_path(path)
+            if opened is not None:
+                open_paths.append(opened)
         listing.append((name, file.stamp[3]))
         if changed:
             changing.append(name)
         (files if file.data else empty).append(file)
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), directory_mode, tuple(errors),
-                             tuple(listing), tuple(changing), read_at, tuple(skipped), tuple(empty))
+                             tuple(listing), tuple(changing), read_at, tuple(skipped), tuple(empty), tuple(open_paths))
 
 
 def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
@@ -161,8 +185,9 @@ def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
             errors.append(read)
         else:
             (files if read[0].data else empty).append(read[0])
+    open_paths = [opened for opened in map(open_path, [f.path for f in (*files, *empty)]) if opened is not None]
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors),
-                             empty_files=tuple(empty))
+                             empty_files=tuple(empty), open_paths=tuple(open_paths))
 
 
 def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[str, int]]:
@@ -181,15 +206,52 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
     return found
 
 
+def open_path(path: str) -> OpenPath | None:
+    """Whether any local user could replace what ``path`` leads to through a directory on its resolved path (its
+    own mode is judged by ``world_writable``): one that others may write without the sticky bit, or one with it
+    (``/tmp``) whose entry on the path belongs to neither root nor this process's user. None when no such
+    directory is found, or the path cannot be resolved (reading it reports that)."""
+    trusted = (0, os.geteuid())
+    resolved = os.path.realpath(path)
+    current = os.path.sep
+    try:
+        info = os.stat(current)
+        for name in resolved.split(os.path.sep)[1:]:
+            entry = os.path.join(current, name)
+            # realpath followed every link, so each entry is what the path passes through.
+            entry_info = os.lstat(entry)
+            mode = info.st_mode
+            if mode & stat.S_IWOTH:
+                if not mode & stat.S_ISVTX:
+                    return OpenPath(path, current, stat.S_IMODE(mode), "others may write it")
+                if entry_info.st_uid not in trusted:
+                    return OpenPath(path, current, stat.S_IMODE(mode), f"others may write it, and {entry!r} in it "
+                                                                       f"belongs to uid {entry_info.st_uid}")
+            current, info = entry, entry_info
+    except OSError:
+        return None
+    return None
+
+
 #: How every refusal's message begins.
 REFUSAL_PREFIX = "refusing to load: "
 
 
 def refusals(contents: DirectoryContents, directory: str) -> tuple[ManifestError, ...]:
     """Why the daemon refuses to load ``contents`` at all, whatever they say: each world-writable path
-    (``world_writable``). ``staticadm check`` reports the same errors, so it never passes a directory the
-    daemon would not serve."""
-    return tuple(_world_writable_error(path, mode, directory) for path, mode in world_writable(contents, directory))
+    (``world_writable``) and each path that resolves through a directory any local user may write in
+    (``open_path``). ``staticadm check`` reports the same errors, so it never passes a directory the daemon would
+    not serve."""
+    return (*(_world_writable_error(path, mode, directory) for path, mode in world_writable(contents, directory)),
+            *(_open_path_error(opened, directory) for opened in contents.open_paths))
+
+
+def _open_path_error(opened: OpenPath, directory: str) -> ManifestError:
+    what = "manifest directory" if opened.path == directory else "manifest file"
+    return ManifestError(opened.path, f"{REFUSAL_PREFIX}{what} {opened.path!r} resolves through {opened.through!r} "
+                                      f"(mode {opened.mode:04o}: {opened.why}), so any local user could change "
+                                      "admission policy; move what it leads to where only root may write, or start "
+                                      "with --allow-world-writable-manifests")
 
 
 def _world_writable_error(path: str, mode: int, directory: str) -> ManifestError:

@@ -198,6 +198,10 @@ class _Load:
         # Empty files hold nothing to load, but anyone may fill one that anyone may write.
         self.warnings.extend(ManifestError(empty.path, "file is world-writable")
                              for empty in contents.empty_files if empty.mode & stat.S_IWOTH)
+        # Worded as the other world-writable warnings end: check turns them all into its refusals alike.
+        self.warnings.extend(ManifestError(opened.path, f"resolves through {opened.through!r} (mode {opened.mode:04o}: "
+                                                        f"{opened.why}): a directory on its path is world-writable")
+                             for opened in contents.open_paths)
         self._check_references()
         self.compiler.forget_previous()
 

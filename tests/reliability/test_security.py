@@ -193,6 +193,36 @@ def test_a_world_writable_manifest_emptied_by_another_user_keeps_its_policies(ma
     assert f"manifest file '{manifest}' is world-writable (mode 0666)" in daemon.log()
 
 
+def test_a_manifest_linked_where_anyone_may_replace_it_keeps_the_last_good(make_daemon: DaemonFactory,
+                                                                           tmp_path: Path) -> None:
+    """A manifest replaced by a link to a file in a directory that any local user may write in: whatever is put
+    there later, the daemon keeps serving its last good set until the directory is closed to others."""
+    daemon = make_daemon()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    target = shared / "deny.yaml"
+    target.write_text(policy_yaml("v2: linked"))
+    before = daemon.metric(RELOADS, {"status": "failure"})
+    link = daemon.manifests / ".deny.yaml.new"
+    link.symlink_to(target)
+    link.rename(daemon.manifests / "deny.yaml")
+    assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before)
+    assert f"resolves through '{shared}' (mode 0777: others may write it)" in daemon.log()
+    # Another user puts a policy that allows everything in its place.
+    planted = shared / ".planted"
+    planted.write_text(policy_yaml("planted", label="never-set"))
+    planted.rename(target)
+    assert daemon.process is not None
+    daemon.process.send_signal(1)
+    assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) > before + 1)
+    assert "v1: pods labelled" in (denied_message(daemon) or "")
+    shared.chmod(0o755)
+    write_atomically(target, policy_yaml("v2: linked"))
+    daemon.process.send_signal(1)
+    assert wait_for(lambda: "v2: linked" in (denied_message(daemon) or ""))
+
+
 def test_a_chmod_is_seen_without_a_signal_or_the_poll(make_daemon: DaemonFactory) -> None:
     """The harness polls once an hour: a chmod of the directory or of a manifest (inotify IN_ATTRIB) alone must
     refuse the world-writable path, and the chmod back must serve again, within seconds."""
