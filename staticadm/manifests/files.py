@@ -143,7 +143,9 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     changing: list[str] = []
     skipped: list[str] = []
     empty: list[ManifestFile] = []
-    opened = open_path(directory)
+    walked: _Ways = {}
+    resolved_directories: dict[str, str] = {}
+    opened = open_path(directory, walked, resolved_directories)
     open_paths = [] if opened is None else [opened]
     for name, is_dir, is_link in entries:
         if is_dir:
@@ -162,7 +164,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
             continue
         file, changed = read
         if is_link:
-            opened = open_path(path)
+            opened = open_path(path, walked, resolved_directories)
             if opened is not None:
                 open_paths.append(opened)
         listing.append((name, file.stamp[3]))
@@ -185,7 +187,10 @@ def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
             errors.append(read)
         else:
             (files if read[0].data else empty).append(read[0])
-    open_paths = [opened for opened in map(open_path, [f.path for f in (*files, *empty)]) if opened is not None]
+    walked: _Ways = {}
+    resolved_directories: dict[str, str] = {}
+    open_paths = [opened for opened in (open_path(f.path, walked, resolved_directories) for f in (*files, *empty))
+                  if opened is not None]
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors),
                              empty_files=tuple(empty), open_paths=tuple(open_paths))
 
@@ -206,31 +211,61 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
     return found
 
 
-def open_path(path: str) -> OpenPath | None:
+#: What one read found of each path it walked: (its mode, the first directory on its way from / that lets any local
+#: user in, with that directory's mode and why, or None); and where each directory a link names resolves to.
+_Ways = dict[str, tuple[int, tuple[str, int, str] | None]]
+
+
+def open_path(path: str, walked: _Ways | None = None, resolved_directories: dict[str, str] | None = None
+              ) -> OpenPath | None:
     """Whether any local user could replace what ``path`` leads to through a directory on its resolved path (its
     own mode is judged by ``world_writable``): one that others may write without the sticky bit, or one with it
     (``/tmp``) whose entry on the path belongs to neither root nor this process's user. None when no such
-    directory is found, or the path cannot be resolved (reading it reports that)."""
-    trusted = (0, os.geteuid())
-    resolved = os.path.realpath(path)
-    current = os.path.sep
+    directory is found, or the path cannot be resolved (reading it reports that). ``walked`` and
+    ``resolved_directories`` keep what one read has looked at, so that the links into one directory (a ConfigMap
+    volume's) cost a readlink each."""
     try:
-        info = os.stat(current)
-        for name in resolved.split(os.path.sep)[1:]:
-            entry = os.path.join(current, name)
-            # realpath followed every link, so each entry is what the path passes through.
-            entry_info = os.lstat(entry)
-            mode = info.st_mode
-            if mode & stat.S_IWOTH:
-                if not mode & stat.S_ISVTX:
-                    return OpenPath(path, current, stat.S_IMODE(mode), "others may write it")
-                if entry_info.st_uid not in trusted:
-                    return OpenPath(path, current, stat.S_IMODE(mode), f"others may write it, and {entry!r} in it "
-                                                                       f"belongs to uid {entry_info.st_uid}")
-            current, info = entry, entry_info
+        resolved = _resolved(path, {} if resolved_directories is None else resolved_directories)
+        _, opening = _way_to(resolved, (0, os.geteuid()), {} if walked is None else walked)
     except OSError:
         return None
-    return None
+    return None if opening is None else OpenPath(path, *opening)
+
+
+def _resolved(path: str, resolved_directories: dict[str, str]) -> str:
+    """``os.path.realpath(path)``, with the directory a link names resolved once per read: realpath(a/b) is
+    realpath(a)/b whenever b is neither a link nor a dot name."""
+    if not os.path.islink(path):
+        return os.path.realpath(path)
+    target = os.path.join(os.path.dirname(path), os.readlink(path))
+    head, name = os.path.split(target)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    directory = resolved_directories.get(head)
+    if directory is None:
+        directory = resolved_directories[head] = os.path.realpath(head)
+    candidate = os.path.join(directory, name)
+    return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+
+
+def _way_to(resolved: str, trusted: tuple[int, int], walked: _Ways) -> tuple[int, tuple[str, int, str] | None]:
+    known = walked.get(resolved)
+    if known is not None:
+        return known
+    # realpath followed every link, so each entry is what the path passes through.
+    info = os.lstat(resolved)
+    parent = os.path.dirname(resolved)
+    opening = None
+    if parent != resolved:
+        parent_mode, opening = _way_to(parent, trusted, walked)
+        if opening is None and parent_mode & stat.S_IWOTH:
+            if not parent_mode & stat.S_ISVTX:
+                opening = (parent, stat.S_IMODE(parent_mode), "others may write it")
+            elif info.st_uid not in trusted:
+                opening = (parent, stat.S_IMODE(parent_mode),
+                           f"others may write it, and {resolved!r} in it belongs to uid {info.st_uid}")
+    walked[resolved] = (info.st_mode, opening)
+    return info.st_mode, opening
 
 
 #: How every refusal's message begins.

@@ -88,3 +88,29 @@ def test_check_refuses_it_as_the_daemon_does(tmp_path: Path) -> None:
     out = io.StringIO()
     assert main(["check", str(manifests), "--allow-world-writable-manifests"], stdout=out, stderr=io.StringIO()) == 0
     assert "a directory on its path is world-writable" in out.getvalue()
+
+
+def test_links_resolve_as_realpath_does(tmp_path: Path) -> None:
+    # What a read walks is where each link really leads, whatever the shape of the link: relative, absolute, a
+    # chain, through a linked directory, ending in a dot name.
+    from staticadm.manifests.files import _resolved
+
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (real / "sub" / "f.yaml").write_text("a: 1\n")
+    (tmp_path / "dir-link").symlink_to(real)
+    links = {
+        "relative.yaml": "real/sub/f.yaml",
+        "absolute.yaml": str(real / "sub" / "f.yaml"),
+        "through-dir.yaml": "dir-link/sub/f.yaml",
+        "chain.yaml": "relative.yaml",
+        "dot.yaml": "real/sub/.",
+        "dotdot.yaml": "real/sub/..",
+        "dangling.yaml": "real/missing.yaml",
+    }
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+    cache: dict[str, str] = {}
+    for name in [*links, "real/sub/f.yaml"]:
+        path = str(tmp_path / name)
+        assert _resolved(path, cache) == os.path.realpath(path), name
