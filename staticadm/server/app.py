@@ -455,46 +455,40 @@ def _log_review(state: ServerState, endpoint: str, item: _Evaluated, decision: R
     checks = review.checks
     denied = decision is _DENY
     logger = state.logger
-    if not checks and not denied:
+    # One pass: each check's metrics, and what the log says of it. A mutation is logged like a denial (an
+    # operator needs to know which policies changed which object): successful ones as one line for the request
+    # (a Pod can pass through many mutating policies), every other notable check (denials, warnings, audits,
+    # errors) as a line of its own with its message.
+    mutations: list[dict[str, str]] = []
+    others: list[Any] = []
+    if checks:
+        metrics = state.metrics
+        mutating = endpoint == "mutate"
+        for check in checks:
+            action, error_type = check.action, check.error_type
+            if mutating:
+                metrics.record_mutation_check(check.policy, check.binding, error_type, check.seconds)
+            else:
+                metrics.record_policy_check(check.policy, check.binding, error_type, action, check.seconds)
+            if error_type is _NO_ERROR:
+                if action is _ALLOW:
+                    continue
+                if action is _MUTATE:
+                    mutations.append({"policy": check.policy, "binding": check.binding})
+                    continue
+            others.append(check)
+    if not mutations and not others and not denied:
         # Most requests: allowed with nothing to report, logged only at debug.
         if logger.is_enabled_for(stdlib_logging.DEBUG):
             logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
                          latency_ms=round(seconds * 1000, 3))
         return
-    # One pass: each check's metrics, and what the log says of it. A mutation is logged like a denial (an
-    # operator needs to know which policies changed which object): successful ones as one line for the request
-    # (a Pod can pass through many mutating policies), every other notable check (denials, warnings, audits,
-    # errors) as a line of its own with its message.
-    metrics = state.metrics
-    mutating = endpoint == "mutate"
-    mutations: list[dict[str, str]] = []
-    others: list[Any] = []
-    for check in checks:
-        action, error_type = check.action, check.error_type
-        if mutating:
-            metrics.record_mutation_check(check.policy, check.binding, error_type, check.seconds)
-        else:
-            metrics.record_policy_check(check.policy, check.binding, error_type, action, check.seconds)
-        if error_type is _NO_ERROR:
-            if action is _ALLOW:
-                continue
-            if action is _MUTATE:
-                mutations.append({"policy": check.policy, "binding": check.binding})
-                continue
-        others.append(check)
+    fields = request_fields(endpoint, parsed)
+    fields["latency_ms"] = round(seconds * 1000, 3)
     if not mutations and not others:
-        if not denied:
-            if logger.is_enabled_for(stdlib_logging.DEBUG):
-                logger.debug("admission allowed", allowed=True, **request_fields(endpoint, parsed),
-                             latency_ms=round(seconds * 1000, 3))
-            return
-        fields = request_fields(endpoint, parsed)
-        fields["latency_ms"] = round(seconds * 1000, 3)
         status = (review.review.get("response") or {}).get("status") or {}
         logger.info("admission denied", allowed=False, message=status.get("message", ""), **fields)
         return
-    fields = request_fields(endpoint, parsed)
-    fields["latency_ms"] = round(seconds * 1000, 3)
     if mutations:
         logger.info("admission mutated", allowed=not denied, action=_MUTATE, mutations=mutations, **fields)
     for check in others:
