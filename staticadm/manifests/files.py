@@ -79,7 +79,7 @@ class DirectoryContents:
     #: who may write them (an empty file anyone may write is one anyone may fill, or one that anyone emptied).
     empty_files: tuple[ManifestFile, ...] = ()
     #: The directory and each manifest reached through a symbolic link, when its resolved path lets any local user
-    #: replace what it leads to (``open_path``).
+    #: replace what it leads to (``PathWalk.open_path``).
     open_paths: tuple[OpenPath, ...] = ()
 
 
@@ -143,9 +143,8 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
     changing: list[str] = []
     skipped: list[str] = []
     empty: list[ManifestFile] = []
-    walked: _Ways = {}
-    resolved_directories: dict[str, str] = {}
-    opened = open_path(directory, walked, resolved_directories)
+    walk = PathWalk()
+    opened = walk.open_path(directory)
     open_paths = [] if opened is None else [opened]
     for name, is_dir, is_link in entries:
         if is_dir:
@@ -164,7 +163,7 @@ def read_directory(directory: str, *, max_file_bytes: int, previous: DirectoryCo
             continue
         file, changed = read
         if is_link:
-            opened = open_path(path, walked, resolved_directories)
+            opened = walk.open_path(path)
             if opened is not None:
                 open_paths.append(opened)
         listing.append((name, file.stamp[3]))
@@ -187,10 +186,8 @@ def read_files(paths: list[str], *, max_file_bytes: int) -> DirectoryContents:
             errors.append(read)
         else:
             (files if read[0].data else empty).append(read[0])
-    walked: _Ways = {}
-    resolved_directories: dict[str, str] = {}
-    open_paths = [opened for opened in (open_path(f.path, walked, resolved_directories) for f in (*files, *empty))
-                  if opened is not None]
+    walk = PathWalk()
+    open_paths = [opened for opened in map(walk.open_path, [f.path for f in (*files, *empty)]) if opened is not None]
     return DirectoryContents(tuple(files), content_hash([f.data for f in files]), None, tuple(errors),
                              empty_files=tuple(empty), open_paths=tuple(open_paths))
 
@@ -211,61 +208,63 @@ def world_writable(contents: DirectoryContents, directory: str) -> list[tuple[st
     return found
 
 
-#: What one read found of each path it walked: (its mode, the first directory on its way from / that lets any local
-#: user in, with that directory's mode and why, or None); and where each directory a link names resolves to.
-_Ways = dict[str, tuple[int, tuple[str, int, str] | None]]
+class PathWalk:
+    """Which paths any local user could replace what they lead to through a directory on their resolved path
+    (their own mode is judged by ``world_writable``): one that others may write without the sticky bit, or one
+    with it (``/tmp``) whose entry on the path belongs to neither root nor this process's user. One walk serves
+    one read, and looks at each directory once: the links into one directory (a ConfigMap volume's) cost a
+    readlink each."""
 
+    def __init__(self) -> None:
+        self._trusted = (0, os.geteuid())
+        #: Path -> (its mode, the first directory on its way from / that lets any local user in, with that
+        #: directory's mode and why, or None).
+        self._ways: dict[str, tuple[int, tuple[str, int, str] | None]] = {}
+        #: The directory a link names -> where it resolves to.
+        self._directories: dict[str, str] = {}
 
-def open_path(path: str, walked: _Ways | None = None, resolved_directories: dict[str, str] | None = None
-              ) -> OpenPath | None:
-    """Whether any local user could replace what ``path`` leads to through a directory on its resolved path (its
-    own mode is judged by ``world_writable``): one that others may write without the sticky bit, or one with it
-    (``/tmp``) whose entry on the path belongs to neither root nor this process's user. None when no such
-    directory is found, or the path cannot be resolved (reading it reports that). ``walked`` and
-    ``resolved_directories`` keep what one read has looked at, so that the links into one directory (a ConfigMap
-    volume's) cost a readlink each."""
-    try:
-        resolved = _resolved(path, {} if resolved_directories is None else resolved_directories)
-        _, opening = _way_to(resolved, (0, os.geteuid()), {} if walked is None else walked)
-    except OSError:
-        return None
-    return None if opening is None else OpenPath(path, *opening)
+    def open_path(self, path: str) -> OpenPath | None:
+        """Where ``path`` is open to any local user; None when it is not, or cannot be resolved (reading it
+        reports that)."""
+        try:
+            _, opening = self._way_to(self.resolved(path))
+        except OSError:
+            return None
+        return None if opening is None else OpenPath(path, *opening)
 
+    def resolved(self, path: str) -> str:
+        """``os.path.realpath(path)``, with the directory a link names resolved once per walk: realpath(a/b) is
+        realpath(a)/b whenever b is neither a link nor a dot name."""
+        if not os.path.islink(path):
+            return os.path.realpath(path)
+        target = os.path.join(os.path.dirname(path), os.readlink(path))
+        head, name = os.path.split(target)
+        if name in ("", ".", ".."):
+            return os.path.realpath(path)
+        directory = self._directories.get(head)
+        if directory is None:
+            directory = self._directories[head] = os.path.realpath(head)
+        candidate = os.path.join(directory, name)
+        return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
 
-def _resolved(path: str, resolved_directories: dict[str, str]) -> str:
-    """``os.path.realpath(path)``, with the directory a link names resolved once per read: realpath(a/b) is
-    realpath(a)/b whenever b is neither a link nor a dot name."""
-    if not os.path.islink(path):
-        return os.path.realpath(path)
-    target = os.path.join(os.path.dirname(path), os.readlink(path))
-    head, name = os.path.split(target)
-    if name in ("", ".", ".."):
-        return os.path.realpath(path)
-    directory = resolved_directories.get(head)
-    if directory is None:
-        directory = resolved_directories[head] = os.path.realpath(head)
-    candidate = os.path.join(directory, name)
-    return os.path.realpath(candidate) if os.path.islink(candidate) else candidate
-
-
-def _way_to(resolved: str, trusted: tuple[int, int], walked: _Ways) -> tuple[int, tuple[str, int, str] | None]:
-    known = walked.get(resolved)
-    if known is not None:
-        return known
-    # realpath followed every link, so each entry is what the path passes through.
-    info = os.lstat(resolved)
-    parent = os.path.dirname(resolved)
-    opening = None
-    if parent != resolved:
-        parent_mode, opening = _way_to(parent, trusted, walked)
-        if opening is None and parent_mode & stat.S_IWOTH:
-            if not parent_mode & stat.S_ISVTX:
-                opening = (parent, stat.S_IMODE(parent_mode), "others may write it")
-            elif info.st_uid not in trusted:
-                opening = (parent, stat.S_IMODE(parent_mode),
-                           f"others may write it, and {resolved!r} in it belongs to uid {info.st_uid}")
-    walked[resolved] = (info.st_mode, opening)
-    return info.st_mode, opening
+    def _way_to(self, resolved: str) -> tuple[int, tuple[str, int, str] | None]:
+        known = self._ways.get(resolved)
+        if known is not None:
+            return known
+        # realpath followed every link, so each entry is what the path passes through.
+        info = os.lstat(resolved)
+        parent = os.path.dirname(resolved)
+        opening = None
+        if parent != resolved:
+            parent_mode, opening = self._way_to(parent)
+            if opening is None and parent_mode & stat.S_IWOTH:
+                if not parent_mode & stat.S_ISVTX:
+                    opening = (parent, stat.S_IMODE(parent_mode), "others may write it")
+                elif info.st_uid not in self._trusted:
+                    opening = (parent, stat.S_IMODE(parent_mode),
+                               f"others may write it, and {resolved!r} in it belongs to uid {info.st_uid}")
+        self._ways[resolved] = (info.st_mode, opening)
+        return info.st_mode, opening
 
 
 #: How every refusal's message begins.
@@ -275,8 +274,8 @@ REFUSAL_PREFIX = "refusing to load: "
 def refusals(contents: DirectoryContents, directory: str) -> tuple[ManifestError, ...]:
     """Why the daemon refuses to load ``contents`` at all, whatever they say: each world-writable path
     (``world_writable``) and each path that resolves through a directory any local user may write in
-    (``open_path``). ``staticadm check`` reports the same errors, so it never passes a directory the daemon would
-    not serve."""
+    (``PathWalk``). ``staticadm check`` reports the same errors, so it never passes a directory the daemon would not
+    serve."""
     return (*(_world_writable_error(path, mode, directory) for path, mode in world_writable(contents, directory)),
             *(_open_path_error(opened, directory) for opened in contents.open_paths))
 

@@ -93,7 +93,7 @@ def test_check_refuses_it_as_the_daemon_does(tmp_path: Path) -> None:
 def test_links_resolve_as_realpath_does(tmp_path: Path) -> None:
     # What a read walks is where each link really leads, whatever the shape of the link: relative, absolute, a
     # chain, through a linked directory, ending in a dot name.
-    from staticadm.manifests.files import _resolved
+    from staticadm.manifests.files import PathWalk
 
     real = tmp_path / "real"
     (real / "sub").mkdir(parents=True)
@@ -110,7 +110,7 @@ def test_links_resolve_as_realpath_does(tmp_path: Path) -> None:
     }
     for name, target in links.items():
         (tmp_path / name).symlink_to(target)
-    cache: dict[str, str] = {}
+    walk = PathWalk()
     for name in [*links, "real/sub/f.yaml"]:
         path = str(tmp_path / name)
-        assert _resolved(path, cache) == os.path.realpath(path), name
+        assert walk.resolved(path) == os.path.realpath(path), name
