@@ -24,6 +24,11 @@ SELECTORS = (None, {"matchLabels": {"app": "web"}}, {"matchExpressions": [{"key"
                                                                           "values": ["db"]}]})
 NAMESPACE_SELECTORS = (None, {"matchLabels": {"env": "prod"}}, {"matchExpressions": [{"key": "env",
                                                                                       "operator": "Exists"}]})
+#: An objectSelector and a namespaceSelector drawn from those (each left out when None): a policy's
+#: matchConstraints or a binding's matchResources take them as they are.
+DRAWN_SELECTORS = st.tuples(st.sampled_from(SELECTORS), st.sampled_from(NAMESPACE_SELECTORS)).map(
+    lambda chosen: {key: selector for key, selector in zip(("objectSelector", "namespaceSelector"), chosen, strict=True)
+                    if selector is not None})
 #: The namespaces those selectors are matched against: one labelled env=prod, one without env.
 MATCHING_NAMESPACES = parse_namespaces("""
 apiVersion: v1

@@ -43,10 +43,9 @@ from staticadm.manifests.loader import load_manifest_directory
 from staticadm.snapshot import build_snapshot
 from tests.admission.helpers import (
     DEPLOYMENT,
+    DRAWN_SELECTORS,
     MATCHING_NAMESPACES,
     MATCHING_SHAPES,
-    NAMESPACE_SELECTORS,
-    SELECTORS,
     binding,
     parsed,
     policy,
@@ -327,20 +326,14 @@ def matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.booleans()):
             rule["resourceNames"] = ["web"]
         constraints: dict[str, Any] = {"resourceRules": [rule]}
-        for key, choices in (("objectSelector", SELECTORS), ("namespaceSelector", NAMESPACE_SELECTORS)):
-            selector = draw(st.sampled_from(choices))
-            if selector is not None:
-                constraints[key] = selector
+        constraints.update(draw(DRAWN_SELECTORS))
         validations = [draw(st.sampled_from(PASSING[:3])), *([TROUBLE[0]] if draw(st.booleans()) else [])]
         objects.append(policy(name, matchConstraints=constraints, variables=VARIABLES, validations=validations))
         for number in range(draw(st.integers(1, 2))):
             extra: dict[str, Any] = {}
-            selector = draw(st.sampled_from(SELECTORS))
-            namespace_selector = draw(st.sampled_from(NAMESPACE_SELECTORS))
-            if selector is not None or namespace_selector is not None:
-                extra["matchResources"] = {key: value for key, value in (("objectSelector", selector),
-                                                                          ("namespaceSelector", namespace_selector))
-                                           if value is not None}
+            match_resources = draw(DRAWN_SELECTORS)
+            if match_resources:
+                extra["matchResources"] = match_resources
             objects.append(binding(f"m{index}-b{number}.static.k8s.io", name, ("Deny",), **extra))
     return objects
 

@@ -40,10 +40,9 @@ from staticadm.cel.evaluation import EvalError
 from staticadm.cel.reads import Reads
 from tests.admission.helpers import (
     DEPLOYMENT,
+    DRAWN_SELECTORS,
     MATCHING_NAMESPACES,
     MATCHING_SHAPES,
-    NAMESPACE_SELECTORS,
-    SELECTORS,
     binding,
     parsed,
     policy,
@@ -625,22 +624,16 @@ def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.booleans()):
             rule["resourceNames"] = ["web"]
         constraints: dict[str, Any] = {"resourceRules": [rule], "matchPolicy": "Equivalent"}
-        for key, choices in (("objectSelector", SELECTORS),
-                             ("namespaceSelector", NAMESPACE_SELECTORS)):
-            selector = draw(st.sampled_from(choices))
-            if selector is not None:
-                constraints[key] = selector
+        constraints.update(draw(DRAWN_SELECTORS))
         spec = {"matchConstraints": constraints, "failurePolicy": draw(st.sampled_from(("Fail", "Ignore"))),
                 "reinvocationPolicy": "Never", "mutations": [MUTATIONS[0]]}
         objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
                         "metadata": {"name": name}, "spec": spec})
         for number in range(draw(st.integers(1, 2))):
             binding_spec: dict[str, Any] = {"policyName": name}
-            selector = draw(st.sampled_from(SELECTORS))
-            namespace_selector = draw(st.sampled_from(NAMESPACE_SELECTORS))
-            if selector is not None or namespace_selector is not None:
-                chosen = (("objectSelector", selector), ("namespaceSelector", namespace_selector))
-                binding_spec["matchResources"] = {key: value for key, value in chosen if value is not None}
+            match_resources = draw(DRAWN_SELECTORS)
+            if match_resources:
+                binding_spec["matchResources"] = match_resources
             objects.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
                             "metadata": {"name": f"m{index}-b{number}.static.k8s.io"}, "spec": binding_spec})
     return objects
