@@ -48,15 +48,24 @@ def corpus_file(*parts: str) -> Path:
 
 # -- running the suite in parallel (pytest-xdist) and the slow tests ------------------------------------------------
 #
-# The README's command runs the suite on every core (pyproject's addopts: ``-n auto --dist loadgroup``) without the
-# tests marked ``slow``; CI adds ``--slow``. Every test makes its own temporary directories, sockets and free ports,
-# so any two can run at once. The tests of a module that share a module-scoped fixture of ours are put in one
-# xdist group, so that fixture is still built once per run (a podman build, the benchmark's smoke run, a corpus
-# evaluated by one CLI process) instead of once on each worker; a test may name its own group with
-# ``@pytest.mark.xdist_group(name)`` to keep tests that cannot overlap on one worker. A test marked ``alone`` bounds
-# a wall-clock time by what the CPU allows (a request answered within half its timeout while hostile ones burn their
-# CPU budgets): it runs while no other test of the run does, its worker waiting for the others' running tests to
-# end and theirs for it (``_turn``), so the bound it asserts holds as it did without xdist.
+# The README's command runs the suite on every core, two workers a core (pyproject's addopts: ``-n auto --dist
+# loadgroup``; ``pytest_xdist_auto_num_workers``) without the tests marked ``slow``; CI adds ``--slow``. Every test
+# makes its own temporary directories, sockets and free ports, so any two can run at once. The tests of a module that
+# share a module-scoped fixture of ours are put in one xdist group, so that fixture is still built once per run (a
+# podman build, the benchmark's smoke run, a corpus evaluated by one CLI process) instead of once on each worker; a test
+# may name its own group with ``@pytest.mark.xdist_group(name)`` to keep tests that cannot overlap on one worker. A test
+# marked ``alone`` bounds a wall-clock time by what the CPU allows (a request answered within half its timeout while
+# hostile ones burn their CPU budgets): it runs while no other test of the run does, its worker waiting for the others'
+# running tests to end and theirs for it (``_turn``), so the bound it asserts holds as it did without xdist.
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core. Most of the suite's time is spent waiting on the processes it starts (a
+    daemon importing and loading, a signal, a file event, a deadline); with one worker per core the cores sat idle
+    for about a fifth of the run (on 2 cores: 294 s at 161% CPU; with 4 workers 250 s at 190%)."""
+    del config
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 * cores
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
