@@ -169,7 +169,15 @@ NOBODY = 65534
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
-def _nobody_can_run_the_daemon() -> bool:
+#: The tests that start the daemon as ``nobody`` share one worker, so the probe below runs once a run.
+needs_nobody = pytest.mark.xdist_group("unprivileged-daemon")
+
+
+@pytest.fixture(scope="session")
+def nobody_can_run_the_daemon() -> bool:
+    """Whether ``nobody`` can import the daemon from this checkout (not from one under a 0700 directory). Asked
+    when a test needs it, not when the module is collected: the unprivileged import compiles every module (the
+    suite's bytecode cache is private), about 1.7 s of CPU, which each worker paid at collection."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return False
     probe = subprocess.run([*SETPRIV, sys.executable, "-c", "import staticadm.server.main"], cwd="/",
@@ -177,12 +185,10 @@ def _nobody_can_run_the_daemon() -> bool:
     return probe.returncode == 0
 
 
-needs_nobody = pytest.mark.skipif(not _nobody_can_run_the_daemon(),
-                                  reason="needs root to start the daemon as an unprivileged user")
-
-
 @pytest.fixture
-def nobody_dir() -> Iterator[Path]:
+def nobody_dir(nobody_can_run_the_daemon: bool) -> Iterator[Path]:
+    if not nobody_can_run_the_daemon:
+        pytest.skip("needs root to start the daemon as an unprivileged user")
     # tmp_path lives under a 0700 directory; the unprivileged daemon needs a path it can traverse.
     base = Path(tempfile.mkdtemp(prefix="staticadm-nobody-"))
     base.chmod(0o755)
