@@ -234,7 +234,8 @@ _LISTEN = "0A"
 
 def _held_sockets(pid: int, port: int) -> list[tuple[int, str]]:
     """(remote port, TCP state) of every socket on local ``port`` that process ``pid`` holds (its socket
-    inodes, matched against the kernel's TCP table); a listening socket has remote port 0."""
+    inodes, matched against the kernel's TCP table), each once: the table is read in pieces while other connections
+    open and close, and can then list a socket twice. A listening socket has remote port 0."""
     inodes = set()
     with contextlib.suppress(OSError):
         for entry in os.listdir(f"/proc/{pid}/fd"):
@@ -242,14 +243,14 @@ def _held_sockets(pid: int, port: int) -> list[tuple[int, str]]:
                 link = os.readlink(f"/proc/{pid}/fd/{entry}")
                 if link.startswith("socket:["):
                     inodes.add(link[len("socket:["):-1])
-    held = []
+    held: dict[str, tuple[int, str]] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
             for line in list(lines)[1:]:
                 fields = line.split()
                 if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
-                    held.append((int(fields[2].rsplit(":", 1)[1], 16), fields[3]))
-    return held
+                    held[fields[9]] = (int(fields[2].rsplit(":", 1)[1], 16), fields[3])
+    return list(held.values())
 
 
 def _accepted_from(pid: int, port: int, client_ports: set[int]) -> int:
