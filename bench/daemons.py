@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import ssl
@@ -44,9 +45,31 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, below the kernel's range of ephemeral ports where there is room: a port that
+    ``bind(0)`` handed out is ephemeral, so once it is closed the kernel may give it to any outgoing connection (a
+    test run makes thousands) before the server meant to listen there binds it."""
+    below = _lowest_ephemeral_port()
+    for _ in range(100):
+        port = random.randint(_LOWEST_CHOSEN_PORT, below - 1) if below > _LOWEST_CHOSEN_PORT else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1 below the ephemeral range after 100 tries")
+
+
+#: Ports below this are left to services that may be installed on the machine.
+_LOWEST_CHOSEN_PORT = 10_000
+
+
+def _lowest_ephemeral_port() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0  # unknown: bind(0) chooses
 
 
 def _insecure_context() -> ssl.SSLContext:

@@ -4,7 +4,6 @@ a list whose continue token comes back (a list that would never end) with an err
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import yaml
 
 from tests.cluster.apiserver import FakeApiServer
 from tests.cluster.test_audit import MANIFESTS, cluster, run_audit
-from tests.server.harness import REPO_ROOT
+from tests.server.harness import REPO_ROOT, free_port
 
 
 def _manifests(tmp_path: Path) -> Path:
@@ -69,9 +68,7 @@ def test_without_kubeconfig_or_environment_the_home_file_is_read(tmp_path: Path,
 
 
 def test_an_unreachable_server_is_named_with_the_reason(tmp_path: Path, apiserver: FakeApiServer) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nothing listens there
     config = yaml.safe_load(apiserver.kubeconfig(tmp_path / "kubeconfig").read_text())
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))

@@ -7,7 +7,6 @@ import http.client
 import ipaddress
 import json
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
 from tests.deploy.conftest import EXAMPLES, REQUESTS, run_cli
+from tests.server.harness import free_port
 
 HEADER = "apiVersion: admissionregistration.k8s.io/v1\n"
 
@@ -273,12 +273,6 @@ def test_invalid_manifests_are_refused(tmp_path: Path, tls_dir: Path) -> None:
 # -- a real TLS handshake: kube-apiserver's view ---------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _post(context: ssl.SSLContext, port: int, path: str, body: bytes | None = None) -> tuple[int, bytes]:
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
@@ -298,7 +292,7 @@ def test_ca_bundle_is_the_only_trust_root_a_real_handshake_needs(tmp_path: Path,
     webhook = documents[0]["webhooks"][0]
     bundle = base64.b64decode(webhook["clientConfig"]["caBundle"]).decode("ascii")
 
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "staticadm", "serve", "--manifests", str(manifests), "--listen",
                f"127.0.0.1:{port}", "--socket", "", "--tls-cert", str(tls_dir / "serving.crt"), "--tls-key",
                str(tls_dir / "serving.key"), "--state-dir", str(tmp_path / "state"), "--log-level", "warning"]

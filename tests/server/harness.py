@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 import pytest
 
+from bench.daemons import free_port
 from tests.policy_text import validating_policy_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,12 +60,6 @@ def review(labels: dict[str, str] | None = None, *, uid: str = "uid-1", api_vers
                        "metadata": {"name": name, "namespace": "default", "labels": labels or {}}},
         },
     }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_atomically(path: Path, text: str) -> None:
