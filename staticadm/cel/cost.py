@@ -95,6 +95,15 @@ def fixed_tick_parts(weight: int, owner: int | None) -> tuple[int, int] | None:
 CHARGE_FUNCTION = "@staticadm.charge"
 #: The same inside a variable: the first argument is the variable's declaration index.
 CHARGE_OWNER_FUNCTION = "@staticadm.chargeFor"
+#: An expression's own size-driven charges of up to this many units past ``SIZED_CALL_BASE`` (strings of up to 120
+#: characters for ``startsWith`` and the like) go through a function without arguments, ``@staticadm.charge<units>``:
+#: cel-expr-python keeps the argument tuple of every call into Python (docs/known-gaps.md), and an image name longer
+#: than 40 characters made every check of it such a call.
+MAX_FIXED_CHARGE = 8
+
+
+def fixed_charge_function(amount: int) -> str:
+    return f"{CHARGE_FUNCTION}{amount}"
 
 SELECT_AND_IDENT_COST = 1
 LIST_CREATE_BASE_COST = 10

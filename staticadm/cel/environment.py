@@ -486,6 +486,9 @@ class CelEnvironment:
             *(decl for owner in cost.FIXED_TICK_OWNERS for decl in self._fixed_tick_decls(owner)),
             cel.FunctionDecl(cost.CHARGE_FUNCTION,
                              [cel.Overload("staticadm_charge", T.BOOL, [T.INT], impl=state.charge)]),
+            *(cel.FunctionDecl(cost.fixed_charge_function(amount), [
+                cel.Overload(f"staticadm_charge{amount}", T.BOOL, [], impl=state.fixed_charge(amount))])
+              for amount in range(1, cost.MAX_FIXED_CHARGE + 1)),
             cel.FunctionDecl(cost.CHARGE_OWNER_FUNCTION,
                              [cel.Overload("staticadm_charge_for", T.BOOL, [T.INT, T.INT], impl=state.charge_for)]),
             cel.FunctionDecl(linking.FAIL_FUNCTION, [cel.Overload("staticadm_fail", T.BOOL, [T.STRING], impl=fail)]),

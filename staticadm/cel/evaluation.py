@@ -266,6 +266,15 @@ class EvaluationState:
         context.charge(amount, BODY)
         return True
 
+    def fixed_charge(self, amount: int) -> Callable[[], bool]:
+        """``charge(amount)`` as one argument-free call (``cost.fixed_charge_function``)."""
+        charge = self.charge
+
+        def charge_fixed() -> bool:
+            return charge(amount)
+
+        return charge_fixed
+
     def charge_for(self, owner: int, amount: int) -> bool:
         self._local.context.charge(amount, owner)
         return True

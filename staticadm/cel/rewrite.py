@@ -191,6 +191,16 @@ def _native_charge(how: cost.SizedCall, measured: list[Any], ids: Ids, owner_arg
     function = cost.CHARGE_OWNER_FUNCTION if owner_args else cost.CHARGE_FUNCTION
     beyond_first = call(ids(), "_-_", ident(ids(), name), int_constant(ids(), cost.SIZED_CALL_BASE))
     pay = call(ids(), function, *(int_constant(ids(), owner) for owner in owner_args), beyond_first)
+    if not owner_args and cost.MAX_FIXED_CHARGE:
+        # c <= B + N ? (c == B + 1 ? charge1() : c == B + 2 ? charge2() : ... chargeN()) : charge(c - B)
+        fixed = call(ids(), cost.fixed_charge_function(cost.MAX_FIXED_CHARGE))
+        for units in range(cost.MAX_FIXED_CHARGE - 1, 0, -1):
+            fixed = call(ids(), "_?_:_",
+                         call(ids(), "_==_", ident(ids(), name), int_constant(ids(), cost.SIZED_CALL_BASE + units)),
+                         call(ids(), cost.fixed_charge_function(units)), fixed)
+        pay = call(ids(), "_?_:_", call(ids(), "_<=_", ident(ids(), name),
+                                        int_constant(ids(), cost.SIZED_CALL_BASE + cost.MAX_FIXED_CHARGE)),
+                   fixed, pay)
     expression = bind(ids, name, amount,
                       call(ids(), "_?_:_", call(ids(), "_>_", ident(ids(), name),
                                                 int_constant(ids(), cost.SIZED_CALL_BASE)),

@@ -21,6 +21,7 @@ from staticadm.cel import (
     EvalError,
     ExpressionKind,
     admission_environment,
+    ast,
     cost,
 )
 from staticadm.cel.cost import PER_CALL_LIMIT
@@ -245,6 +246,54 @@ class TestTicksInParts:
             in_parts = self._outcome(True, monkeypatch, size, in_variable)
             assert (_described(in_parts[0]), in_parts[1]) == (_described(whole[0]), whole[1]), size
         assert self._outcome(True, monkeypatch, high, in_variable)[0] is not True
+
+
+class TestFixedCharges:
+    """An expression's own size-driven charges of a few units go through argument-free functions (cel-expr-python
+    keeps the argument tuple of a call into Python): they must charge what the argument form charges, and end an
+    evaluation at the iteration where it would."""
+
+    SOURCE = "object.items.all(x, !x.startsWith('b'))"
+
+    @classmethod
+    def _outcome(cls, fixed: bool, monkeypatch: pytest.MonkeyPatch, length: int, count: int) -> tuple[Any, int]:
+        with monkeypatch.context() as patched:
+            if not fixed:
+                patched.setattr(cost, "MAX_FIXED_CHARGE", 0)  # every charge through the argument form
+            program = ENVIRONMENT.compile(cls.SOURCE, ExpressionKind.VALIDATION)
+            assert isinstance(program, CompiledExpression)
+        context = ENVIRONMENT.new_context({"object": {"items": ["a" * length] * count}}, budget=10_000_000)
+        outcome = program.evaluate(context)
+        assert context.budget is not None
+        return _described(outcome), context.budget.remaining
+
+    def test_the_fixed_form_is_what_the_program_calls(self) -> None:
+        program = ENVIRONMENT.compile(self.SOURCE, ExpressionKind.VALIDATION)
+        assert isinstance(program, CompiledExpression)
+        called = {node.call_expr.function for node in ast.walk(program.prepared.expr)
+                  if node.WhichOneof("expr_kind") == "call_expr"}
+        assert {cost.fixed_charge_function(units) for units in range(1, cost.MAX_FIXED_CHARGE + 1)} <= called
+        assert cost.CHARGE_FUNCTION in called  # beyond them, the argument form
+
+    @pytest.mark.parametrize("length", [0, 40, 41, 50, 51, 95, 120, 121, 1000])
+    def test_each_string_length_is_charged_as_with_arguments(self, monkeypatch: pytest.MonkeyPatch,
+                                                             length: int) -> None:
+        assert self._outcome(True, monkeypatch, length, 3) == self._outcome(False, monkeypatch, length, 3)
+
+    def test_the_loop_ends_where_the_argument_form_ends_it(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        length = 120  # the most units (MAX_FIXED_CHARGE) the argument-free form charges
+        per_item = (10_000_000 - self._outcome(False, monkeypatch, length, 1000)[1]) / 1000
+        estimate = int(PER_CALL_LIMIT / per_item)
+        low, high = estimate - 100, estimate + 100  # the first count the argument form refuses lies in (low, high]
+        assert self._outcome(False, monkeypatch, length, low)[0] is True
+        assert self._outcome(False, monkeypatch, length, high)[0] is not True
+        while high - low > 1:
+            middle = (low + high) // 2
+            outcome, _ = self._outcome(False, monkeypatch, length, middle)
+            low, high = (middle, high) if outcome is True else (low, middle)
+        for count in (low - 1, low, high, high + 1):
+            assert self._outcome(True, monkeypatch, length, count) == self._outcome(False, monkeypatch, length, count)
+        assert self._outcome(True, monkeypatch, length, high)[0] is not True
 
 
 def _described(outcome: Any) -> Any:
