@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from typing import Any
 
 import aiohttp
 import orjson
+
+from bench.daemons import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,12 +112,6 @@ class Totals:
     samples: list[Sample] = field(default_factory=list)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -142,7 +137,7 @@ class Soak:
         self.manifests.mkdir()
         _write_policy(self.manifests, 0)
         self.socket_path = self.workdir / "staticadm.sock"
-        self.port = _free_port()
+        self.port = free_port()
         self.body_file = self.workdir / "review.json"
         self.body_file.write_bytes(orjson.dumps(REVIEW))
         self.totals = Totals()
