@@ -62,7 +62,7 @@ def corpus_file(*parts: str) -> Path:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: two workers per core. Most of the suite's time is spent waiting on the processes it starts (a
     daemon importing and loading, a signal, a file event, a deadline); with one worker per core the cores sat idle
-    for about a fifth of the run (on 2 cores: 294 s at 161% CPU; with 4 workers 250 s at 190%)."""
+    for about a fifth of the run (on 2 cores: 294 s at 161% CPU; with 4 workers 250-277 s at 190%)."""
     del config
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return 2 * cores
