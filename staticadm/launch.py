@@ -3,7 +3,8 @@
 ``staticadm serve`` takes about half a second to import what it needs (the CEL engine, aiohttp) before
 it installs its SIGHUP handler (reload). A SIGHUP in that window, which systemd sends for ``systemctl
 reload``, would end the process with the default action; so it is ignored first thing, before any
-heavy import, and the daemon replaces the disposition with its handler once it runs.
+heavy import, and the daemon replaces the disposition with its handler once it runs. For the same half second the
+cyclic garbage collector is off (``staticadm.server.heap``: it would walk what the imports make over and over).
 
 Ctrl-C in an offline command (a long ``review``, ``test`` or ``audit``) ends it with exit code 130, as a
 shell reports a process ended by SIGINT, and one line instead of a traceback; a reader that goes away
@@ -13,6 +14,7 @@ itself.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -25,6 +27,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        gc.disable()  # until staticadm.server.heap.imports_done
     try:
         from staticadm.cli import main as run
 

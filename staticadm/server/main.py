@@ -59,7 +59,7 @@ from staticadm.server.connections import (
 )
 from staticadm.server.event_loop import running_uvloop
 from staticadm.server.findings import FindingsReporter, note_name
-from staticadm.server.heap import Heap
+from staticadm.server.heap import Heap, imports_done
 from staticadm.server.listener_watch import EXIT_LISTENER_FAILED, ListenerWatch, WatchedListener
 from staticadm.server.listeners import (
     HANDSHAKE_HINTS,
@@ -109,6 +109,7 @@ EXIT_FAILED = 1
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     """Runs the daemon: in this process, or with ``config.workers`` > 1 as the workers' supervisor."""
+    imports_done()
     try:
         loop_name = event_loop.resolve(config.event_loop)
     except event_loop.EventLoopUnavailable as error:
@@ -133,6 +134,7 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
 
 def serve_worker(spec: WorkerSpec) -> int:
     """One worker of ``serve --workers N``: the daemon on inherited listeners, fed by its supervisor."""
+    imports_done()
     config = spec.config
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
     daemon = _Daemon(config, sys.stderr, link=WorkerLink(spec))
@@ -766,8 +768,9 @@ class _Daemon:
             if joining:
                 await open_sites()
                 background.append(supervised("listener-watch", self._listener_watch(watched, stop).run))
-            # What the first load made is there to stay: out of the collector's walks from now on.
-            self.heap.settle()
+            # What the first load made is there to stay: out of the collector's walks from now on. What the
+            # imports made was frozen before it (heap.imports_done).
+            self.heap.settle(keep_frozen=True)
             background.append(supervised("heap-freezer", self.heap.keep_survivors_frozen))
             if self.tls is not None:
                 background.append(supervised("tls-reload", self.tls.watch))

@@ -7,10 +7,8 @@ neither imports the other: the daemon uses the supervisor's side, the worker's p
 
 from __future__ import annotations
 
+import gc
 import os
-
-from staticadm.server.main import serve_worker
-from staticadm.server.workers import WORKER_ENVIRONMENT, WorkerSpec
 
 #: libuv (uvloop) accepts until a listener's queue is empty; with this set it yields between two accepts (libuv's
 #: "give other processes a chance to accept connections"), so connections opened together spread over the workers
@@ -19,6 +17,10 @@ LIBUV_SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
 
 
 def main() -> int:
+    gc.disable()  # until staticadm.server.heap.imports_done
+    from staticadm.server.main import serve_worker
+    from staticadm.server.workers import WORKER_ENVIRONMENT, WorkerSpec
+
     spec = WorkerSpec.decode(os.environ.pop(WORKER_ENVIRONMENT))
     # Read by libuv when a listener starts: before the event loop exists.
     os.environ.setdefault(LIBUV_SINGLE_ACCEPT, "1")
@@ -27,5 +29,5 @@ def main() -> int:
 
 if __name__ == "__main__":
     # Run as a module, this file is __main__; the messages unpickled are classes of the importable
-    # staticadm.server.workers, imported above.
+    # staticadm.server.workers, imported by main().
     raise SystemExit(main())

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import weakref
+from pathlib import Path
 
 import pytest
 
 from staticadm.server import heap
 from staticadm.server.heap import Heap
+from tests.server.harness import DaemonFactory, review
 
 
 class _Node:
@@ -87,3 +90,57 @@ def test_the_daemon_keeps_freezing_survivors(monkeypatch: pytest.MonkeyPatch) ->
         assert asyncio.run(serve_a_while())
     finally:
         gc.unfreeze()
+
+
+def test_settling_the_first_load_leaves_what_the_imports_froze_unwalked() -> None:
+    try:
+        imported = _cycle()
+        heap.imports_done()  # as the entry point does before its first load
+        loaded = _cycle()
+        kept = _Node()
+        Heap().settle(keep_frozen=True)
+        assert imported() is not None, "the imports' garbage waits for the first reload's settle"
+        assert loaded() is None
+        assert kept not in gc.get_objects(), "what the load made is frozen"
+        Heap().settle()
+        assert imported() is None
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+#: Installed in every process of a daemon (supervisor and workers): records each collection the collector makes
+#: and whether it came before the entry point's imports were done (nothing frozen yet).
+_COLLECTION_RECORDER = """
+import atexit, gc, json, os, sys
+_collections = []
+def _record(phase, info):
+    if phase == "start":
+        _collections.append([info["generation"], gc.get_freeze_count() > 0])
+gc.callbacks.append(_record)
+def _write():
+    with open(os.path.join({directory!r}, f"{{os.getpid()}}.json"), "w") as out:
+        json.dump({{"argv": sys.argv, "collections": _collections}}, out)
+atexit.register(_write)
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_daemon_imports_without_a_collection_and_collects_once_it_runs(make_daemon: DaemonFactory,
+                                                                            tmp_path: Path, workers: int) -> None:
+    hook, records = tmp_path / "hook", tmp_path / "records"
+    hook.mkdir()
+    records.mkdir()
+    (hook / "sitecustomize.py").write_text(_COLLECTION_RECORDER.format(directory=str(records)))
+    daemon = make_daemon(args=["--workers", str(workers)], env={"PYTHONPATH": str(hook)})
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+    assert daemon.stop() == 0
+    runs = [json.loads(path.read_text()) for path in records.glob("*.json")]
+    processes = [run for run in runs if "serve" in run["argv"] or run["argv"][0].endswith("worker_process.py")]
+    assert len(processes) == (1 if workers == 1 else workers + 1), runs
+    for run in processes:
+        # Without the pause: about 150, two of them of every generation. The interpreter's own start (site,
+        # runpy) may make a young collection before the entry point's first line runs.
+        before = [generation for generation, after_imports in run["collections"] if not after_imports]
+        assert len(before) <= 2 and 2 not in before, f"{run['argv']}: collections while importing: {before}"
+        assert any(after for _, after in run["collections"]), f"{run['argv']}: the collector never ran again"
