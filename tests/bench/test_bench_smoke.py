@@ -54,6 +54,24 @@ def test_every_load_row_is_present_and_error_free(quick_run: tuple[str, dict]) -
     assert rows[("no-match", "staticadm", 100)]["matched"] == 0
 
 
+def test_each_rows_null_reference_is_measured_beside_it(quick_run: tuple[str, dict]) -> None:
+    stdout, results = quick_run
+    paired = [r for r in results["rows"] if r["server"] == "staticadm" and r["policies"] in (10, 100)]
+    paired += [r for r in results["rows"] if r["workload"].endswith("/mutate")]
+    assert {(r["workload"], r["policies"]) for r in paired} >= {(w, n) for w in WORKLOADS for n in (10, 100)}
+    for row in paired:
+        reference = row["paired_null"]
+        assert reference is not None, row
+        assert reference["requests"] > 0 and sum(reference["errors"].values()) == 0, row
+        assert reference["tool"] == row["tool"] and reference["cpu_us_per_request"] > 0, row
+    # The ratios in the targets are against those references.
+    distinct = next(r for r in paired if (r["workload"], r["policies"]) == ("pod-create distinct", 10))
+    target = next(t for t in results["targets"] if t["name"].startswith("pod-create distinct @10: req/s"))
+    assert f"/{distinct['paired_null']['rps']:.0f} =" in target["figure"]
+    assert any(t["name"].startswith("pod-create distinct @100: closed-loop p99") for t in results["targets"])
+    assert "paired null" in stdout
+
+
 def test_open_loop_rows_for_the_null_server_and_staticadm(quick_run: tuple[str, dict]) -> None:
     stdout, results = quick_run
     rows = {(r["server"], r.get("load_of_null_capacity"), r.get("load_of_own_capacity")): r
