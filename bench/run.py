@@ -4,7 +4,8 @@ Run: python -m bench.run            (10/100/1000 policies, 10 s per load row, ~8
      python -m bench.run --quick    (seconds-long smoke: 2 s rows, 10/100 policies)
 
 One run, on one machine: the null server and ``staticadm serve`` (real subprocesses, HTTPS on a free
-loopback port with the same certificate) are driven by wrk with the same bodies and concurrency; then
+loopback port with the same certificate) are driven by wrk with the same bodies and concurrency, each staticadm row
+of the sets bracketed by two runs of the null server with its bodies (``_measured_row``'s ``paired``); then
 CEL micro-figures, load time, daemon start to ready, rename-to-serving and RSS; the CPU each request
 costs the daemon and in-process evaluation, beside the engine's own floor for the same request (the
 activation plus every matched expression on it); ``serve --workers 2`` against a 2-process null server;
