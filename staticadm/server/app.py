@@ -25,6 +25,7 @@ from staticadm.admission.request import AdmissionRequest, RequestError, parse_ad
 from staticadm.admission.vocabulary import EnforcementAction, ErrorType, RequestDecision
 from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
+from staticadm.server.batching import EvaluationBatch
 from staticadm.server.connections import request_began, request_ended, tracked
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -89,6 +90,8 @@ class ServerState:
     ready_notes: dict[str, Callable[[], str]] = field(default_factory=dict)
     #: A worker of ``serve --workers``: /metrics is every process's sum, from the supervisor.
     scrape: Callable[[], Awaitable[bytes]] | None = None
+    #: Where handlers hand their request's parsing and evaluation, to be run with the others ready at once.
+    evaluation_batch: EvaluationBatch = field(default_factory=EvaluationBatch)
     _review_slots: asyncio.Semaphore | None = None
 
     def review_slots(self) -> asyncio.Semaphore:
@@ -299,6 +302,12 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
         slot = _Slot(state.review_slots(), deadline, timeout, body)
         try:
             await slot.take()
+            batch = state.evaluation_batch
+            if state.fetch_namespace is None and state.authorizer is None:
+                # Nothing to wait for between the body and the answer: parsed and evaluated with the requests that
+                # are ready at the same time (``batching.py``).
+                return await batch.submit(functools.partial(_parse_and_admit, state, evaluate, served, body, timeout,
+                                                            deadline))
             parsed = _parse(body)
             namespaces = state.namespaces
             # Cluster calls end together, at a fixed margin before the request's deadline.
@@ -311,7 +320,8 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
             if state.authorizer is None:
                 if not slot.held:
                     await slot.take()
-                return _admit(state, evaluate, served, parsed, namespaces, timeout, deadline)
+                return await batch.submit(functools.partial(_admit, state, evaluate, served, parsed, namespaces,
+                                                            timeout, deadline))
 
             async def evaluate_once() -> tuple[web.Response, RequestDecision, _Evaluated | None]:
                 await slot.take()
@@ -406,6 +416,11 @@ def _parse(body: bytes) -> AdmissionRequest:
         raise BadRequest(400, "BadRequest", f"invalid AdmissionReview: {parsed.message}",
                          parsed.uid or request_uid(document))
     return parsed
+
+
+def _parse_and_admit(state: ServerState, evaluate: Evaluator, served: Any, body: bytes, timeout: float,
+                     deadline: float) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
+    return _admit(state, evaluate, served, _parse(body), state.namespaces, timeout, deadline)
 
 
 def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: AdmissionRequest,

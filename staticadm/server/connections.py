@@ -173,7 +173,7 @@ class ConnectionGuard:
         deadline = time.monotonic() + timeout
         while True:
             for connection in list(self.connections):
-                if connection.idle(fresh_too=not first_requests):
+                if connection.idle(fresh_too=not first_requests) or connection.answered_and_closing():
                     self.closed(connection)
                     connection.close_now()
             now = time.monotonic()
@@ -276,6 +276,14 @@ class GuardedRequestHandler(RequestHandler):
                 or waiter is None or waiter.done() or getattr(self, "_messages", None):
             return False
         return _unread_bytes(self.transport) == 0
+
+    def answered_and_closing(self) -> bool:
+        """Its last answer closed it (one written while draining says ``Connection: close``) and left the TLS layer
+        (an answer is far smaller than a socket's send buffer, so it is with the kernel, which delivers it after the
+        process exits): only the TLS close is left, which a client that keeps the socket may never complete."""
+        transport = self.transport
+        return (not self.busy and transport is not None and transport.is_closing()
+                and transport.get_write_buffer_size() == 0)
 
     def expired(self, now: float, header_timeout: float, idle_timeout: float) -> bool:
         if self.busy:
