@@ -247,9 +247,7 @@ def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _H
             seconds = time.perf_counter() - started
             metrics.record_request(endpoint, response.status, decision, seconds)
             if review is not None:
-                _log_review(state, endpoint, review, decision, seconds)
-                if state.shadow is not None:
-                    state.shadow.schedule(endpoint, evaluate, review[2], review[0], review[1], state.authorizer)
+                _report(state, endpoint, evaluate, review, decision, seconds)
             return response
         except Exception:
             # A bug in what follows the evaluation (its metrics or log line): the request still gets an answer.
@@ -306,8 +304,8 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
             if state.fetch_namespace is None and state.authorizer is None:
                 # Nothing to wait for between the body and the answer: parsed and evaluated with the requests that
                 # are ready at the same time (``batching.py``).
-                return await batch.submit(functools.partial(_parse_admit_and_log, state, endpoint, evaluate, served,
-                                                            body, timeout, deadline, started))
+                return await batch.submit(functools.partial(_parse_admit_and_report, state, endpoint, evaluate,
+                                                            served, body, timeout, deadline, started))
             parsed = _parse(body)
             namespaces = state.namespaces
             # Cluster calls end together, at a fixed margin before the request's deadline.
@@ -320,8 +318,8 @@ async def _review(request: web.Request, state: ServerState, endpoint: str, evalu
             if state.authorizer is None:
                 if not slot.held:
                     await slot.take()
-                return await batch.submit(lambda: _logged(state, endpoint, evaluate, started, _admit(
-                    state, evaluate, served, parsed, namespaces, timeout, deadline)))
+                return await batch.submit(functools.partial(_admit_and_report, state, endpoint, evaluate, served,
+                                                            parsed, namespaces, timeout, deadline, started))
 
             async def evaluate_once() -> tuple[web.Response, RequestDecision, _Evaluated | None]:
                 await slot.take()
@@ -418,26 +416,32 @@ def _parse(body: bytes) -> AdmissionRequest:
     return parsed
 
 
-def _parse_admit_and_log(state: ServerState, endpoint: str, evaluate: Evaluator, served: Any, body: bytes,
-                         timeout: float, deadline: float, started: float
-                         ) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
-    return _logged(state, endpoint, evaluate, started,
-                   _admit(state, evaluate, served, _parse(body), state.namespaces, timeout, deadline))
+def _parse_admit_and_report(state: ServerState, endpoint: str, evaluate: Evaluator, served: Any, body: bytes,
+                            timeout: float, deadline: float, started: float
+                            ) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
+    return _admit_and_report(state, endpoint, evaluate, served, _parse(body), state.namespaces, timeout, deadline,
+                             started)
 
 
-def _logged(state: ServerState, endpoint: str, evaluate: Evaluator, started: float,
-            admitted: tuple[web.Response, RequestDecision, _Evaluated | None]
-            ) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
-    """A batched request's log lines and shadow evaluation, made in its batch (latency to its evaluated answer):
-    the handler gets only its answer back, so the batch does not hold every request it evaluated (a parsed object
-    is about ten times its JSON) until the last one's handler runs, and the next request's parsing reuses the
-    memory the last one's left, still in the processor's caches."""
-    response, decision, evaluated = admitted
+def _admit_and_report(state: ServerState, endpoint: str, evaluate: Evaluator, served: Any, parsed: AdmissionRequest,
+                      namespaces: NamespaceSource, timeout: float, deadline: float, started: float
+                      ) -> tuple[web.Response, RequestDecision, _Evaluated | None]:
+    """``_admit`` for a batched request, reported (``_report``) in its batch, latency to its evaluated answer: the
+    handler gets only its answer back, so the batch does not hold every request it evaluated (a parsed object is
+    about ten times its JSON) until the last one's handler runs, and the next request's parsing reuses the memory
+    the last one's left, still in the processor's caches."""
+    response, decision, evaluated = _admit(state, evaluate, served, parsed, namespaces, timeout, deadline)
     if evaluated is not None:
-        _log_review(state, endpoint, evaluated, decision, time.perf_counter() - started)
-        if state.shadow is not None:
-            state.shadow.schedule(endpoint, evaluate, evaluated[2], evaluated[0], evaluated[1], state.authorizer)
+        _report(state, endpoint, evaluate, evaluated, decision, time.perf_counter() - started)
     return response, decision, None
+
+
+def _report(state: ServerState, endpoint: str, evaluate: Evaluator, evaluated: _Evaluated, decision: RequestDecision,
+            seconds: float) -> None:
+    """An evaluated request's log lines and check metrics, and its shadow evaluation."""
+    _log_review(state, endpoint, evaluated, decision, seconds)
+    if state.shadow is not None:
+        state.shadow.schedule(endpoint, evaluate, evaluated[2], evaluated[0], evaluated[1], state.authorizer)
 
 
 def _admit(state: ServerState, evaluate: Evaluator, served: Any, parsed: AdmissionRequest,
