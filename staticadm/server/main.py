@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from staticadm import __version__
+from staticadm.admission import deferred
 from staticadm.admission.endpoints import ENDPOINTS
 from staticadm.admission.namespaces import (
     NamespaceFileError,
@@ -186,6 +187,8 @@ class _Daemon:
         #: One thread: reloads in quick succession are analysed one after the other, not all at once, and never
         #: on the event loop (requests and reloads' swaps do not wait for them).
         self._analysis_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-analysis")
+        #: Builds the programs requests find missing (``admission/deferred.py``), so none waits for one.
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-build")
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
             self.log = self.log.bind(worker=link.index)
@@ -602,6 +605,14 @@ class _Daemon:
     # -- run ---------------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        deferred.defer_on_this_thread(self._builder)
+        try:
+            return await self._serve()
+        finally:
+            deferred.defer_on_this_thread(None)
+            self._builder.shutdown(wait=False, cancel_futures=True)
+
+    async def _serve(self) -> int:
         loop = asyncio.get_running_loop()
         # Repeated accept failures (EMFILE) are reported once per interval, not once per attempt.
         loop.set_exception_handler(AcceptErrorLimiter(self.log))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from staticadm import gofmt
+from staticadm.admission import deferred
 from staticadm.bounded import keep_bounded
 from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
@@ -105,14 +106,23 @@ class SetProgram:
     serial: int = field(default_factory=lambda: next(_SERIALS))
 
 
-def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
-    """The program of ``policies`` (in evaluation order, each once), built on first use."""
+def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram | None:
+    """The program of ``policies`` (in evaluation order, each once), built on first use; None while it is being
+    built off the request path (``deferred.py``)."""
     memo = policies[0].sets.built
     key = tuple(id(compiled.sets) for compiled in policies)
     entry = memo.get(key)
     if entry is None:
-        entry = _build(policies)
-        keep_bounded(memo, key, entry, MAX_SETS_PER_POLICY)
+        if deferred.build_later((id(memo), key), functools.partial(_build_into, memo, key, policies)):
+            return None
+        entry = _build_into(memo, key, policies)
+    return entry
+
+
+def _build_into(memo: dict[tuple[int, ...], Any], key: tuple[int, ...],
+                policies: Sequence[CompiledValidatingPolicy]) -> SetProgram:
+    entry = _build(policies)
+    keep_bounded(memo, key, entry, MAX_SETS_PER_POLICY)
     return entry
 
 

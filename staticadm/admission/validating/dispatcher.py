@@ -215,7 +215,10 @@ def _clear_policies(activations: RequestActivations, matched: Matched,
         return None
     program = matched.program
     if program is None:
-        program = matched.program = _SetOf.of(matched)
+        program = _SetOf.of(matched)
+        if program is None:
+            return None
+        matched.program = program
     if program.entry is None:
         return None
     request = activations.request
@@ -249,11 +252,17 @@ class _SetOf:
     whole: bool
 
     @classmethod
-    def of(cls, matched: Matched) -> _SetOf:
+    def of(cls, matched: Matched) -> _SetOf | None:
+        """None while the set's program is being built off the request path (``deferred.py``)."""
         joined = tuple(compiled for compiled in matched.invoked if compiled.joins_sets)
         equivalent = any(step[0] == INVOKED and step[3] != MATCHED_ORIGINAL for step in matched.steps)
-        return cls(joined, set_program(joined) if joined and not equivalent else None,
-                   any(compiled.uses_namespace_object for compiled in joined), len(joined) == len(matched.invoked))
+        entry = None
+        if joined and not equivalent:
+            entry = set_program(joined)
+            if entry is None:
+                return None
+        return cls(joined, entry, any(compiled.uses_namespace_object for compiled in joined),
+                   len(joined) == len(matched.invoked))
 
 
 def _published(program: _SetOf, found: list[PolicyClear]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm import gofmt
+from staticadm.admission import deferred
 from staticadm.admission.cel.activation import RequestActivations
 from staticadm.admission.cel.filter import evaluate_match_conditions, run_program
 from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
@@ -30,7 +31,7 @@ from staticadm.cel import BUDGET_EXHAUSTED_MESSAGE, CompiledExpression, EvalErro
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
 from staticadm.cel.evaluation import CostBudget, SharedActivation
 from staticadm.cel.string_format import type_name
-from staticadm.compiled import CompiledValidatingPolicy
+from staticadm.compiled import CompiledValidatingPolicy, ValidationsTogether
 
 #: ``celconfig.MaxEvaluatedMessageExpressionSizeBytes``.
 MAX_MESSAGE_EXPRESSION_BYTES = 5 * 1024
@@ -98,7 +99,7 @@ def validate(compiled: CompiledValidatingPolicy, resource: GroupVersionResource,
     outcomes: list[tuple[Any, ExpressionFailure | None]] = []
     all_passed = True
     passed: tuple[int, ...] = ()
-    together = compiled.validations_together() if activations.share else None
+    together = _validations_together(compiled) if activations.share else None
     if together is not None and together.program is not None and context.run_conjunction(together.program,
                                                                                          together.static_cost):
         # Those validations were all true, at what each would have cost; the others run one by one after them.
@@ -193,6 +194,18 @@ def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
     """The one decision of a binding whose cost budget ran out."""
     return PolicyDecision(error_action, DecisionEvaluation.ERROR, BUDGET_EXHAUSTED_MESSAGE,
                           error_type=ErrorType.OUT_OF_BUDGET, site=DecisionSite.BUDGET)
+
+
+
+def _validations_together(compiled: CompiledValidatingPolicy) -> ValidationsTogether | None:
+    """The policy's validations as one program, built on first use; None while it is being built off the request
+    path (``deferred.py``): the validations then run one by one."""
+    together = compiled.together
+    if together.built:
+        return together
+    if deferred.build_later(("together", id(together)), compiled.validations_together):
+        return None
+    return compiled.validations_together()
 
 
 def _messages(compiled: CompiledValidatingPolicy, activations: RequestActivations, activation: SharedActivation,
