@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TextIO
 
 from staticadm import __version__
-from staticadm.admission import deferred
 from staticadm.admission.endpoints import ENDPOINTS
+from staticadm.admission.generic import deferred
 from staticadm.admission.namespaces import (
     NamespaceFileError,
     NamespaceSource,
@@ -187,7 +187,7 @@ class _Daemon:
         #: One thread: reloads in quick succession are analysed one after the other, not all at once, and never
         #: on the event loop (requests and reloads' swaps do not wait for them).
         self._analysis_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-analysis")
-        #: Builds the programs requests find missing (``admission/deferred.py``), so none waits for one.
+        #: Builds the programs requests find missing (``admission/generic/deferred.py``), so none waits for one.
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-build")
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
@@ -605,12 +605,18 @@ class _Daemon:
     # -- run ---------------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        deferred.defer_on_this_thread(self._builder)
+        deferred.defer_on_this_thread(self._builder, self._deferred_build_failed)
         try:
             return await self._serve()
         finally:
             deferred.defer_on_this_thread(None)
             self._builder.shutdown(wait=False, cancel_futures=True)
+
+    def _deferred_build_failed(self, build: Callable[[], object], error: Exception) -> None:
+        """On the builder thread: a bug, whose requests are decided without the program it was building."""
+        self.log.error("building a program off the request path failed; the requests that need it are decided "
+                       "without it", build=repr(build)[:300], err=f"{type(error).__name__}: {error}",
+                       exc_info=error)
 
     async def _serve(self) -> int:
         loop = asyncio.get_running_loop()

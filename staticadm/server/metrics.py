@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from staticadm.admission.comparison import DifferenceKind
+from staticadm.admission.generic.deferred import COUNTS
 from staticadm.admission.validating.all_clear import LOOKUPS
 from staticadm.admission.vocabulary import RequestDecision
 
@@ -234,6 +235,27 @@ class _KeptAnswers:
         yield family
 
 
+class _DeferredBuilds:
+    """Programs requests found missing and left to the builder thread (``admission/generic/deferred.py``)."""
+
+    NAME = f"{PREFIX}_deferred_program_builds"
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.NAME, "Programs a request found missing (a set of policies' all-clear "
+                                     "program, a policy's validations run together) and that were built off the "
+                                     "request path while requests were decided without them, by result (built; "
+                                     "failed: a bug, logged, and the requests needing it stay exact).",
+                                     labels=("result",))
+        family.add_metric(("built",), COUNTS.built)
+        family.add_metric(("failed",), COUNTS.failed)
+        yield family
+        yield GaugeMetricFamily(f"{self.NAME}_pending", "Programs handed to the builder thread and not built yet "
+                                "(with workers: the most any running worker has).", value=COUNTS.pending)
+
+
 class Metrics:
     """Every series the daemon exports; one instance per process (or per test)."""
 
@@ -269,6 +291,8 @@ class Metrics:
             "binding; mirrors apiserver_mutating_admission_policy_check_duration_seconds.",
             mutation_labels), LATENCY_BUCKETS)
         self.registry.register(_KeptAnswers())
+        self.registry.register(_DeferredBuilds())
+        self._modes[f"{_DeferredBuilds.NAME}_pending"] = "livemax"
         self._log_drops = self._gauge(
             f"{PREFIX}_log_lines_dropped",
             "Log lines dropped since start because the log reader (journald, the container runtime) did not "

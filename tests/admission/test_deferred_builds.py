@@ -1,5 +1,5 @@
 """Programs a request finds missing are built off the request path on a thread that defers, and the request is
-decided exactly meanwhile, as it is where programs are built in place (``admission/deferred.py``)."""
+decided exactly meanwhile, as it is where programs are built in place (``admission/generic/deferred.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from staticadm.admission import deferred
+from staticadm.admission.generic import deferred
 from staticadm.admission.namespaces import parse_namespaces
 from staticadm.admission.validating.dispatcher import ValidationOutcome, evaluate_validating
 from staticadm.snapshot import Snapshot
@@ -149,18 +149,29 @@ def test_builds_run_on_the_builder_thread(tmp_path: Path) -> None:
     assert entry.answered == 1
 
 
-def test_a_build_that_raises_is_reported_once_and_its_requests_stay_exact(builds: HeldBuilds,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_build_that_raises_is_reported_once_and_its_requests_stay_exact() -> None:
+    builds = HeldBuilds()
+    reported: list[tuple[Callable[[], object], Exception]] = []
+    deferred.defer_on_this_thread(builds, lambda build, error: reported.append((build, error)))
     key = ("test", object())
 
     def broken() -> None:
         raise ValueError("a bug in a build")
 
-    assert deferred.build_later(key, broken)
-    builds.run_all()
-    assert "building a program off the request path failed" in capsys.readouterr().out
-    # Still pending: asked again, nothing more is handed over, and the caller goes on without the program.
-    assert deferred.build_later(key, broken) and builds.waiting == []
+    failed = deferred.COUNTS.failed
+    try:
+        assert deferred.build_later(key, broken)
+        builds.run_all()
+    finally:
+        deferred.defer_on_this_thread(None)
+    assert [(build, str(error)) for build, error in reported] == [(broken, "a bug in a build")]
+    assert deferred.COUNTS.failed == failed + 1
+    deferred.defer_on_this_thread(builds)
+    try:
+        # Still pending: asked again, nothing more is handed over, and the caller goes on without the program.
+        assert deferred.build_later(key, broken) and builds.waiting == []
+    finally:
+        deferred.defer_on_this_thread(None)
 
 
 def test_a_stopped_builder_leaves_the_build_to_the_caller(builds: HeldBuilds) -> None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from staticadm import gofmt
-from staticadm.admission import deferred
+from staticadm.admission.generic import deferred
 from staticadm.bounded import keep_bounded
 from staticadm.cel import CompiledExpression, admission_environment
 from staticadm.cel.cost import RUNTIME_CEL_COST_BUDGET, RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS
@@ -108,7 +108,7 @@ class SetProgram:
 
 def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram | None:
     """The program of ``policies`` (in evaluation order, each once), built on first use; None while it is being
-    built off the request path (``deferred.py``)."""
+    built off the request path (``generic/deferred.py``)."""
     memo = policies[0].sets.built
     key = tuple(id(compiled.sets) for compiled in policies)
     entry = memo.get(key)

@@ -253,7 +253,7 @@ class _SetOf:
 
     @classmethod
     def of(cls, matched: Matched) -> _SetOf | None:
-        """None while the set's program is being built off the request path (``deferred.py``)."""
+        """None while the set's program is being built off the request path (``generic/deferred.py``)."""
         joined = tuple(compiled for compiled in matched.invoked if compiled.joins_sets)
         equivalent = any(step[0] == INVOKED and step[3] != MATCHED_ORIGINAL for step in matched.steps)
         entry = None

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from staticadm import gofmt
-from staticadm.admission import deferred
 from staticadm.admission.cel.activation import RequestActivations
 from staticadm.admission.cel.filter import evaluate_match_conditions, run_program
+from staticadm.admission.generic import deferred
 from staticadm.admission.outcomes import ExpressionFailure, aggregate_failures
 from staticadm.admission.request import GroupVersionKind, GroupVersionResource
 from staticadm.admission.vocabulary import (
@@ -199,7 +199,7 @@ def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
 
 def _validations_together(compiled: CompiledValidatingPolicy) -> ValidationsTogether | None:
     """The policy's validations as one program, built on first use; None while it is being built off the request
-    path (``deferred.py``): the validations then run one by one."""
+    path (``generic/deferred.py``): the validations then run one by one."""
     together = compiled.together
     if together.built:
         return together

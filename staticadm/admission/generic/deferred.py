@@ -19,17 +19,18 @@ import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor
 
-import structlog
-
-_log = structlog.get_logger("staticadm")
+#: Told of a build that raised (on the builder thread): the daemon logs it.
+FailureReport = Callable[[Callable[[], object], Exception], None]
 
 
 class DeferredBuilds(threading.local):
-    """Where the calling thread's builds run: its own executor, or None (build now). One per thread, so the
-    analysis thread, which evaluates against a snapshot of its own, never hands its builds to the serving one's."""
+    """Where the calling thread's builds run: its own executor, or None (build now); and who hears of a build that
+    raised. One per thread, so the analysis thread, which evaluates against a snapshot of its own, never hands its
+    builds to the serving one's."""
 
     def __init__(self) -> None:
         self.executor: Executor | None = None
+        self.report_failure: FailureReport | None = None
 
 
 _THIS_THREAD = DeferredBuilds()
@@ -41,15 +42,34 @@ _pending_lock = threading.Lock()
 _failed: list[Callable[[], object]] = []
 
 
-def defer_on_this_thread(executor: Executor | None) -> None:
-    """From now on, builds asked for on this thread run on ``executor``; None: where they are asked for."""
+class BuildCounts:
+    """Builds this process finished off the request path, and builds that raised (``/metrics``)."""
+
+    def __init__(self) -> None:
+        self.built = 0
+        self.failed = 0
+
+    @property
+    def pending(self) -> int:
+        """Builds handed over that have not finished (those that raised stay pending)."""
+        return len(_pending) - len(_failed)
+
+
+#: Only the builder thread counts: one writer.
+COUNTS = BuildCounts()
+
+
+def defer_on_this_thread(executor: Executor | None, report_failure: FailureReport | None = None) -> None:
+    """From now on, builds asked for on this thread run on ``executor``, and one that raises is reported to
+    ``report_failure``; None: where they are asked for."""
     _THIS_THREAD.executor = executor
+    _THIS_THREAD.report_failure = report_failure
 
 
 def build_later(key: Hashable, build: Callable[[], object]) -> bool:
     """Hands ``build`` (which makes a program and stores it where requests find it) to this thread's builder, once
     while a build of ``key`` is pending. False when this thread builds where it asks (the caller builds now)."""
-    executor = _THIS_THREAD.executor
+    executor, report_failure = _THIS_THREAD.executor, _THIS_THREAD.report_failure
     if executor is None:
         return False
     with _pending_lock:
@@ -60,14 +80,17 @@ def build_later(key: Hashable, build: Callable[[], object]) -> bool:
     def run() -> None:
         try:
             build()
-        except Exception:
+        except Exception as error:
             # A bug, reported once: the key stays pending (its objects alive, so their identities stay theirs), and
             # the requests that need the program stay exact, which decides the same, only slower.
-            _log.exception("building a program off the request path failed", build=repr(build)[:200])
             _failed.append(build)
+            if report_failure is not None:
+                report_failure(build, error)
+            COUNTS.failed += 1
             return
         with _pending_lock:
             _pending.discard(key)
+        COUNTS.built += 1
 
     try:
         executor.submit(run)
