@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -68,6 +69,10 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+#: The daemon's first load failed (not a reload: "reloading manifest config failed").
+FIRST_LOAD_FAILED = re.compile(rb"(?<!re)loading manifest config failed")
+
+
 @dataclass
 class Response:
     status: int
@@ -91,6 +96,8 @@ class Daemon:
     process: subprocess.Popen[bytes] | None = None
     ca_file: Path | None = None
     client_cert: tuple[Path, Path] | None = None
+    #: Where this start's lines begin in the log, which a restarted daemon appends to.
+    log_offset: int = 0
 
     @property
     def log_path(self) -> Path:
@@ -114,6 +121,7 @@ class Daemon:
         # Import the checkout under test, whatever is installed in the environment.
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         with self.log_path.open("ab") as log:
+            self.log_offset = log.tell()
             self.process = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=log)
         if wait:
             self.wait_ready()
@@ -135,8 +143,9 @@ class Daemon:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
-            if "loading manifest config failed" in self.log():
-                # Not ready until someone fixes the directory: no point waiting for that.
+            if FIRST_LOAD_FAILED.search(self.log_path.read_bytes()[self.log_offset:]):
+                # Not ready until someone fixes the directory: no point waiting for that. (Only this start's first
+                # load: a reload that failed in an earlier start, "reloading manifest config failed", is not it.)
                 raise AssertionError(f"daemon cannot load its manifests:\n{self.log()}")
             if via == "https" and self.ca_file is None:
                 ca = self.state_dir / "tls" / "ca.crt"
