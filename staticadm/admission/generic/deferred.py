@@ -84,9 +84,9 @@ def build_later(key: Hashable, build: Callable[[], object]) -> bool:
             # A bug, reported once: the key stays pending (its objects alive, so their identities stay theirs), and
             # the requests that need the program stay exact, which decides the same, only slower.
             _failed.append(build)
+            COUNTS.failed += 1
             if report_failure is not None:
                 report_failure(build, error)
-            COUNTS.failed += 1
             return
         with _pending_lock:
             _pending.discard(key)

@@ -113,7 +113,7 @@ def set_program(policies: Sequence[CompiledValidatingPolicy]) -> SetProgram | No
     key = tuple(id(compiled.sets) for compiled in policies)
     entry = memo.get(key)
     if entry is None:
-        if deferred.build_later((id(memo), key), functools.partial(_build_into, memo, key, policies)):
+        if deferred.build_later(key, functools.partial(_build_into, memo, key, policies)):
             return None
         entry = _build_into(memo, key, policies)
     return entry

@@ -196,7 +196,6 @@ def _out_of_budget(error_action: DecisionAction) -> PolicyDecision:
                           error_type=ErrorType.OUT_OF_BUDGET, site=DecisionSite.BUDGET)
 
 
-
 def _validations_together(compiled: CompiledValidatingPolicy) -> ValidationsTogether | None:
     """The policy's validations as one program, built on first use; None while it is being built off the request
     path (``generic/deferred.py``): the validations then run one by one."""
