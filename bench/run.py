@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import platform
@@ -122,8 +123,9 @@ class SetFigures:
     #: The same renames with a probe of realistic weight (``policies.probe_policy(heavy=True)``).
     rename_heavy_ms: list[float] = field(default_factory=list)
     #: workload -> (in-process validate µs of a request whose answer is not kept, engine floor µs, validate µs when
-    #: the request's all-clear answer is kept) for the same request.
-    cpu_us: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    #: the request's all-clear answer is kept) for the same request; for ``DISTINCT_WORKLOAD``, validate µs over the
+    #: distinct Pods in turn (each one new: nothing kept applies, so no kept figure) and one of them's engine floor.
+    cpu_us: dict[str, tuple[float, float, float | None]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         # NaN (``--only rename`` does not load in process) is not JSON: null.
@@ -330,11 +332,12 @@ def _new_input(evaluate: Callable[..., Any], snapshot: Any, namespaces: Any, req
     evaluate(snapshot, namespaces, request)
 
 
-def _in_process_load(directory: Path, namespaces_file: Path,
-                     repeat: int = 0) -> tuple[float, dict[str, int], dict[str, tuple[float, float, float]]]:
+def _in_process_load(directory: Path, namespaces_file: Path, repeat: int = 0, distinct: Sequence[bytes] = ()
+                     ) -> tuple[float, dict[str, int], dict[str, tuple[float, float, float | None]]]:
     """Seconds to load + compile + build the snapshot (CEL environment already built), how many
     policies each fixture matches (checked, not assumed, so a generator change cannot skew the mix), and
-    with ``repeat`` the in-process validate µs and the engine floor µs of each fixture."""
+    with ``repeat`` the in-process validate µs and the engine floor µs of each fixture, and of ``distinct`` (the
+    distinct Pods, evaluated in turn: the in-process figure of the row a cluster mostly sends)."""
     from staticadm.admission.namespaces import parse_namespaces
     from staticadm.admission.request import AdmissionRequest, parse_admission_review
     from staticadm.admission.validating.dispatcher import evaluate_validating
@@ -342,7 +345,7 @@ def _in_process_load(directory: Path, namespaces_file: Path,
     from staticadm.manifests import load_manifest_directory
     from staticadm.snapshot import build_snapshot
 
-    cpu_us: dict[str, tuple[float, float, float]] = {}
+    cpu_us: dict[str, tuple[float, float, float | None]] = {}
     admission_environment(False)
     started = time.perf_counter()
     result = load_manifest_directory(str(directory))
@@ -363,6 +366,14 @@ def _in_process_load(directory: Path, namespaces_file: Path,
             kept = _median_us(functools.partial(evaluate_validating, snapshot, namespaces, parsed), repeat)
             whole = _median_us(functools.partial(_new_input, evaluate_validating, snapshot, namespaces, parsed), repeat)
             cpu_us[workload] = (whole, _engine_floor(snapshot, namespaces, parsed, repeat), kept)
+    if repeat and distinct:
+        # Parsed beforehand, as the fixtures are: the figure is the evaluation's. Fewer evaluations than the Pods
+        # less the answers kept, so every one is of a Pod not seen since its answer could be kept.
+        reviews = [parse_admission_review(orjson.loads(body)) for body in distinct]
+        requests = [review for review in reviews if isinstance(review, AdmissionRequest)]
+        turn = itertools.cycle(requests)
+        whole = _median_us(lambda: evaluate_validating(snapshot, namespaces, next(turn)), repeat)
+        cpu_us[DISTINCT_WORKLOAD] = (whole, _engine_floor(snapshot, namespaces, requests[-1], repeat), None)
     return seconds, matched, cpu_us
 
 
@@ -445,7 +456,8 @@ def _run_set(count: int, work: Path, state_dir: Path, namespaces: Path, bodies: 
              distinct: list[bytes], options: Options, results: Results, null: Server) -> None:
     manifests = policies.write_validating_set(work / f"set-{count}" / "manifests", count)
     _say(f"{count} policies: loading in-process")
-    load_seconds, matched, cpu_us = _in_process_load(manifests, namespaces, repeat=50 if options.quick else 300)
+    load_seconds, matched, cpu_us = _in_process_load(manifests, namespaces, repeat=50 if options.quick else 300,
+                                                     distinct=distinct)
     _oracle_rows(manifests, namespaces, bodies, count, options, results)
     _say(f"{count} policies: starting staticadm serve")
     server = staticadm_server(work / f"set-{count}", manifests, state_dir, namespaces, name=f"staticadm-{count}",
@@ -937,13 +949,13 @@ def format_report(results: Results) -> str:
             lines.append(f"{item.server:<14} {item.policies if item.policies is not None else '-':>8} "
                          f"{load:>9} {r.offered_rps:>8.0f} {r.achieved_rps:>8.0f} {r.p50_ms:>8.2f} "
                          f"{r.p99_ms:>8.2f} {r.p999_ms:>9.2f} {r.max_ms:>8.2f} {r.lag_p99_ms:>8.2f} {r.errors:>6}")
-    lines += ["", "== CPU per request (µs): in-process validate (nothing kept from earlier requests) vs the engine's "
-                  "floor for the same request; and validate with its all-clear answer kept ==",
+    lines += ["", "== CPU per request (µs): in-process validate (nothing kept from earlier requests; the distinct Pods "
+                  "in turn) vs the engine's floor for the same request; and validate with its all-clear answer kept ==",
               f"{'workload':<20} {'policies':>8} {'validate':>9} {'engine':>8} {'ratio':>6} {'kept':>8}"]
     for figures in results.sets:
         for workload, (whole, floor, kept) in figures.cpu_us.items():
             lines.append(f"{workload:<20} {figures.policies:>8} {whole:>9.1f} {floor:>8.1f} "
-                         f"{whole / floor if floor else float('nan'):>6.2f} {kept:>8.1f}")
+                         f"{whole / floor if floor else float('nan'):>6.2f} {_fmt(kept, '.1f'):>8}")
     lines += _oracle_report(results)
     lines += ["", "== CEL micro (median µs, prebuilt activation; bench/cel_micro.py) =="]
     lines += [f"{label:<20} {value:>10.2f}" for label, value in results.cel_micro_us.items()]
