@@ -11,6 +11,7 @@ waiting for the answer anyway.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import sys
 import threading
@@ -180,21 +181,7 @@ class EvaluationState:
         none_exceeded = _NONE_EXCEEDED
 
         if owner == BODY:
-            def body_tick() -> bool:
-                context = local.context
-                run = context._run
-                total = run.body + weight
-                if total > limit or run.exceeded is not none_exceeded:
-                    return tick(weight, owner)
-                if context._deadline is not None:
-                    calls = context._charge_calls + 1
-                    if not calls % interval or context._deadline_exceeded:
-                        return tick(weight, owner)
-                    context._charge_calls = calls
-                run.body = total
-                return True
-
-            return body_tick
+            return self._body_charge(weight, functools.partial(tick, weight, owner))
 
         def owner_tick() -> bool:
             context = local.context
@@ -268,29 +255,34 @@ class EvaluationState:
 
     def fixed_charge(self, amount: int) -> Callable[[], bool]:
         """``charge(amount)`` as one argument-free call (``cost.fixed_charge_function``), its common case inline as
-        in ``charge``: an image name longer than 40 characters makes every check of it such a call, several per
+        the loop ticks' is: an image name longer than 40 characters makes every check of it such a call, several per
         container, so a second Python frame each time showed in the CPU of a request for a new Pod."""
+        return self._body_charge(amount, functools.partial(self.charge, amount))
+
+    def _body_charge(self, amount: int, otherwise: Callable[[], bool]) -> Callable[[], bool]:
+        """An argument-free call adding ``amount`` to the expression's own cost in the common case (within every
+        limit, no deadline check due) inline, and calling ``otherwise`` (which charges and checks in full) in any
+        other."""
         local = self._local
         limit = cost.PER_CALL_LIMIT
         interval = _DEADLINE_CHECK_INTERVAL
-        charge = self.charge
         none_exceeded = _NONE_EXCEEDED
 
-        def charge_fixed() -> bool:
+        def body_charge() -> bool:
             context = local.context
             run = context._run
             total = run.body + amount
             if total > limit or run.exceeded is not none_exceeded:
-                return charge(amount)
+                return otherwise()
             if context._deadline is not None:
                 calls = context._charge_calls + 1
                 if not calls % interval or context._deadline_exceeded:
-                    return charge(amount)
+                    return otherwise()
                 context._charge_calls = calls
             run.body = total
             return True
 
-        return charge_fixed
+        return body_charge
 
     def charge_for(self, owner: int, amount: int) -> bool:
         self._local.context.charge(amount, owner)
