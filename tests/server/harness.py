@@ -23,6 +23,7 @@ import pytest
 
 from bench.daemons import free_port
 from tests.policy_text import validating_policy_yaml
+from tests.server import forked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
@@ -93,7 +94,7 @@ class Daemon:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     launcher: list[str] | None = None
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | forked.ForkedDaemon | None = None
     ca_file: Path | None = None
     client_cert: tuple[Path, Path] | None = None
     #: Where this start's lines begin in the log, which a restarted daemon appends to.
@@ -122,7 +123,12 @@ class Daemon:
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         with self.log_path.open("ab") as log:
             self.log_offset = log.tell()
-            self.process = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=log)
+            if self.launcher or self.env or forked.fresh_interpreter_required():
+                self.process = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=log)
+            else:
+                # The command's arguments after ``python -m staticadm``, run by a child of the fork server.
+                self.process = forked.ForkedDaemon(self.command()[3:], workdir=self.workdir, environment=env,
+                                                   log_path=self.log_path)
         if wait:
             self.wait_ready()
         return self
@@ -224,7 +230,7 @@ class Daemon:
         return metric_value(text, name, labels or {})
 
 
-def stop_process(process: subprocess.Popen[bytes] | None) -> int:
+def stop_process(process: subprocess.Popen[bytes] | forked.ForkedDaemon | None) -> int:
     """SIGTERM, as systemd stops the service; killed if it has not exited within 20 s. Its exit status."""
     if process is None:
         return 0
