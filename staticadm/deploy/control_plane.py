@@ -11,12 +11,15 @@ mirror pods.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from types import MappingProxyType
 from typing import Any
+
+import orjson
 
 from staticadm.admission.endpoints import combined_response, review_request
 from staticadm.admission.namespaces import NamespaceInfo, StaticNamespaces, namespace_info_from_object
@@ -77,10 +80,20 @@ class ControlPlaneBlock:
         }
 
 
-def _entries() -> list[Mapping[str, Any]]:
+@functools.cache
+def _entries_as_json() -> bytes:
     text = resources.files("staticadm.deploy").joinpath("control-plane-requests.yaml").read_text(encoding="utf-8")
     entries = [entry for entry in parse_stream(text) if entry is not None]
-    return [*entries, *(_mirror_status_update(entry) for entry in entries if _is_mirror_pod_create(entry))]
+    mirror_status_updates = [_mirror_status_update(entry) for entry in entries if _is_mirror_pod_create(entry)]
+    return orjson.dumps([*entries, *mirror_status_updates])
+
+
+def _entries() -> list[Mapping[str, Any]]:
+    """The data file's requests, a copy of their own for each caller. The file is parsed once a process: ``check``
+    replays it twice a directory (the refused writes and the outage analysis), and parsing its YAML took longer
+    than both replays (75 ms, against JSON's 1)."""
+    entries: list[Mapping[str, Any]] = orjson.loads(_entries_as_json())
+    return entries
 
 
 def control_plane_requests() -> tuple[ControlPlaneRequest, ...]:
