@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import tests.examples
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 CONFORMANCE = SHARED / "conformance"
@@ -81,6 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
                                        "run runs meanwhile")
     _compiled_code_outside_the_checkout(config)
+    # Before the test modules are imported: their property tests' budgets are read as they are defined.
+    tests.examples.FULL_BUDGET = bool(config.getoption("--slow"))
 
 
 #: PYTHONPYCACHEPREFIX's directory in pytest's per-user temporary root (mode 0700, checked by pytest to be the

@@ -53,6 +53,7 @@ from tests.admission.helpers import (
     shaped_request,
     snapshot,
 )
+from tests.examples import examples
 
 #: About 750,000 each with the large text (50,000 x 1,500 / 100): under the per-expression limit alone, over it
 #: in pairs.
@@ -162,7 +163,7 @@ def _decided(outcome: ValidationOutcome) -> Any:
     return _comparable(outcome)[:6]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=policy_sets(), replicas=st.sampled_from((1, 7, 60, 200)),
        labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {"app": "web", "skip": "1"}, {})),
        items=st.sampled_from((3, 99, 300)), large=st.booleans(), namespace=st.sampled_from(("default", "unknown")))
@@ -338,7 +339,7 @@ def matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=matching_sets(), shapes=st.lists(MATCHING_SHAPES, min_size=2, max_size=12))
 def test_remembered_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
                                                               shapes: list[dict[str, Any]]) -> None:
@@ -378,7 +379,7 @@ def _kept_request(shape: dict[str, Any]) -> Any:
     return parsed(review(obj=obj, old=old, operation=shape["operation"], namespace=shape["namespace"]))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=policy_sets(), shapes=st.lists(kept_shapes, min_size=2, max_size=10))
 def test_kept_answers_decide_as_evaluating_each_request(objects: list[dict[str, Any]],
                                                         shapes: list[dict[str, Any]]) -> None:

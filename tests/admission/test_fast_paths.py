@@ -50,6 +50,7 @@ from tests.admission.helpers import (
     shaped_request,
     snapshot,
 )
+from tests.examples import examples
 
 VALIDATIONS = (
     {"expression": "object.spec.replicas <= 5"},
@@ -113,7 +114,7 @@ def _comparable(outcome: ValidationOutcome) -> Any:
             dict(outcome.annotations))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=policy_sets(), replicas=st.sampled_from((1, 6, 7, 60, 200)),
        labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"}, {})))
 def test_validator_shared_by_bindings_decides_as_one_run_per_binding(objects: list[dict[str, Any]], replicas: int,
@@ -151,7 +152,7 @@ def _compiled(source: str) -> CompiledExpression:
     return compiled
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(scopes=st.lists(st.lists(st.sampled_from(EXPRESSIONS), min_size=1, max_size=4), min_size=1, max_size=4),
        budgets=st.sampled_from((10, 200, 10_000_000)), replicas=st.sampled_from((1, 7, 200)),
        labels=st.sampled_from(({"app": "web"}, {"app": "db", "deny": "x"})))
@@ -257,7 +258,7 @@ pruned_objects = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=pruning_policies(), shape=pruned_objects)
 def test_pruned_objects_decide_as_whole_objects(objects: list[dict[str, Any]], shape: dict[str, Any]) -> None:
     obj = copy.deepcopy(DEPLOYMENT)
@@ -329,7 +330,7 @@ def mutating_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=mutating_sets(), replicas=st.sampled_from((1, 7, 200)),
        labels=st.sampled_from(({"app": "web"}, {"app": "db", "seen": "1"}, {})))
 def test_shared_and_pruned_mutations_decide_as_the_straightforward_reading(objects: list[dict[str, Any]],
@@ -460,7 +461,7 @@ def object_free_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=object_free_sets(), requests=st.lists(st.tuples(st.sampled_from(("default", "kube-system")),
                                                                st.sampled_from(("alice", "bob", "b" * 600)),
                                                                st.booleans(),
@@ -639,7 +640,7 @@ def mutating_matching_sets(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=mutating_matching_sets(), shapes=st.lists(MATCHING_SHAPES, min_size=2, max_size=10))
 def test_remembered_mutating_matching_decides_as_matching_each_request(objects: list[dict[str, Any]],
                                                                        shapes: list[dict[str, Any]]) -> None:

@@ -19,6 +19,7 @@ from staticadm.admission.namespaces import NamespaceSource, RequestOnlyNamespace
 from staticadm.admission.request import AdmissionRequest
 from staticadm.model import LabelSelector, LabelSelectorRequirement, MatchResources, NamedRuleWithOperations
 from tests.admission.helpers import parsed, review
+from tests.examples import examples
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 RESOURCES = (("", "v1", "pods", "Pod"), ("", "v1", "namespaces", "Namespace"), ("apps", "v1", "deployments",
@@ -119,7 +120,7 @@ def _planned(plan: MatchPlan, request: AdmissionRequest, namespaces: NamespaceSo
     return request.original_resource, request.original_kind
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(match=match_resources, batch=st.lists(requests(), min_size=1, max_size=8), is_policy=st.booleans(),
        known=st.booleans())
 def test_plan_decides_as_the_matcher(match: MatchResources | None, batch: list[AdmissionRequest], is_policy: bool,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from staticadm.cel import CompiledExpression, ExpressionKind, admission_environment
 from staticadm.cel.reads import EACH, NOTHING, ReadPath, Reads, _prune
+from tests.examples import examples
 
 POD: dict[str, Any] = {
     "metadata": {"name": "web", "labels": {"app": "web", "tier": "front"}, "managedFields": [{"manager": "x"}]},
@@ -130,7 +131,7 @@ _VALUES = st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=3)),
                                                st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(paths=_PATHS, value=_VALUES)
 def test_the_written_pruner_prunes_as_the_trie_walk(paths: list[ReadPath], value: Any) -> None:
     reads = Reads.of([{"object": set(paths)}])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from staticadm.patch.decode import decoding_error, strings_decode
 from staticadm.patch.jsonpatch import JSONPatchError, apply_patch
+from tests.examples import examples
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -78,7 +79,7 @@ STRING_PATHS = (
 SHAPES = ({"a": "b"}, None, ["b"], "b")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(operations=st.lists(st.fixed_dictionaries({
            "op": st.sampled_from(("add", "replace", "test")), "path": st.sampled_from(STRING_PATHS),
            "value": st.sampled_from(("v", "b"))}), min_size=1, max_size=3),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from staticadm.patch.diff import create_patch, strict_equal
 from staticadm.patch.jsonpatch import apply_patch
+from tests.examples import examples
 
 keys = st.sampled_from(["a", "b", "c", "name", "x/y", "t~e", "", "0"])
 scalars = st.one_of(
@@ -39,13 +40,13 @@ def check(original: Any, mutated: Any) -> list[dict[str, Any]]:
     return patch
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(documents, documents)
 def test_property_any_pair(original: dict[str, Any], mutated: dict[str, Any]) -> None:
     check(original, mutated)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(documents, st.data())
 def test_property_small_edits(original: dict[str, Any], data: st.DataObject) -> None:
     # Mutate a copy a little, which exercises the prefix/suffix and recursion paths more than random pairs.

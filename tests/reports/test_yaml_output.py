@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from staticadm.yamltext import dump_json_data_as_yaml, dump_yaml
+from tests.examples import examples
 
 _SCALARS = (st.none() | st.booleans() | st.integers() | st.text()
             | st.floats(allow_nan=False) | st.sampled_from(["yes", "No", "ON", "null", "~", "1e3", "0x1F", "1_000",
@@ -21,7 +22,7 @@ _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
                      max_leaves=30)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.dictionaries(st.text(), _JSON, min_size=1, max_size=5))
 def test_any_json_data_reads_back_as_itself(value: dict[str, Any]) -> None:
     assert yaml.safe_load(dump_json_data_as_yaml(value)) == value
