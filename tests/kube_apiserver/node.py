@@ -22,6 +22,7 @@ from staticadm.kinds import as_admitted
 from tests.kube_apiserver.admission import KubeApiserver
 from tests.kube_apiserver.matching import Attributes, GroupVersionKind, GroupVersionResource
 from tests.pki import make_ca, make_leaf, write_ca
+from tests.server import forked
 from tests.server.harness import READY_TIMEOUT, REPO_ROOT, free_port, stop_process
 
 SHIPPED_PORT = 8443
@@ -44,7 +45,7 @@ def with_port(text: str, port: int) -> str:
 class ControlPlaneNode:
     root: Path
     port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | forked.ForkedDaemon | None = None
 
     def path(self, absolute: str) -> Path:
         return self.root / PurePosixPath(absolute).relative_to("/")
@@ -103,14 +104,20 @@ class ControlPlaneNode:
             # The suite's cache of compiled code (tests/conftest.py), read only here: the unit's environment keeps
             # PYTHONDONTWRITEBYTECODE; without the cache each of the node's processes compiles what it imports.
             environment.setdefault("PYTHONPYCACHEPREFIX", os.environ["PYTHONPYCACHEPREFIX"])
+        checkout = command is None
         if command is None:
             # The checkout's staticadm, as the unit's ExecStart runs the installed one.
             environment["PYTHONPATH"] = str(REPO_ROOT)
             command = [sys.executable, "-m", "staticadm", "serve",
                        "--config", str(self.path("/etc/staticadm/staticadm.yaml"))]
         command = [*command, "--listen", f"127.0.0.1:{self.port}", *extra]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(command, env=environment, stdout=log, stderr=log, cwd="/")
+        if checkout and not forked.fresh_interpreter_required():
+            # The unit's environment is read as the daemon resolves its configuration, not as it imports.
+            self.process = forked.ForkedDaemon(command[3:], workdir=Path("/"), environment=environment,
+                                               log_path=self.log_path)
+        else:
+            with self.log_path.open("ab") as log:
+                self.process = subprocess.Popen(command, env=environment, stdout=log, stderr=log, cwd="/")
         if wait:
             self.wait_ready()
 
