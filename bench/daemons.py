@@ -49,15 +49,37 @@ def free_port() -> int:
     ``bind(0)`` handed out is ephemeral, so once it is closed the kernel may give it to any outgoing connection (a
     test run makes thousands) before the server meant to listen there binds it."""
     below = _lowest_ephemeral_port()
+    lowest, highest = _this_processes_share(_LOWEST_CHOSEN_PORT, below - 1)
     for _ in range(100):
-        port = random.randint(_LOWEST_CHOSEN_PORT, below - 1) if below > _LOWEST_CHOSEN_PORT else 0
+        port = random.randint(lowest, highest) if highest > lowest else 0
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(sock.getsockname()[1])
+            chosen = int(sock.getsockname()[1])
+        _HANDED_OUT.add(chosen)
+        return chosen
     raise OSError("no free port on 127.0.0.1 below the ephemeral range after 100 tries")
+
+
+#: Ports this process has handed out: a server started with one may not be listening yet (a daemon takes a while
+#: to bind), and a second caller must not be given it meanwhile.
+_HANDED_OUT: set[int] = set()
+
+
+def _this_processes_share(lowest: int, highest: int) -> tuple[int, int]:
+    """Under pytest-xdist each worker chooses from a slice of its own: two workers never choose the same port
+    between one's choice and its server's bind (seen in the suite: a daemon's --metrics-listen port taken)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()) or highest <= lowest:
+        return lowest, highest
+    index, width = int(worker[2:]), (highest - lowest + 1) // max(1, int(count))
+    if width < 100 or index >= int(count):
+        return lowest, highest
+    return lowest + index * width, lowest + (index + 1) * width - 1
 
 
 #: Ports below this are left to services that may be installed on the machine.
