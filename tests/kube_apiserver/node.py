@@ -104,20 +104,15 @@ class ControlPlaneNode:
             # The suite's cache of compiled code (tests/conftest.py), read only here: the unit's environment keeps
             # PYTHONDONTWRITEBYTECODE; without the cache each of the node's processes compiles what it imports.
             environment.setdefault("PYTHONPYCACHEPREFIX", os.environ["PYTHONPYCACHEPREFIX"])
-        checkout = command is None
         if command is None:
             # The checkout's staticadm, as the unit's ExecStart runs the installed one.
             environment["PYTHONPATH"] = str(REPO_ROOT)
             command = [sys.executable, "-m", "staticadm", "serve",
                        "--config", str(self.path("/etc/staticadm/staticadm.yaml"))]
         command = [*command, "--listen", f"127.0.0.1:{self.port}", *extra]
-        if checkout and not forked.fresh_interpreter_required():
-            # The unit's environment is read as the daemon resolves its configuration, not as it imports.
-            self.process = forked.ForkedDaemon(command[3:], workdir=Path("/"), environment=environment,
-                                               log_path=self.log_path)
-        else:
-            with self.log_path.open("ab") as log:
-                self.process = subprocess.Popen(command, env=environment, stdout=log, stderr=log, cwd="/")
+        # The unit's environment is read as the daemon resolves its configuration, not as it imports: the checkout's
+        # staticadm may be forked; a command of the test's own (the installed console script) runs as given.
+        self.process = forked.start(command, workdir=Path("/"), environment=environment, log_path=self.log_path)
         if wait:
             self.wait_ready()
 

@@ -8,7 +8,7 @@ request), and a daemon a test starts is such a child running the daemon's own en
 :func:`staticadm.launch.main`, with the test's arguments, working directory, environment and log file. It is a
 process of its own with its own pid, signals, sockets and exit status; only the imports are shared, as a copy.
 
-A daemon whose start differs in what the imports see takes a fresh interpreter instead (``Daemon.start``): one
+A daemon whose start differs in what the imports see takes a fresh interpreter instead (:func:`start`): one
 behind a launcher (setpriv, prlimit, a mount namespace, socket activation) or with an environment of its own (a
 variable read at import, PYTHONPATH hooks). ``STATICADM_TEST_FRESH_INTERPRETER=1`` makes every daemon a fresh
 interpreter, for a run that checks the fork server changes no outcome.
@@ -38,6 +38,18 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 
 def fresh_interpreter_required() -> bool:
     return os.environ.get(FRESH_INTERPRETER, "") not in ("", "0")
+
+
+def start(command: list[str], *, workdir: Path, environment: dict[str, str], log_path: Path,
+          may_fork: bool = True) -> subprocess.Popen[bytes] | ForkedDaemon:
+    """``command`` with its output appended to ``log_path``: forked from the fork server when it is the checkout's
+    ``python -m staticadm`` as is (not behind a launcher, not an installed console script), ``may_fork`` (the
+    caller's environment changes nothing the imports read) and the run allows it; a fresh interpreter otherwise."""
+    module = [sys.executable, "-m", "staticadm"]
+    with log_path.open("ab") as log:  # there before the process writes to it: the caller may read it at once
+        if may_fork and command[:len(module)] == module and not fresh_interpreter_required():
+            return ForkedDaemon(command[len(module):], workdir=workdir, environment=environment, log_path=log_path)
+        return subprocess.Popen(command, cwd=workdir, env=environment, stdout=log, stderr=log)
 
 
 def _run(arguments: list[str], workdir: str, environment: dict[str, str], log_path: str) -> None:

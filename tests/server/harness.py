@@ -121,14 +121,10 @@ class Daemon:
         env = {**os.environ, **self.env}
         # Import the checkout under test, whatever is installed in the environment.
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        with self.log_path.open("ab") as log:
-            self.log_offset = log.tell()
-            if self.launcher or self.env or forked.fresh_interpreter_required():
-                self.process = subprocess.Popen(self.command(), cwd=self.workdir, env=env, stdout=log, stderr=log)
-            else:
-                # The command's arguments after ``python -m staticadm``, run by a child of the fork server.
-                self.process = forked.ForkedDaemon(self.command()[3:], workdir=self.workdir, environment=env,
-                                                   log_path=self.log_path)
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        # An environment of the test's own may be read at import (a PYTHONPATH hook): a fresh interpreter then.
+        self.process = forked.start(self.command(), workdir=self.workdir, environment=env, log_path=self.log_path,
+                                    may_fork=not self.env)
         if wait:
             self.wait_ready()
         return self
