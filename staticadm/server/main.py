@@ -12,6 +12,7 @@ and with a backoff, and the daemon reports ready (READY=1 to systemd) once a loa
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 import signal
 import socket
@@ -23,6 +24,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TextIO
+
+from setproctitle import setproctitle
 
 from staticadm import __version__
 from staticadm.admission.endpoints import ENDPOINTS
@@ -91,6 +94,7 @@ from staticadm.server.workers import (
     WorkerSpec,
     load_message,
 )
+from staticadm.server.zygote import Zygote, fork_zygote
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus, Served
 from staticadm.watch import DirectoryWatcher
 
@@ -106,6 +110,10 @@ REGISTRATION_POLL_SECONDS = 1.0
 #: the new snapshot's first answers would be late by several intervals each. Findings are logged this much later.
 ANALYSIS_DELAY = 0.1
 EXIT_FAILED = 1
+#: libuv (uvloop) accepts until a listener's queue is empty; with this set it yields between two accepts (libuv's
+#: "give other processes a chance to accept connections"), so connections opened together spread over the workers
+#: sharing the listener, as asyncio's loop does them with a backlog of 1 (``open_sites``).
+LIBUV_SINGLE_ACCEPT = "UV_TCP_SINGLE_ACCEPT"
 
 
 def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
@@ -116,8 +124,20 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     except event_loop.EventLoopUnavailable as error:
         (stderr or sys.stderr).write(f"staticadm serve: {error}\n")
         return EXIT_FAILED
+    # Before the log writer's thread (or any other) exists: the zygote is a copy of this process as it is now.
+    zygote = fork_zygote(serve_worker) if config.workers > 1 else None
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
-    daemon = (_Supervisor if config.workers > 1 else _Daemon)(config, stderr or sys.stderr)
+    daemon: _Daemon
+    if config.workers > 1:
+        assert zygote is not None
+        daemon = _Supervisor(config, stderr or sys.stderr, zygote if isinstance(zygote, Zygote) else None)
+        if isinstance(zygote, str):
+            daemon.log.warning("workers are started as fresh interpreters (each imports the daemon before it "
+                               "serves): no zygote could be forked", reason=zygote)
+        else:
+            daemon.log.info("zygote started: workers are forked from it", pid=zygote.pid)
+    else:
+        daemon = _Daemon(config, stderr or sys.stderr)
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),
@@ -134,8 +154,12 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
 
 
 def serve_worker(spec: WorkerSpec) -> int:
-    """One worker of ``serve --workers N``: the daemon on inherited listeners, fed by its supervisor."""
+    """One worker of ``serve --workers N``: the daemon on inherited listeners, fed by its supervisor; in a fresh
+    interpreter (``worker_process.py``) or forked by the supervisor's zygote (``zygote.py``)."""
     imports_done()
+    setproctitle(f"staticadm serve: worker {spec.index}")
+    # Read by libuv when a listener starts: before the event loop exists.
+    os.environ.setdefault(LIBUV_SINGLE_ACCEPT, "1")
     config = spec.config
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
     daemon = _Daemon(config, sys.stderr, link=WorkerLink(spec))
@@ -691,7 +715,7 @@ class _Daemon:
                 # client's keep-alive pool, which then stays where it landed) spread over the workers instead
                 # of all going to whichever woke first; the kernel's queue keeps the supervisor's length.
                 # uvloop has no such bound (libuv accepts until the queue is empty, yielding between accepts in a
-                # worker: worker_process) and hands the backlog to listen() itself, past SharedListeningSocket: the
+                # worker: LIBUV_SINGLE_ACCEPT) and hands the backlog to listen() itself, past SharedListeningSocket: the
                 # supervisor's length is given then, never 1, which would shorten the queue every worker shares.
                 single = self.link is not None and not running_uvloop()
                 guarded_site = GuardedSockSite(runner, listener.sock, handshake_timeout=self.config.header_timeout,
@@ -877,9 +901,10 @@ class _Supervisor(_Daemon):
     """``serve --workers N``: binds the listeners, validates and watches the directory, owns systemd's
     notifications, and keeps N workers serving the same snapshot (see :mod:`staticadm.server.workers`)."""
 
-    def __init__(self, config: ServeConfig, stderr: TextIO) -> None:
+    def __init__(self, config: ServeConfig, stderr: TextIO, zygote: Zygote | None) -> None:
         super().__init__(config, stderr)
         self.pool: WorkerPool | None = None
+        self.zygote = zygote
         #: A successful reload whose READY=1 (or STATUS) waits for every worker to serve its hash.
         self._pending: ReloadResult | None = None
         #: What workers show in /readyz?verbose about both directories.
@@ -988,7 +1013,7 @@ class _Supervisor(_Daemon):
             config = replace(config, tls_cert=self.tls.cert, tls_key=self.tls.key)
         pool = self.pool = WorkerPool(config.workers, config, listeners, self.log, self._on_serving,
                                       self.metrics.worker_restarts.inc, self.metrics.worker_recycles.inc,
-                                      self._own_metrics)
+                                      self._own_metrics, zygote=self.zygote)
         stop = asyncio.Event()
         for stop_signal in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stop_signal, stop.set)
@@ -1038,6 +1063,8 @@ class _Supervisor(_Daemon):
             if metrics_listener is not None:
                 await metrics_listener.stop()
             await pool.stop(self.config.shutdown_grace)
+            if self.zygote is not None:
+                self.zygote.close()
             for task in background:
                 task.cancel()
             await asyncio.wait(background, timeout=5.0) if background else None

@@ -29,14 +29,15 @@ import struct
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from staticadm.manifests.files import DirectoryContents
 from staticadm.server.config import ServeConfig
 from staticadm.server.listener_watch import EXIT_LISTENER_FAILED
 from staticadm.server.listeners import Listener, SharedListeningSocket
 from staticadm.server.metrics import ProcessMetrics, ProcessSum, render
+from staticadm.server.zygote import Zygote, ZygoteGone
 from staticadm.source import ManifestSource, ReloadResult, ReloadStatus
 
 #: What a worker process runs (its entry point imports this module and the daemon; this one imports neither).
@@ -209,6 +210,13 @@ class WorkerSpec:
     def encode(self) -> str:
         return base64.b64encode(pickle.dumps(self)).decode("ascii")
 
+    def with_descriptors(self, descriptors: list[int]) -> WorkerSpec:
+        """This spec in a process that received its descriptors (the listeners', then the control channel's) as
+        ``descriptors``."""
+        numbers = iter(descriptors)
+        return replace(self, listeners=tuple((next(numbers), kind, description)
+                                             for _, kind, description in self.listeners), control_fd=next(numbers))
+
     @staticmethod
     def decode(text: str) -> WorkerSpec:
         spec = pickle.loads(base64.b64decode(text))
@@ -358,10 +366,26 @@ class WorkerLink:
 # -- the supervisor's side ------------------------------------------------------------------------
 
 
+class WorkerProcess(Protocol):
+    """A worker's process: a fresh interpreter (``asyncio.subprocess.Process``) or forked by the zygote."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int | None: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class _Worker:
     index: int
-    process: asyncio.subprocess.Process
+    process: WorkerProcess
     writer: asyncio.StreamWriter
     reader: asyncio.StreamReader
     started: float
@@ -414,8 +438,12 @@ class WorkerPool:
     _rounds: dict[int, dict[int, asyncio.Future[None]]] = field(default_factory=dict)
     _round_numbers: int = 0
     _scrapes: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Forks workers from a copy of the supervisor that imported everything (None: fresh interpreters only).
+    zygote: Zygote | None = None
 
     async def start(self) -> None:
+        if self.zygote is not None:
+            self.zygote.on_lost = self._zygote_lost
         for index in range(self.count):
             await self._spawn(index, restarts=0)
 
@@ -430,22 +458,37 @@ class WorkerPool:
         env = {key: value for key, value in os.environ.items()
                if key not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_PID", "LISTEN_FDS",
                               "LISTEN_FDNAMES")}
-        env[WORKER_ENVIRONMENT] = spec.encode()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", WORKER_MODULE, pass_fds=[*fds, theirs.fileno()], env=env,
-            stdin=asyncio.subprocess.DEVNULL)
+        process: WorkerProcess | None = None
+        zygote = self.zygote
+        if zygote is not None and not zygote.gone:
+            try:
+                process = await zygote.start(spec, env, [*fds, theirs.fileno()])
+            except ZygoteGone as error:
+                self.log.error("the zygote did not start a worker; starting a fresh interpreter (it imports the "
+                               "daemon before it serves)", worker=index, reason=str(error))
+        forked = process is not None
+        if process is None:
+            env[WORKER_ENVIRONMENT] = spec.encode()
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", WORKER_MODULE, pass_fds=[*fds, theirs.fileno()], env=env,
+                stdin=asyncio.subprocess.DEVNULL)
         theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
         worker = _Worker(index, process, writer, reader, time.monotonic(), restarts=restarts)
         worker.reading = asyncio.create_task(self._read(worker), name=f"worker-{index}-channel")
         self.workers[index] = worker
-        self.log.info("worker started", worker=index, pid=process.pid)
+        self.log.info("worker started", worker=index, pid=process.pid,
+                      forked=forked)
         if self.latest is not None:
             self._tell(worker, self.latest)
         if self.disk_state is not None:
             self._tell(worker, self.disk_state)
         if self.shadow is not None:
             self._tell(worker, self.shadow)
+
+    def _zygote_lost(self, why: str) -> None:
+        self.log.error("the zygote exited; workers are started as fresh interpreters from now on (each imports the "
+                       "daemon before it serves)", pid=self.zygote.pid if self.zygote else None, reason=why)
 
     @staticmethod
     def _tell(worker: _Worker, message: object) -> None:
@@ -586,7 +629,10 @@ class WorkerPool:
             await self._ended(worker)
             if self.stopping:
                 return
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+            if code is None:
+                how = "exit status unknown (its zygote had exited: the worker was no longer its child)"
+            else:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
             if code == EXIT_LISTENER_FAILED:
                 # Its own descriptor of a listener died (the shared socket itself: the supervisor exits too).
                 how += " (a listener stopped listening, see its log)"

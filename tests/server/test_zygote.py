@@ -1,0 +1,114 @@
+"""``serve --workers N`` forks its workers from the zygote, a copy of the supervisor made before it runs
+(``staticadm/server/zygote.py``); without it, or once it is gone, workers are fresh interpreters again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.server.harness import Daemon, DaemonFactory, review, wait_for
+from tests.server.test_workers import _alive, _all_serving, _start_workers
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs unix sockets")
+
+
+def _lines(daemon: Daemon, message: str) -> list[dict[str, Any]]:
+    return [entry for entry in map(json.loads, daemon.log().splitlines()) if entry.get("msg") == message]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as status:
+        return int(status.read().rsplit(")", 1)[1].split()[1])
+
+
+def _title(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+
+
+def _descriptors(pid: int) -> list[str]:
+    """What each of ``pid``'s descriptors is (``socket:[inode]``, ``anon_inode:[pidfd]``, a path)."""
+    found = []
+    for entry in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{entry}"))
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def _zygote(daemon: Daemon) -> int:
+    [started] = _lines(daemon, "zygote started: workers are forked from it")
+    return int(started["pid"])
+
+
+def test_workers_are_forked_by_the_zygote_and_named_in_ps(make_daemon: DaemonFactory) -> None:
+    daemon, serving = _start_workers(make_daemon)
+    assert daemon.process is not None
+    zygote = _zygote(daemon)
+    assert _parent(zygote) == daemon.process.pid
+    assert _title(zygote) == f"staticadm serve: zygote of {daemon.process.pid} (forks its workers)"
+    started = _lines(daemon, "worker started")
+    assert [entry["forked"] for entry in started] == [True, True], started
+    for entry in started:
+        assert entry["pid"] in serving and _parent(entry["pid"]) == zygote
+        assert _title(entry["pid"]) == f"staticadm serve: worker {entry['worker']}"
+    # The zygote holds no socket of the daemon's: its channel to the supervisor only (and pidfds of its workers).
+    sockets = [what for what in _descriptors(zygote) if what.startswith("socket:")]
+    assert len(sockets) == 1, _descriptors(zygote)
+    # A worker holds what it was given (stdin from /dev/null, the log, its listeners and control channel), not
+    # the zygote's channel nor pidfds of its siblings.
+    for pid in serving:
+        held = _descriptors(pid)
+        assert not any("pidfd" in what for what in held), held
+        assert os.readlink(f"/proc/{pid}/fd/0") == os.devnull
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+
+
+def test_a_replacement_is_forked_and_the_zygote_outlives_no_supervisor(make_daemon: DaemonFactory) -> None:
+    daemon, serving = _start_workers(make_daemon)
+    zygote = _zygote(daemon)
+    victim = next(iter(serving))
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and victim not in now, timeout=30), \
+        daemon.log()
+    started = _lines(daemon, "worker started")
+    assert len(started) == 3 and started[-1]["forked"] is True and _parent(started[-1]["pid"]) == zygote
+    [died] = _lines(daemon, "worker died; replacing it")
+    assert died["pid"] == victim and died["how"] == "killed by SIGKILL"
+    assert daemon.stop() == 0
+    # Stopping drained every worker, and the zygote read the supervisor's end of their channel close.
+    for pid in (zygote, *(entry["pid"] for entry in started)):
+        assert wait_for(lambda pid=pid: not _alive(pid), timeout=10), f"{pid} still running"
+
+
+def test_without_the_zygote_workers_are_fresh_interpreters(make_daemon: DaemonFactory) -> None:
+    """The zygote killed (by an operator, the OOM killer): the supervisor says so at once, a worker that dies later
+    is replaced by a fresh interpreter, and the workers the zygote had forked serve on until they end, their end
+    seen without an exit status (only their parent could have read it)."""
+    daemon, serving = _start_workers(make_daemon)
+    zygote = _zygote(daemon)
+    os.kill(zygote, signal.SIGKILL)
+    assert wait_for(lambda: bool(_lines(daemon, "the zygote exited; workers are started as fresh interpreters from "
+                                                "now on (each imports the daemon before it serves)")), timeout=10)
+    assert wait_for(lambda: not _alive(zygote), timeout=10), "the zygote is left a zombie"
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+    victim = next(iter(serving))
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and victim not in now, timeout=60), \
+        daemon.log()
+    [died] = _lines(daemon, "worker died; replacing it")
+    assert died["how"] == "exit status unknown (its zygote had exited: the worker was no longer its child)"
+    replacement = _lines(daemon, "worker started")[-1]
+    assert replacement["forked"] is False and _title(replacement["pid"]) == f"staticadm serve: worker {died['worker']}"
+    assert daemon.process is not None and _parent(replacement["pid"]) == daemon.process.pid
+    assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
+    survivor = next(pid for pid in serving if pid != victim)
+    assert daemon.stop() == 0
+    assert wait_for(lambda: not _alive(survivor) and not _alive(replacement["pid"]), timeout=10)
+
