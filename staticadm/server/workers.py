@@ -487,7 +487,7 @@ class WorkerPool:
             self._tell(worker, self.shadow)
 
     def _zygote_lost(self, why: str) -> None:
-        self.log.error("the zygote exited; workers are started as fresh interpreters from now on (each imports the "
+        self.log.error("the zygote is gone; workers are started as fresh interpreters from now on (each imports the "
                        "daemon before it serves)", pid=self.zygote.pid if self.zygote else None, reason=why)
 
     @staticmethod

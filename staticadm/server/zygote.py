@@ -61,6 +61,9 @@ getproctitle()
 
 #: Largest request or reply (a pickled spec is a few kilobytes).
 MESSAGE_BYTES = 1 << 20
+#: How long the zygote has to answer a request: a fork takes milliseconds; one that does not answer is stopped or
+#: stuck, and is replaced by fresh interpreters.
+REPLY_SECONDS = 5.0
 #: Most descriptors one worker is given (its listeners and its control socket).
 MAX_DESCRIPTORS = 64
 #: Signals an operator sends a process group (Ctrl-C, systemd's stop, reload, recycle): the zygote outlives none
@@ -79,6 +82,8 @@ class ForkedWorker:
     pid: int
     _pidfd: int
     _exited: asyncio.Future[int | None]
+    #: Set once its pidfd showed it has ended: the zygote must report its status before this fires.
+    _report_due: asyncio.TimerHandle | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -97,10 +102,15 @@ class ForkedWorker:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def _close(self) -> None:
+    def _ended(self, code: int | None) -> None:
+        if self._report_due is not None:
+            self._report_due.cancel()
         if self._pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
+        if not self._exited.done():
+            self._exited.set_result(code)
 
 
 class Zygote:
@@ -134,7 +144,13 @@ class Zygote:
             self._lost(f"writing to it failed: {error}")
             raise ZygoteGone(f"the zygote cannot be reached: {error}") from None
         self._replies.append(reply)
-        return await reply
+        try:
+            async with asyncio.timeout(REPLY_SECONDS):
+                return await reply
+        except TimeoutError:
+            # Stopped (SIGSTOP), or stuck: the slot it was to fill must not stay empty.
+            self._give_up(f"it did not answer within {REPLY_SECONDS:g} s; killed")
+            raise ZygoteGone(f"the zygote did not answer within {REPLY_SECONDS:g} s") from None
 
     def _read(self) -> None:
         while True:
@@ -153,14 +169,14 @@ class Zygote:
                 _, pid, code = message
                 worker = self._workers.pop(pid, None)
                 if worker is not None:
-                    worker._close()
-                    worker._exited.set_result(code)
+                    worker._ended(code)
                 continue
             reply = self._replies.popleft()
             if message[0] == "started" and len(descriptors) == 1:
+                loop = asyncio.get_running_loop()
                 # Known before this loop reads on: its "exited" may be the very next message.
-                worker = self._workers[message[1]] = ForkedWorker(
-                    message[1], descriptors[0], asyncio.get_running_loop().create_future())
+                worker = self._workers[message[1]] = ForkedWorker(message[1], descriptors[0], loop.create_future())
+                loop.add_reader(worker._pidfd, self._worker_ended, worker)
                 if not reply.done():
                     reply.set_result(worker)
             else:
@@ -181,11 +197,35 @@ class Zygote:
             loop.remove_reader(self._channel.fileno())
         self._channel.close()
         while self._replies:
-            self._replies.popleft().set_exception(ZygoteGone(f"the zygote is gone: {why}"))
+            reply = self._replies.popleft()
+            if not reply.done():
+                reply.set_exception(ZygoteGone(f"the zygote is gone: {why}"))
         for worker in self._workers.values():
-            loop.add_reader(worker._pidfd, self._orphan_ended, worker)
+            if worker._report_due is not None:
+                worker._ended(None)  # ended already; the status went with the zygote
+            else:
+                loop.add_reader(worker._pidfd, worker._ended, None)
         self._workers.clear()
         loop.add_reader(self._pidfd, self._reap)
+
+    def _worker_ended(self, worker: ForkedWorker) -> None:
+        """``worker``'s pidfd says it has ended: its parent, the zygote, reaps it and reports its status at once. A
+        zygote that does not within ``REPLY_SECONDS`` is stopped or stuck, and is given up (with that status)."""
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(worker._pidfd)
+        worker._report_due = loop.call_later(REPLY_SECONDS, self._unreported, worker)
+
+    def _unreported(self, worker: ForkedWorker) -> None:
+        worker._report_due = None
+        self._give_up(f"it did not report the exit of worker {worker.pid} within {REPLY_SECONDS:g} s; killed")
+        worker._ended(None)
+
+    def _give_up(self, why: str) -> None:
+        if self.gone:
+            return
+        self._lost(why)
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def _reap(self) -> None:
         """The zygote has exited: its status is collected (it is our child), so no zombie is left behind."""
@@ -194,23 +234,22 @@ class Zygote:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
 
-    @staticmethod
-    def _orphan_ended(worker: ForkedWorker) -> None:
-        asyncio.get_running_loop().remove_reader(worker._pidfd)
-        worker._close()
-        if not worker._exited.done():
-            worker._exited.set_result(None)
-
     def close(self) -> None:
         """Ends the zygote (it reads end-of-file and exits at once); workers are not affected."""
         if self.gone:
             return
         self.gone = True
         self.reason = "closed"
+        for worker in self._workers.values():
+            worker._ended(None)
+        self._workers.clear()
         if self._reading:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 asyncio.get_running_loop().remove_reader(self._channel.fileno())
         self._channel.close()
+        # It would exit on reading end-of-file; killed, it exits even if stopped, so the wait below is brief.
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         os.close(self._pidfd)
@@ -250,6 +289,13 @@ def fork_zygote(serve_worker: Callable[[Spec], int]) -> Zygote | str:
 
 def _serve(channel: socket.socket, serve_worker: Callable[[Spec], int]) -> int:
     """The zygote: forks a worker for each request until the channel closes."""
+    try:
+        return _fork_on_request(channel, serve_worker)
+    except ConnectionError:
+        return 0  # the supervisor is gone while a reply was on its way: as end-of-file
+
+
+def _fork_on_request(channel: socket.socket, serve_worker: Callable[[Spec], int]) -> int:
     setproctitle(f"staticadm serve: zygote of {os.getppid()} (forks its workers)")
     dispositions = {signum: signal.getsignal(signum) for signum in _GROUP_SIGNALS}
     for signum in _GROUP_SIGNALS:

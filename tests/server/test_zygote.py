@@ -12,14 +12,16 @@ from typing import Any
 
 import pytest
 
+from staticadm.server.zygote import REPLY_SECONDS
 from tests.server.harness import Daemon, DaemonFactory, review, wait_for
-from tests.server.test_workers import _alive, _all_serving, _start_workers
+from tests.server.test_workers import LOOPING_POLICY, _alive, _all_serving, _start_workers
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="needs unix sockets")
 
 
 def _lines(daemon: Daemon, message: str) -> list[dict[str, Any]]:
-    return [entry for entry in map(json.loads, daemon.log().splitlines()) if entry.get("msg") == message]
+    return [entry for entry in map(json.loads, filter(lambda line: line.startswith("{"), daemon.log().splitlines()))
+            if entry.get("msg") == message]
 
 
 def _parent(pid: int) -> int:
@@ -94,7 +96,7 @@ def test_without_the_zygote_workers_are_fresh_interpreters(make_daemon: DaemonFa
     daemon, serving = _start_workers(make_daemon)
     zygote = _zygote(daemon)
     os.kill(zygote, signal.SIGKILL)
-    assert wait_for(lambda: bool(_lines(daemon, "the zygote exited; workers are started as fresh interpreters from "
+    assert wait_for(lambda: bool(_lines(daemon, "the zygote is gone; workers are started as fresh interpreters from "
                                                 "now on (each imports the daemon before it serves)")), timeout=10)
     assert wait_for(lambda: not _alive(zygote), timeout=10), "the zygote is left a zombie"
     assert daemon.validate(review({"deny": "true"})).json()["response"]["allowed"] is False
@@ -112,3 +114,52 @@ def test_without_the_zygote_workers_are_fresh_interpreters(make_daemon: DaemonFa
     assert daemon.stop() == 0
     assert wait_for(lambda: not _alive(survivor) and not _alive(replacement["pid"]), timeout=10)
 
+
+
+def test_a_stopped_zygote_holds_up_no_replacement_and_no_shutdown(make_daemon: DaemonFactory) -> None:
+    """SIGSTOP on the zygote (a debugger, a stray signal): a worker that dies is not reaped by it, so the supervisor,
+    which sees the end on the worker's pidfd, kills the zygote once it has not reported the exit within its reply
+    time, and starts the replacement as a fresh interpreter; the daemon stops as usual."""
+    daemon, serving = _start_workers(make_daemon)
+    zygote = _zygote(daemon)
+    os.kill(zygote, signal.SIGSTOP)
+    victim = next(iter(serving))
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: (now := _all_serving(daemon, 2)) is not None and victim not in now, timeout=60), \
+        daemon.log()
+    [lost] = _lines(daemon, "the zygote is gone; workers are started as fresh interpreters from now on (each "
+                            "imports the daemon before it serves)")
+    assert lost["reason"] == f"it did not report the exit of worker {victim} within {REPLY_SECONDS:g} s; killed"
+    assert _lines(daemon, "worker started")[-1]["forked"] is False
+    assert wait_for(lambda: not _alive(zygote), timeout=10), "the stopped zygote is still there"
+    assert daemon.stop() == 0
+
+
+@pytest.mark.slow
+def test_a_stopped_zygote_holds_up_no_recycling(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """A worker replaced for its memory asks a stopped zygote for its successor: no answer within the reply time,
+    the zygote is killed and the successor is a fresh interpreter; no request fails meanwhile."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "loops.yaml").write_text(LOOPING_POLICY)
+    daemon = make_daemon(policy=None, manifests=manifests, args=["--workers", "2", "--worker-memory-growth", "1"])
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    zygote = _zygote(daemon)
+    os.kill(zygote, signal.SIGSTOP)
+    failures = []
+
+    def recycled() -> bool:
+        for index in range(20):
+            answer = daemon.validate(review({"app": "web"}, uid=f"r{index}"))
+            if answer.status != 200 or answer.json()["response"]["allowed"] is not True:
+                failures.append(answer.body)
+        return daemon.metric("staticadm_worker_recycles_total") >= 1 and any(
+            entry["forked"] is False for entry in _lines(daemon, "worker started"))
+
+    assert wait_for(recycled, timeout=90), daemon.log()
+    assert failures == []
+    [lost] = _lines(daemon, "the zygote is gone; workers are started as fresh interpreters from now on (each "
+                            "imports the daemon before it serves)")
+    assert lost["reason"] == f"it did not answer within {REPLY_SECONDS:g} s; killed"
+    assert wait_for(lambda: not _alive(zygote), timeout=10), "the stopped zygote is still there"
+    assert daemon.stop() == 0
