@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import pickle
+import select
 import selectors
 import signal
 import socket
@@ -64,6 +65,8 @@ MESSAGE_BYTES = 1 << 20
 #: How long the zygote has to answer a request: a fork takes milliseconds; one that does not answer is stopped or
 #: stuck, and is replaced by fresh interpreters.
 REPLY_SECONDS = 5.0
+#: How long the supervisor's exit waits for the zygote to end on its own.
+CLOSE_SECONDS = 1.0
 #: Most descriptors one worker is given (its listeners and its control socket).
 MAX_DESCRIPTORS = 64
 #: Signals an operator sends a process group (Ctrl-C, systemd's stop, reload, recycle): the zygote outlives none
@@ -247,9 +250,12 @@ class Zygote:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 asyncio.get_running_loop().remove_reader(self._channel.fileno())
         self._channel.close()
-        # It would exit on reading end-of-file; killed, it exits even if stopped, so the wait below is brief.
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        # It exits on reading end-of-file, at once; one that has not within a second (stopped) is killed, so that the
+        # wait below is brief.
+        ended, _, _ = select.select([self._pidfd], [], [], CLOSE_SECONDS)
+        if not ended:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
         os.close(self._pidfd)
