@@ -1,5 +1,8 @@
 """The CPU a fresh staticadm process costs: each command as an operator (or the test suite) runs it, and a daemon's
-start until /readyz answers 200. Most of it is Python importing what the command needs (issue 46).
+start until /readyz answers 200. Most of it is Python importing what the command needs (issue 46). And what replacing
+a killed worker of ``serve --workers 2`` costs until the replacement serves, in CPU and in seconds from the kill
+(the supervisor's restart back-off included: 0.5 s for a worker that lived under a minute): forked by the zygote,
+and started as a fresh interpreter (the zygote killed first).
 
 Run: python -m bench.startup [--runs 3] [--source DIR]
 
@@ -10,11 +13,16 @@ test suite runs its processes; each figure is user + system CPU of the process (
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench import daemons
@@ -64,6 +72,85 @@ def daemon_cpu(workdir: Path, env: dict[str, str]) -> float:
         os.environ.update(saved)
 
 
+#: A worker's series on /metrics: which live worker serves a content hash.
+_WORKER_SERIES = re.compile(r'^staticadm_worker_config_info\{hash="[^"]+",pid="(\d+)"\} 1\.0$', re.MULTILINE)
+#: How long a replacement may take to serve before the measurement gives up.
+REPLACEMENT_TIMEOUT = 60.0
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _title(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+
+
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _serving_workers(server: daemons.Server) -> set[int]:
+    status, body = server.request("GET", "/metrics")
+    return {int(pid) for pid in _WORKER_SERIES.findall(body.decode())} if status == 200 else set()
+
+
+def _replacement_listening(log: str, victim: int) -> tuple[int, float] | None:
+    """(pid, time) of the replacement of ``victim`` once it listens (a replacement listens once it serves the
+    snapshot), from the daemon's JSON log."""
+    replacing: int | None = None
+    replacement: int | None = None
+    for line in log.splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("msg") == "worker died; replacing it" and entry.get("pid") == victim:
+            replacing = entry["worker"]
+        elif entry.get("msg") == "worker started" and replacing is not None and entry.get("worker") == replacing:
+            replacement = entry["pid"]
+        elif entry.get("msg") == "listening" and replacement is not None and entry.get("worker") == replacing:
+            stamp = datetime.datetime.fromisoformat(entry["ts"].replace("Z", "+00:00"))
+            return replacement, stamp.timestamp()
+    return None
+
+
+def worker_replacement(workdir: Path, env: dict[str, str], *, forked: bool) -> tuple[float, float]:
+    """(CPU seconds, seconds) of replacing a killed worker of ``serve --workers 2`` until the replacement serves:
+    forked by the zygote, or (``forked`` False: the zygote is killed first) a fresh interpreter."""
+    manifests = daemons.SOURCE_ROOT / EXAMPLES
+    server = daemons.staticadm_server(workdir, manifests, workdir / "state", None, workers=2)
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        server.start()
+        deadline = time.monotonic() + REPLACEMENT_TIMEOUT
+        while len(before := _serving_workers(server)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        zygotes = [pid for pid in _children(server.pid) if _title(pid).startswith("staticadm serve: zygote")]
+        if not forked:
+            for zygote in zygotes:
+                os.kill(zygote, signal.SIGKILL)
+            time.sleep(0.5)  # the supervisor notices, and starts fresh interpreters from then on
+        elif not zygotes:
+            raise daemons.ServerFailed("the daemon under test forks no workers (no zygote)")
+        victim = min(before)
+        killed = time.time()
+        os.kill(victim, signal.SIGKILL)
+        while time.time() < killed + REPLACEMENT_TIMEOUT:
+            listening = _replacement_listening(server.log(), victim)
+            if listening is not None:
+                replacement, at = listening
+                return _process_cpu(replacement), at - killed
+            time.sleep(0.01)
+        raise daemons.ServerFailed(f"no replacement served within {REPLACEMENT_TIMEOUT:g} s:\n{server.log()[-3000:]}")
+    finally:
+        server.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def measure(runs: int = 3) -> dict[str, list[float]]:
     """CPU seconds of each run, by command, the daemon's start as ``serve``."""
     figures: dict[str, list[float]] = {}
@@ -80,6 +167,18 @@ def measure(runs: int = 3) -> dict[str, list[float]]:
             seconds = daemon_cpu(workdir, env)
             if run:  # the first one compiled the daemon's modules
                 figures["serve (to ready)"].append(seconds)
+        if daemons.supports_workers():
+            forks = (daemons.SOURCE_ROOT / "staticadm" / "server" / "zygote.py").exists()
+            for label, forked in (("worker forked", True), ("worker fresh", False))[0 if forks else 1:]:
+                cpu, wall = [], []
+                for run in range(runs):
+                    workdir = root / f"{label.replace(' ', '-')}-{run}"
+                    workdir.mkdir()
+                    seconds, elapsed = worker_replacement(workdir, env, forked=forked)
+                    cpu.append(seconds)
+                    wall.append(elapsed)
+                figures[f"{label} (CPU)"] = cpu
+                figures[f"{label} (wall)"] = wall
     return figures
 
 
@@ -90,9 +189,10 @@ def main() -> None:
     options = parser.parse_args()
     if options.source is not None:
         daemons.SOURCE_ROOT = options.source.resolve()
-    print(f"{'command':<18} {'median':>7} {'min':>7} {'max':>7}  (user + system CPU seconds, {options.runs} runs)")
+    print(f"{'command':<20} {'median':>7} {'min':>7} {'max':>7}  (user + system CPU seconds, or seconds from the kill "
+          f"where (wall); {options.runs} runs)")
     for label, seconds in measure(options.runs).items():
-        print(f"{label:<18} {statistics.median(seconds):7.3f} {min(seconds):7.3f} {max(seconds):7.3f}")
+        print(f"{label:<20} {statistics.median(seconds):7.3f} {min(seconds):7.3f} {max(seconds):7.3f}")
 
 
 if __name__ == "__main__":

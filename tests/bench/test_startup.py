@@ -12,5 +12,6 @@ pytestmark = pytest.mark.slow
 
 def test_every_command_and_the_daemon_start_are_measured() -> None:
     figures = measure(runs=1)
-    assert list(figures) == [*(label for label, _ in COMMANDS), "serve (to ready)"]
+    workers = [f"worker {how} ({what})" for how in ("forked", "fresh") for what in ("CPU", "wall")]
+    assert list(figures) == [*(label for label, _ in COMMANDS), "serve (to ready)", *workers]
     assert all(len(seconds) == 1 and seconds[0] > 0 for seconds in figures.values())
