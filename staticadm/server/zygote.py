@@ -115,6 +115,16 @@ class ForkedWorker:
         if not self._exited.done():
             self._exited.set_result(code)
 
+    def _ended_orphaned(self) -> None:
+        """Its end, once the zygote is gone: its status is read where it became our child (a supervisor that is
+        PID 1, as in the container image, inherits the zygote's orphans), and is unknown elsewhere."""
+        code = None
+        with contextlib.suppress(ChildProcessError):
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                code = os.waitstatus_to_exitcode(status)
+        self._ended(code)
+
 
 class Zygote:
     """The supervisor's end of the channel."""
@@ -129,6 +139,8 @@ class Zygote:
         self.gone = False
         #: Why it is gone, once it is.
         self.reason = ""
+        #: Workers that had ended, unreaped, when the zygote was given up.
+        self._ended_unreaped: list[ForkedWorker] = []
         #: Told why, once, when the zygote is found gone (not when closed).
         self.on_lost: Callable[[str], None] = lambda _why: None
 
@@ -205,9 +217,11 @@ class Zygote:
                 reply.set_exception(ZygoteGone(f"the zygote is gone: {why}"))
         for worker in self._workers.values():
             if worker._report_due is not None:
-                worker._ended(None)  # ended already; the status went with the zygote
+                # Ended already, unreaped: done with once the zygote is (its orphans are someone else's by then).
+                worker._report_due.cancel()
+                self._ended_unreaped.append(worker)
             else:
-                loop.add_reader(worker._pidfd, worker._ended, None)
+                loop.add_reader(worker._pidfd, worker._ended_orphaned)
         self._workers.clear()
         loop.add_reader(self._pidfd, self._reap)
 
@@ -219,9 +233,7 @@ class Zygote:
         worker._report_due = loop.call_later(REPLY_SECONDS, self._unreported, worker)
 
     def _unreported(self, worker: ForkedWorker) -> None:
-        worker._report_due = None
         self._give_up(f"it did not report the exit of worker {worker.pid} within {REPLY_SECONDS:g} s; killed")
-        worker._ended(None)
 
     def _give_up(self, why: str) -> None:
         if self.gone:
@@ -231,11 +243,15 @@ class Zygote:
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def _reap(self) -> None:
-        """The zygote has exited: its status is collected (it is our child), so no zombie is left behind."""
+        """The zygote has exited: its status is collected (it is our child), so no zombie is left behind; so are
+        those of the workers that ended before it without being reaped, where they became ours."""
         asyncio.get_running_loop().remove_reader(self._pidfd)
         os.close(self._pidfd)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        for worker in self._ended_unreaped:
+            worker._ended_orphaned()
+        self._ended_unreaped.clear()
 
     def close(self) -> None:
         """Ends the zygote (it reads end-of-file and exits at once); workers are not affected."""

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -162,4 +163,37 @@ def test_a_stopped_zygote_holds_up_no_recycling(make_daemon: DaemonFactory, tmp_
                             "imports the daemon before it serves)")
     assert lost["reason"] == f"it did not answer within {REPLY_SECONDS:g} s; killed"
     assert wait_for(lambda: not _alive(zygote), timeout=10), "the stopped zygote is still there"
+    assert daemon.stop() == 0
+
+
+#: Runs the rest of its command line as a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across execve): as PID 1
+#: of the container image is, it inherits the orphans of its descendants.
+SUBREAPER = """
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER): " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_supervisor_that_inherits_orphans_reads_their_status(make_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """The zygote gone, a worker it forked is the supervisor's child when the supervisor is PID 1 (the container
+    image) or a subreaper: its end is then reaped and reported with its status, and it leaves no zombie."""
+    launcher = tmp_path / "subreaper.py"
+    launcher.write_text(SUBREAPER)
+    daemon = make_daemon(start=False, args=["--workers", "2"])
+    daemon.launcher = [sys.executable, str(launcher)]
+    daemon.start()
+    assert wait_for(lambda: _all_serving(daemon, 2) is not None, timeout=30), daemon.log()
+    serving = _all_serving(daemon, 2)
+    assert serving is not None and daemon.process is not None
+    supervisor, zygote = daemon.process.pid, _zygote(daemon)
+    os.kill(zygote, signal.SIGKILL)
+    assert wait_for(lambda: all(_parent(pid) == supervisor for pid in serving), timeout=10)
+    victim = next(iter(serving))
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: bool(_lines(daemon, "worker died; replacing it")), timeout=30), daemon.log()
+    [died] = _lines(daemon, "worker died; replacing it")
+    assert died["pid"] == victim and died["how"] == "killed by SIGKILL"
+    assert wait_for(lambda: not os.path.exists(f"/proc/{victim}"), timeout=10), "the worker is left a zombie"
     assert daemon.stop() == 0
