@@ -65,8 +65,9 @@ MESSAGE_BYTES = 1 << 20
 #: How long the zygote has to answer a request: a fork takes milliseconds; one that does not answer is stopped or
 #: stuck, and is replaced by fresh interpreters.
 REPLY_SECONDS = 5.0
-#: How long the supervisor's exit waits for the zygote to end on its own.
-CLOSE_SECONDS = 1.0
+#: How long the supervisor's exit waits for the zygote to end on its own (it takes milliseconds; a loaded node
+#: may not run it at once): only a stopped zygote waits it out.
+CLOSE_SECONDS = 5.0
 #: Most descriptors one worker is given (its listeners and its control socket).
 MAX_DESCRIPTORS = 64
 #: Signals an operator sends a process group (Ctrl-C, systemd's stop, reload, recycle): the zygote outlives none
@@ -266,8 +267,8 @@ class Zygote:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 asyncio.get_running_loop().remove_reader(self._channel.fileno())
         self._channel.close()
-        # It exits on reading end-of-file, at once; one that has not within a second (stopped) is killed, so that the
-        # wait below is brief.
+        # It exits on reading end-of-file, in milliseconds (its exit handlers run: a process of the supervisor's
+        # code); one that has not within CLOSE_SECONDS (stopped) is killed, so that the wait below is brief.
         ended, _, _ = select.select([self._pidfd], [], [], CLOSE_SECONDS)
         if not ended:
             with contextlib.suppress(ProcessLookupError):
