@@ -176,14 +176,12 @@ class Server:
     def cpu_seconds(self) -> float:
         """User + system CPU of the process and its live descendants (a supervisor's workers)."""
         total = 0.0
-        ticks = os.sysconf("SC_CLK_TCK")
         pending = [self.pid]
         while pending:
             pid = pending.pop()
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-                total += (int(fields[11]) + int(fields[12])) / ticks
-                pending += [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+                total += process_cpu_seconds(pid)
+                pending += children(pid)
             except (OSError, ValueError, IndexError):
                 continue
         return total
@@ -208,6 +206,17 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The pids of process ``pid``'s children."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def null_server(workdir: Path, cert: Path, key: Path, processes: int = 1, loop: str = "asyncio") -> Server:

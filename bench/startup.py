@@ -78,17 +78,8 @@ _WORKER_SERIES = re.compile(r'^staticadm_worker_config_info\{hash="[^"]+",pid="(
 REPLACEMENT_TIMEOUT = 60.0
 
 
-def _children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def _title(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-
-
-def _process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _serving_workers(server: daemons.Server) -> set[int]:
@@ -128,7 +119,7 @@ def worker_replacement(workdir: Path, env: dict[str, str], *, forked: bool) -> t
         deadline = time.monotonic() + REPLACEMENT_TIMEOUT
         while len(before := _serving_workers(server)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        zygotes = [pid for pid in _children(server.pid) if _title(pid).startswith("staticadm serve: zygote")]
+        zygotes = [pid for pid in daemons.children(server.pid) if _title(pid).startswith("staticadm serve: zygote")]
         if not forked:
             for zygote in zygotes:
                 os.kill(zygote, signal.SIGKILL)
@@ -142,7 +133,7 @@ def worker_replacement(workdir: Path, env: dict[str, str], *, forked: bool) -> t
             listening = _replacement_listening(server.log(), victim)
             if listening is not None:
                 replacement, at = listening
-                return _process_cpu(replacement), at - killed
+                return daemons.process_cpu_seconds(replacement), at - killed
             time.sleep(0.01)
         raise daemons.ServerFailed(f"no replacement served within {REPLACEMENT_TIMEOUT:g} s:\n{server.log()[-3000:]}")
     finally:

@@ -128,16 +128,15 @@ def serve(config: ServeConfig, stderr: TextIO | None = None) -> int:
     zygote = fork_zygote(serve_worker) if config.workers > 1 else None
     writer = server_logging.configure(config.log_format, config.log_level, non_blocking=True)
     daemon: _Daemon
-    if config.workers > 1:
-        assert zygote is not None
-        daemon = _Supervisor(config, stderr or sys.stderr, zygote if isinstance(zygote, Zygote) else None)
-        if isinstance(zygote, str):
-            daemon.log.warning("workers are started as fresh interpreters (each imports the daemon before it "
-                               "serves): no zygote could be forked", reason=zygote)
-        else:
-            daemon.log.info("zygote started: workers are forked from it", pid=zygote.pid)
-    else:
+    if zygote is None:
         daemon = _Daemon(config, stderr or sys.stderr)
+    elif isinstance(zygote, str):
+        daemon = _Supervisor(config, stderr or sys.stderr, None)
+        daemon.log.warning("workers are started as fresh interpreters (each imports the daemon before it serves): "
+                           "no zygote could be forked", reason=zygote)
+    else:
+        daemon = _Supervisor(config, stderr or sys.stderr, zygote)
+        daemon.log.info("zygote started: workers are forked from it", pid=zygote.pid)
     if writer is not None:
         daemon.metrics.watch_log_drops(lambda: float(writer.dropped))
     daemon.log.info("starting staticadm", version=__version__, python=platform.python_version(),

@@ -11,12 +11,6 @@ from __future__ import annotations
 import gc
 import os
 
-from setproctitle import getproctitle
-
-# The process title's library, set up before main() takes the spec out of the environment (see
-# staticadm/server/zygote.py).
-getproctitle()
-
 
 def main() -> int:
     gc.disable()  # until staticadm.server.heap.imports_done

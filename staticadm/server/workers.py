@@ -477,8 +477,7 @@ class WorkerPool:
         worker = _Worker(index, process, writer, reader, time.monotonic(), restarts=restarts)
         worker.reading = asyncio.create_task(self._read(worker), name=f"worker-{index}-channel")
         self.workers[index] = worker
-        self.log.info("worker started", worker=index, pid=process.pid,
-                      forked=forked)
+        self.log.info("worker started", worker=index, pid=process.pid, forked=forked)
         if self.latest is not None:
             self._tell(worker, self.latest)
         if self.disk_state is not None:

@@ -138,8 +138,6 @@ class Zygote:
         self._workers: dict[int, ForkedWorker] = {}
         self._reading = False
         self.gone = False
-        #: Why it is gone, once it is.
-        self.reason = ""
         #: Workers that had ended, unreaped, when the zygote was given up.
         self._ended_unreaped: list[ForkedWorker] = []
         #: Told why, once, when the zygote is found gone (not when closed).
@@ -198,15 +196,14 @@ class Zygote:
             else:
                 for descriptor in descriptors:
                     os.close(descriptor)
-                reply.set_exception(ZygoteGone(f"the zygote could not fork a worker: {message[1:]}"))
+                reply.set_exception(ZygoteGone(f"the zygote could not fork a worker: {message[1]}"))
 
     def _lost(self, why: str) -> None:
-        """The zygote is gone: nothing more comes from it. Workers it started keep serving; their exit statuses
-        are lost with it (they are no longer its children, nor ours), so each one's end is read from its pidfd."""
+        """The zygote is gone: nothing more comes from it. Workers it started keep serving; no longer its children,
+        each one's end is read from its pidfd (``ForkedWorker._ended_orphaned``)."""
         if self.gone:
             return
         self.gone = True
-        self.reason = why
         self.on_lost(why)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, OSError):
@@ -259,7 +256,6 @@ class Zygote:
         if self.gone:
             return
         self.gone = True
-        self.reason = "closed"
         for worker in self._workers.values():
             worker._ended(None)
         self._workers.clear()
