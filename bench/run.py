@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -86,6 +86,8 @@ class Options:
     #: --event-loop as given (auto, asyncio, uvloop); ``loop`` is what it resolves to for the daemon under test.
     event_loop: str = "auto"
     loop: str = "asyncio"
+    #: Slices a row compared with the null server is measured in, alternated with the null server's (``_measured_row``).
+    slices: int = 1
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Row:
     #: CPU seconds the server (all its processes) spent per answered request under this load.
     cpu_us_per_request: float | None = None
     #: The null server under the same load (the same bodies, to the same endpoint), measured just before this row
-    #: and just after it, the two runs taken together (``_bracketing``).
+    #: and just after it, or in turn with its slices, the runs taken together (``_measured_row``).
     paired_null: LoadResult | None = None
     paired_null_cpu_us: float | None = None
 
@@ -227,49 +229,67 @@ def _load(url: str, body: bytes | list[bytes], options: Options) -> LoadResult:
                     force_fallback=options.force_fallback)
 
 
-def _measured_load(server: Server, url: str, body: bytes | list[bytes],
-                   options: Options) -> tuple[LoadResult, float | None]:
+def _measured_load(server: Server, url: str, body: bytes | list[bytes], options: Options,
+                   seconds: float | None = None, warm_up: bool = True) -> tuple[LoadResult, float | None]:
     # Every row (the null server's too) is measured after the same warm-up under the same load: the first
     # requests after a start pay one-time costs (connections, TLS sessions, lazily built caches, a daemon's
-    # background type check) that are not what a request costs in steady state.
-    run_load(url, body, duration=WARM_UP_SECONDS, connections=options.connections, threads=options.threads,
-             force_fallback=options.force_fallback)
+    # background type check) that are not what a request costs in steady state. A later slice of a row follows the
+    # same load on a warm server: it needs none.
+    if warm_up:
+        run_load(url, body, duration=WARM_UP_SECONDS, connections=options.connections, threads=options.threads,
+                 force_fallback=options.force_fallback)
     before = server.cpu_seconds()
-    result = _load(url, body, options)
+    result = run_load(url, body, duration=options.duration if seconds is None else seconds,
+                      connections=options.connections, threads=options.threads, force_fallback=options.force_fallback)
     spent = server.cpu_seconds() - before
     return result, spent / result.requests * 1e6 if result.requests else None
 
 
-def _bracketing(before: tuple[LoadResult, float | None],
-                after: tuple[LoadResult, float | None]) -> tuple[LoadResult, float | None]:
-    """Two runs of the same load as one: requests, seconds and CPU added up, latency percentiles averaged (wrk
-    reports percentiles, not the samples to merge), the worse maximum."""
-    (first, first_cpu), (second, second_cpu) = before, after
-    requests = first.requests + second.requests
+def _combined(runs: Sequence[tuple[LoadResult, float | None]]) -> tuple[LoadResult, float | None]:
+    """Runs of the same load as one: requests, seconds and CPU added up, latency percentiles averaged (wrk reports
+    percentiles, not the samples to merge), the worst maximum."""
+    requests = sum(result.requests for result, _ in runs)
     cpu = None
-    if first_cpu is not None and second_cpu is not None and requests:
-        cpu = (first_cpu * first.requests + second_cpu * second.requests) / requests
-    errors = {key: first.errors.get(key, 0) + second.errors.get(key, 0) for key in {*first.errors, *second.errors}}
-    return LoadResult(first.tool, requests, first.seconds + second.seconds, (first.p50_ms + second.p50_ms) / 2,
-                      (first.p90_ms + second.p90_ms) / 2, (first.p99_ms + second.p99_ms) / 2,
-                      max(first.max_ms, second.max_ms), errors), cpu
+    if requests and all(spent is not None for _, spent in runs):
+        cpu = sum(cast(float, spent) * result.requests for result, spent in runs) / requests
+    errors: dict[str, int] = {}
+    for result, _ in runs:
+        for key, count in result.errors.items():
+            errors[key] = errors.get(key, 0) + count
+    results = [result for result, _ in runs]
+
+    def mean(percentile: Callable[[LoadResult], float]) -> float:
+        return sum(map(percentile, results)) / len(results)
+
+    return LoadResult(results[0].tool, requests, sum(result.seconds for result in results),
+                      mean(lambda result: result.p50_ms), mean(lambda result: result.p90_ms),
+                      mean(lambda result: result.p99_ms), max(result.max_ms for result in results), errors), cpu
 
 
 def _measured_row(server: Server, workload: str, server_label: str, policies_count: int | None, url: str,
                   body: bytes | list[bytes], options: Options, matched: int | None = None,
                   paired: Server | None = None) -> Row:
-    """``paired``: the null server, measured with the same bodies to the same endpoint just before the row and just
-    after it, which is then compared with those two runs rather than with the null rows of the run's start. A
-    shared machine's speed drifts over a run of minutes and even within one (on a 2-core VM, the null server's CPU
-    per request has been seen to change by half from the start of a run to its distinct rows, and by a third from
-    one row to the next), and a ratio of figures taken minutes apart measured that drift as much as staticadm."""
+    """``paired``: the null server, measured with the same bodies to the same endpoint in turn with the row, which is
+    then compared with those runs rather than with the null rows of the run's start: the row's time is cut into
+    ``options.slices`` slices, each preceded and the last followed by one of the null server's (null, staticadm,
+    null, ..., staticadm, null), each server's slices added up. A shared machine's speed drifts over a run of
+    minutes and even within one (on a 2-core VM, the null server's CPU per request has been seen to change by half
+    from the start of a run to its distinct rows, and by a third from one row to the next; alternated 2-second runs
+    of the two servers on distinct Pods read 0.26x to 0.49x within one minute), and a ratio of figures taken
+    minutes, or even seconds, apart measured that drift as much as staticadm."""
     if paired is None:
         result, per_request = _measured_load(server, url, body, options)
         return Row(workload, server_label, policies_count, result, matched, per_request)
     null_url = paired.url + urllib.parse.urlsplit(url).path
-    before = _measured_load(paired, null_url, body, options)
-    result, per_request = _measured_load(server, url, body, options)
-    reference, reference_cpu = _bracketing(before, _measured_load(paired, null_url, body, options))
+    slices = max(options.slices, 1)
+    seconds = options.duration / slices
+    nulls = [_measured_load(paired, null_url, body, options, seconds)]
+    runs = []
+    for index in range(slices):
+        runs.append(_measured_load(server, url, body, options, seconds, warm_up=index == 0))
+        nulls.append(_measured_load(paired, null_url, body, options, seconds, warm_up=False))
+    result, per_request = _combined(runs)
+    reference, reference_cpu = _combined(nulls)
     return Row(workload, server_label, policies_count, result, matched, per_request, reference, reference_cpu)
 
 
@@ -916,7 +936,8 @@ def format_report(results: Results) -> str:
         "staticadm benchmark (issues 8, 16, 30 and 37)",
         f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
         f"load: {tool}, {options.connections} connections, {options.threads} thread(s), "
-        f"{options.duration:g} s per row after {WARM_UP_SECONDS:g} s of warm-up, HTTPS (TLS 1.2+, keep-alive)",
+        f"{options.duration:g} s per row after {WARM_UP_SECONDS:g} s of warm-up, HTTPS (TLS 1.2+, keep-alive); "
+        f"rows compared with the null server in {options.slices} slice(s) alternated with its own",
         f"staticadm from: {_source_description(options.source)}",
         f"event loop: {options.loop} (--event-loop {options.event_loop}), the daemon's and the null server's alike",
         "",
@@ -992,7 +1013,8 @@ def to_json(results: Results) -> dict[str, Any]:
     return {
         "options": {"sets": list(results.options.sets), "duration": results.options.duration,
                     "connections": results.options.connections, "threads": results.options.threads,
-                    "quick": results.options.quick, "event_loop": results.options.loop},
+                    "quick": results.options.quick, "event_loop": results.options.loop,
+                    "slices": results.options.slices},
         "rows": [row.to_json() for row in results.rows],
         "open_loop": [row.to_json() for row in results.open_loop],
         "kube_apiserver_in_process": [row.to_json() for row in results.oracle],
@@ -1017,6 +1039,16 @@ def _sets(text: str) -> tuple[int, ...]:
     return values
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -1038,6 +1070,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--json", metavar="OUT", type=Path, default=None, help="write machine-readable results")
     parser.add_argument("--only", choices=("rename",), default=None,
                         help="run only this part: 'rename' starts each set's daemon and measures rename-to-serving")
+    parser.add_argument("--slices", type=_positive, default=None,
+                        help="slices each row compared with the null server is measured in, alternated with the null "
+                             "server's (default 5, quick 1)")
     parser.add_argument("--event-loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="the event loop of the daemon (staticadm serve --event-loop) and of the null server it "
                              "is compared with (default: asyncio, the daemon's default)")
@@ -1055,6 +1090,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         source=args.source,
         only=(args.only,) if args.only else (),
         event_loop=args.event_loop,
+        slices=args.slices or (1 if args.quick else 5),
     )
 
 

@@ -206,3 +206,37 @@ def test_profile_summary_of_collapsed_stacks(tmp_path: Path) -> None:
     assert summary.samples == 10
     assert dict(summary.categories) == {"idle (epoll wait)": 60.0, "CEL evaluation": 30.0, "JSON": 10.0}
     assert categorise(["_worker (concurrent/futures/thread.py:3)"]) == "thread-pool handoff"
+
+
+def test_a_row_in_slices_alternates_with_its_null_reference(tmp_path: Path) -> None:
+    from bench.run import _measured_row, parse_options
+    from staticadm.server.listeners import ensure_self_signed
+
+    tls = ensure_self_signed(tmp_path / "state")
+    (tmp_path / "measured").mkdir()
+    (tmp_path / "reference").mkdir()
+    measured = null_server(tmp_path / "measured", tls.cert, tls.key).start()
+    try:
+        reference = null_server(tmp_path / "reference", tls.cert, tls.key).start()
+        try:
+            options = parse_options(["--duration", "2", "--slices", "2", "--connections", "4"])
+            row = _measured_row(measured, "pod-create", "null", None, measured.url + "/validate",
+                                orjson.dumps(fixtures.pod_create_request()), options, paired=reference)
+        finally:
+            reference.stop()
+    finally:
+        measured.stop()
+    # The row's two one-second slices, and its reference's three: before, between and after them.
+    assert row.paired_null is not None
+    assert round(row.result.seconds) == 2 and round(row.paired_null.seconds) == 3
+    assert row.result.requests > 0 and row.paired_null.requests > 0
+    assert sum(row.result.errors.values()) == 0 and sum(row.paired_null.errors.values()) == 0
+    assert row.cpu_us_per_request is not None and row.paired_null_cpu_us is not None
+
+
+def test_slices_are_counted_from_one() -> None:
+    from bench.run import parse_options
+
+    assert parse_options([]).slices == 5 and parse_options(["--quick"]).slices == 1
+    with pytest.raises(SystemExit):
+        parse_options(["--slices", "0"])
