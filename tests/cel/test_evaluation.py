@@ -23,6 +23,7 @@ from staticadm.cel import (
     admission_environment,
     ast,
     cost,
+    rewrite,
 )
 from staticadm.cel.cost import PER_CALL_LIMIT
 from staticadm.cel.evaluation import DEADLINE_MESSAGE
@@ -294,6 +295,59 @@ class TestFixedCharges:
         for count in (low - 1, low, high, high + 1):
             assert self._outcome(True, monkeypatch, length, count) == self._outcome(False, monkeypatch, length, count)
         assert self._outcome(True, monkeypatch, length, high)[0] is not True
+
+
+class TestSizeThresholds:
+    """A call charged by one size tells its commonest charges from the size alone, before binding anything
+    (``rewrite._native_charge``): it must decide, charge and fail exactly as the bound form does, at every size
+    around each threshold, and for an operand whose size is an error."""
+
+    CASES = (
+        # TRAVERSE_FIRST: ceil(size / 10), free up to 40 characters.
+        ("object.items.all(x, !x.startsWith('b'))", lambda n: ["a" * n] * 3),
+        # TRAVERSE_FIRST_TWICE: ceil(2 * size / 10), free up to 20.
+        ("object.items.all(x, size(x.split(',')) > 0)", lambda n: ["a" * n] * 3),
+        # IN_LIST: the list's size, free up to 4 elements (split's own charge beside it).
+        ("object.items.all(x, !('b' in x.split(',')))", lambda n: [",".join(["a"] * n)] * 3),
+        # BUILD_RESULT: ceil(2 * size(result) / 10), measured on the call's result.
+        ("object.items.all(x, [x].join() != 'b')", lambda n: ["a" * n] * 3),
+        # A size that is an error: not a string.
+        ("object.items.all(x, !x.startsWith('b'))", lambda n: [n] * 3),
+    )
+    SIZES = (0, 1, 4, 5, 6, 20, 21, 25, 26, 40, 41, 50, 51, 60, 61, 120, 121, 1000)
+
+    @staticmethod
+    def _outcome(source: str, items: list[Any], bound_form: bool,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int, bytes]:
+        with monkeypatch.context() as patched:
+            if bound_form:
+                patched.setattr(rewrite, "_largest_size_charging", lambda how, units: None)
+            program = ENVIRONMENT.compile(source, ExpressionKind.VALIDATION)
+            assert isinstance(program, CompiledExpression)
+        context = ENVIRONMENT.new_context({"object": {"items": items}}, budget=10_000_000)
+        outcome = program.evaluate(context)
+        assert context.budget is not None
+        return _described(outcome), context.budget.remaining, ast.encode(program.prepared)
+
+    @pytest.mark.parametrize("case", range(len(CASES)))
+    def test_each_size_is_decided_and_charged_as_by_the_bound_form(self, case: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+        source, items = self.CASES[case]
+        for size in self.SIZES:
+            threshold = self._outcome(source, items(size), False, monkeypatch)
+            bound = self._outcome(source, items(size), True, monkeypatch)
+            assert threshold[2] != bound[2]  # two programs, not one compiled twice
+            assert threshold[:2] == bound[:2], (source, size)
+
+    def test_each_threshold_charges_one_more_unit(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        source, items = self.CASES[0]
+        remaining = {size: self._outcome(source, items(size), False, monkeypatch)[1] for size in (40, 41, 50, 51, 121)}
+        # Three strings checked: one unit more each past 40, past 50, and 9 past 120 (ceil(121 / 10) - 4).
+        assert remaining[40] - remaining[41] == 3 and remaining[50] - remaining[51] == 3
+        assert remaining[40] - remaining[121] == 3 * 9
+        source, items = self.CASES[4]
+        message, _ = self._outcome(source, items(3), False, monkeypatch)[0]
+        assert message.startswith("no such overload")
 
 
 def _described(outcome: Any) -> Any:
