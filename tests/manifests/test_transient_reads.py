@@ -44,10 +44,14 @@ async def _until(condition: Callable[[], bool], timeout: float) -> bool:
 
 def _staged(directory: Path, name: str, text: str) -> Callable[[], None]:
     """Publishes ``text`` as ``name`` atomically, as operators should, when called: the rename needs no new
-    descriptor (a name the loader does not read holds the text meanwhile)."""
-    staging = directory / f".{name}.tmp"
-    staging.write_text(text)
-    return lambda: os.rename(staging, directory / name)
+    descriptor. The text waits in a directory of its own beside the watched one: written in the watched directory,
+    its events could reach the watcher after the rename's (on a loaded machine they did), and a reload they started
+    once descriptors were back was a file event's, not the retry a test waits for."""
+    staging = directory.parent / f"{directory.name}.staging"
+    staging.mkdir(exist_ok=True)
+    path = staging / name
+    path.write_text(text)
+    return lambda: os.rename(path, directory / name)
 
 
 async def _watch(directory: Path, scenario: Callable[[list[ReloadResult]], Awaitable[None]]) -> list[ReloadResult]:
