@@ -224,8 +224,8 @@ def _say(message: str) -> None:
 # -- measurements -----------------------------------------------------------------------------------
 
 
-def _load(url: str, body: bytes | list[bytes], options: Options) -> LoadResult:
-    return run_load(url, body, duration=options.duration, connections=options.connections, threads=options.threads,
+def _load(url: str, body: bytes | list[bytes], options: Options, seconds: float) -> LoadResult:
+    return run_load(url, body, duration=seconds, connections=options.connections, threads=options.threads,
                     force_fallback=options.force_fallback)
 
 
@@ -236,11 +236,9 @@ def _measured_load(server: Server, url: str, body: bytes | list[bytes], options:
     # background type check) that are not what a request costs in steady state. A later slice of a row follows the
     # same load on a warm server: it needs none.
     if warm_up:
-        run_load(url, body, duration=WARM_UP_SECONDS, connections=options.connections, threads=options.threads,
-                 force_fallback=options.force_fallback)
+        _load(url, body, options, WARM_UP_SECONDS)
     before = server.cpu_seconds()
-    result = run_load(url, body, duration=options.duration if seconds is None else seconds,
-                      connections=options.connections, threads=options.threads, force_fallback=options.force_fallback)
+    result = _load(url, body, options, options.duration if seconds is None else seconds)
     spent = server.cpu_seconds() - before
     return result, spent / result.requests * 1e6 if result.requests else None
 
@@ -275,7 +273,7 @@ def _measured_row(server: Server, workload: str, server_label: str, policies_cou
     null, ..., staticadm, null), each server's slices added up. A shared machine's speed drifts over a run of
     minutes and even within one (on a 2-core VM, the null server's CPU per request has been seen to change by half
     from the start of a run to its distinct rows, and by a third from one row to the next; alternated 2-second runs
-    of the two servers on distinct Pods read 0.26x to 0.49x within one minute), and a ratio of figures taken
+    of the two servers on distinct Pods read 0.26x to 0.49x within two minutes), and a ratio of figures taken
     minutes, or even seconds, apart measured that drift as much as staticadm."""
     if paired is None:
         result, per_request = _measured_load(server, url, body, options)
