@@ -80,7 +80,7 @@ _WRITES = frozenset({"add", "replace"})
 def strings_decode(obj: Any, operations: Sequence[Mapping[str, Any]], group: str, version: str, kind: str) -> bool:
     """Whether ``obj``, what ``operations`` (a JSON Patch, applied without an error) left of an object, decodes for
     certain without being walked: every operation tests, or writes a string through maps of ``obj`` where the
-    kind's schema says string (``_string_paths_decode``), so only those strings changed, each where it decodes.
+    kind's schema says string (``string_paths_decode``), so only those strings changed, each where it decodes.
     False says nothing: ``decoding_error`` decides then."""
     paths = []
     for operation in operations:
@@ -95,7 +95,7 @@ def strings_decode(obj: Any, operations: Sequence[Mapping[str, Any]], group: str
         if not segments:
             return False
         paths.append(segments)
-    if not _string_paths_decode(tuple(paths), group, version, kind):
+    if not string_paths_decode(tuple(paths), group, version, kind):
         return False
     for segments in paths:
         # A list on the way (an object the schema disagrees with) would not decode as a map: the walk decides.
@@ -109,7 +109,7 @@ def strings_decode(obj: Any, operations: Sequence[Mapping[str, Any]], group: str
     return True
 
 
-def _string_paths_decode(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
+def string_paths_decode(paths: tuple[tuple[str, ...], ...], group: str, version: str, kind: str) -> bool:
     """Whether each of ``paths`` leads, through fields of structs and keys of maps of the kind's schema, to a string
     (any path, for a kind that is not built in: nothing is decoded then)."""
     if sum(len(segment) for segments in paths for segment in segments) > _LONGEST_KEPT_PATHS:

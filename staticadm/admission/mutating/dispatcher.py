@@ -52,6 +52,11 @@ from staticadm.admission.generic.dispatcher import (
 )
 from staticadm.admission.matching.matcher import is_excluded
 from staticadm.admission.matching.plan import RequestMatch, matched_as
+from staticadm.admission.mutating.string_writes import (
+    StringWrites,
+    apply_configuration_string_writes,
+    json_patch_string_writes,
+)
 from staticadm.admission.namespaces import NamespaceSource
 from staticadm.admission.outcomes import DecisionRecord, ExpressionFailure, NotMatched, aggregate_failures
 from staticadm.admission.request import AdmissionRequest, GroupVersionKind
@@ -275,6 +280,55 @@ class _PlainForms:
 _CONTAINERS = (dict, list)
 
 
+class _KeptStringWrites:
+    """Constant mutations' string writes (``string_writes.py``) by value and by what they depend on besides it: the
+    kind the policy matched as, and for an ApplyConfiguration the apiVersion and kind the object says it is (the
+    merge schema's). None: the general patcher applies that value there."""
+
+    __slots__ = ("_entries",)
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        #: key -> (the value, held so that its id stays its own; its writes there, or None).
+        self._entries: dict[tuple[Any, ...], tuple[Any, StringWrites | None]] = {}
+
+    def get(self, value: Any, patch_type: str, kind: GroupVersionKind, current: Any) -> StringWrites | None:
+        if patch_type == "JSONPatch":
+            key: tuple[Any, ...] = (id(value), patch_type, kind)
+        else:
+            if current.__class__ is not dict:
+                return None
+            api_version, object_kind = current.get("apiVersion"), current.get("kind")
+            if api_version.__class__ is not str or object_kind.__class__ is not str:
+                return None
+            key = (id(value), patch_type, kind, api_version, object_kind)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is value:
+            return entry[1]
+        writes = _string_writes(value, patch_type, kind, key[3:])
+        keep_bounded(self._entries, key, (value, writes), self.LIMIT)
+        return writes
+
+
+def _string_writes(value: Any, patch_type: str, kind: GroupVersionKind, object_kind: tuple[Any, ...]
+                   ) -> StringWrites | None:
+    if patch_type == "JSONPatch":
+        operations, _ = _patch_operations(value)
+        return None if operations is None else json_patch_string_writes(operations, kind.group, kind.version,
+                                                                        kind.kind)
+    if not is_object(value) or value["name"] != "Object":
+        return None
+    type_errors: list[str] = []
+    try:
+        patch = to_plain(value, None, type_errors)
+    except ConversionError:
+        return None
+    if type_errors or patch.__class__ is not dict:
+        return None
+    return apply_configuration_string_writes(patch, kind.group, kind.kind, *object_kind)
+
+
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
                     constant: bool, kept: KeptForSnapshot) -> tuple[Any, str]:
     """(the mutated object, "") or (None, Kubernetes' error text); raises ``_InternalError`` for a JSON Patch result
@@ -283,6 +337,12 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
     (``retyped``; a mutation that only writes strings to the object's own labels or annotations leaves it so
     already). ``constant``: ``value`` is a constant mutation's, kept across requests."""
     patch_type = mutation.mutation.patch_type
+    if constant:
+        writes = kept.string_writes.get(value, patch_type, kind, current)
+        if writes is not None:
+            written = writes.apply(current)
+            if written is not None:
+                return written, ""
     if patch_type == "JSONPatch":
         operations = kept.plain_forms.copy(value, patch_type) if constant else None
         if operations is None:
@@ -486,7 +546,7 @@ class KeptForSnapshot:
     the old snapshot instead of keeping their programs alive."""
 
     __slots__ = ("accepted_patches", "constants", "decided_by_fields", "plain_forms", "plans", "reads_object",
-                 "request_paths")
+                 "request_paths", "string_writes")
 
     def __init__(self) -> None:
         self.reads_object = IdentityFacts(reads_object)
@@ -496,6 +556,7 @@ class KeptForSnapshot:
         self.constants = ConstantValues()
         self.plain_forms = _PlainForms()
         self.accepted_patches = _AcceptedPatches()
+        self.string_writes = _KeptStringWrites()
         self.decided_by_fields = _DecidedByRequestFields()
 
     @staticmethod
