@@ -464,9 +464,45 @@ def _shown_key(key: Any) -> str:
 
 
 def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON-like value (dicts, lists, immutable leaves) without recursion, so any value this
-    module returns can be copied (copy.deepcopy takes two frames a level). Each use of a YAML alias is such a
-    copy: a caller changing one must not change the others."""
+    """A deep copy of a JSON-like value (dicts, lists, immutable leaves), plain dicts and lists all through, so any
+    value this module returns can be copied (copy.deepcopy takes two frames a level and a memo entry a container).
+    Each use of a YAML alias is such a copy: a caller changing one must not change the others. A Kubernetes object
+    is copied level by level (about half the time of the loop below, which mutations that retype a Pod pay twice);
+    what lies past ``_RECURSIVE_COPY_DEPTH`` levels, and any subclass of dict or list, is copied by that loop, which
+    never recurses."""
+    cls = value.__class__
+    if cls is dict or cls is list:
+        return _copied(value, _RECURSIVE_COPY_DEPTH)
+    return _copy_iteratively(value)
+
+
+#: How deep ``copy_json`` recurses (frames of Python's stack) before copying the rest without recursion.
+_RECURSIVE_COPY_DEPTH = 64
+
+
+def _copied(value: dict[Any, Any] | list[Any], depth: int) -> Any:
+    if isinstance(value, dict):
+        copied: dict[Any, Any] = {}
+        for key, child in value.items():
+            cls = child.__class__
+            if cls is dict or cls is list:
+                child = _copied(child, depth - 1) if depth else _copy_iteratively(child)
+            elif cls is not str and isinstance(child, dict | list):
+                child = _copy_iteratively(child)
+            copied[key] = child
+        return copied
+    items = []
+    for child in value:
+        cls = child.__class__
+        if cls is dict or cls is list:
+            child = _copied(child, depth - 1) if depth else _copy_iteratively(child)
+        elif cls is not str and isinstance(child, dict | list):
+            child = _copy_iteratively(child)
+        items.append(child)
+    return items
+
+
+def _copy_iteratively(value: Any) -> Any:
     if not isinstance(value, dict | list):
         return value
     root: Any = {} if isinstance(value, dict) else []

@@ -132,6 +132,36 @@ def test_streams_and_single_documents() -> None:
     assert str(error.value).startswith("invalid YAML: line 2, column 1:") and error.value.problem.startswith("line 2")
 
 
+def test_copy_json_shares_no_container_at_any_depth() -> None:
+    class Labels(dict[str, str]):
+        pass
+
+    class Items(list[object]):
+        pass
+
+    leaf: object = {"labels": Labels(team="a"), "items": Items([1, "x", None]), "nested": [[{"k": 1.5}]]}
+    value: object = leaf
+    for depth in range(100):  # past the levels copied recursively
+        value = {"level": depth, "child": [value, {"same": leaf}]}
+    copied = copy_json(value)
+    assert copied == value
+
+    def containers(node: object) -> list[object]:
+        found: list[object] = []
+        pending = [node]
+        while pending:
+            current = pending.pop()
+            if isinstance(current, dict | list):
+                found.append(current)
+                pending.extend(current.values() if isinstance(current, dict) else current)
+        return found
+
+    originals = {id(node) for node in containers(value)}
+    copies = containers(copied)
+    assert len(copies) == len(containers(value))
+    assert all(id(node) not in originals and type(node) in (dict, list) for node in copies)
+
+
 def test_copy_json_does_not_recurse() -> None:
     value: object = 1
     for _ in range(50_000):
