@@ -34,8 +34,14 @@ def _serial(path: Path) -> int:
 
 
 class HttpsClient(threading.Thread):
-    """kube-apiserver's calls, as many as it can make: a new TLS connection for each /validate, verified with
-    ``ca_file``; records each failure, and the serving certificate (serial, notAfter) each answer came with."""
+    """kube-apiserver's calls, one after the other with ``PAUSE`` between them: a new TLS connection for each
+    /validate, verified with ``ca_file``; records each failure, and the serving certificate (serial, notAfter) each
+    answer came with. Any time the daemon does not serve for longer than the pause (plus one call) meets a call.
+    The pause keeps the client and the daemon from taking both cores for the tens of seconds a renewal test waits
+    (a full handshake each time, as fast as they could: about 15 s of CPU a test, seven tests in the suite)."""
+
+    #: Seconds between one call's end and the next call.
+    PAUSE = 0.005
 
     def __init__(self, port: int, ca_file: Path) -> None:
         super().__init__(daemon=True)
@@ -68,6 +74,7 @@ class HttpsClient(threading.Thread):
                 self.served.append(self.call())
             except (OSError, ssl.SSLError, http.client.HTTPException, RuntimeError) as error:
                 self.failures.append(f"{type(error).__name__}: {error}")
+            self.stopping.wait(self.PAUSE)
 
     def stop(self) -> None:
         self.stopping.set()
