@@ -9,8 +9,9 @@ RFC 6902 patch from the request's object to the mutated one.
 
 Some answers are kept across requests, each a function of what keys it and nothing else: the values of constant
 mutations (no identifier read, ``admission.cel.filter.is_constant``) and their plain JSON forms, whether a constant
-ApplyConfiguration's patch passed a kind's schema, and what match conditions that read only fields of ``request``
-decided for those fields' values. Each is held with the compiled programs it came from (so that their ids name
+ApplyConfiguration's patch passed a kind's schema, the strings a constant mutation that only writes labels or
+annotations writes (``string_writes.py``), and what match conditions that read only fields of ``request`` decided
+for those fields' values. Each is held with the compiled programs it came from (so that their ids name
 them) by the snapshot they belong to (``KeptForSnapshot``), only outcomes without an error are kept, and a bounded
 number of each.
 
@@ -311,8 +312,10 @@ class _KeptStringWrites:
         return writes
 
 
-def _string_writes(value: Any, patch_type: str, kind: GroupVersionKind, object_kind: tuple[Any, ...]
+def _string_writes(value: Any, patch_type: str, kind: GroupVersionKind, object_type: tuple[Any, ...]
                    ) -> StringWrites | None:
+    """The writes of a constant mutation's ``value`` for a policy matched as ``kind``; ``object_type``: the object's
+    (apiVersion, kind) for an ApplyConfiguration, nothing for a JSON Patch."""
     if patch_type == "JSONPatch":
         operations, _ = _patch_operations(value)
         return None if operations is None else json_patch_string_writes(operations, kind.group, kind.version,
@@ -326,7 +329,7 @@ def _string_writes(value: Any, patch_type: str, kind: GroupVersionKind, object_k
         return None
     if type_errors or patch.__class__ is not dict:
         return None
-    return apply_configuration_string_writes(patch, kind.group, kind.kind, *object_kind)
+    return apply_configuration_string_writes(patch, kind.group, kind.kind, *object_type)
 
 
 def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: GroupVersionKind,
@@ -540,10 +543,10 @@ class _DecidedByRequestFields:
 
 class KeptForSnapshot:
     """What /mutate keeps across the requests evaluated against one snapshot (``Snapshot.kept``): facts about its
-    programs, the values of its constant mutations (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``)
-    and their plain forms, the patches a kind's schema accepted, and what object-free match conditions decided by
-    the values of ``request`` fields. The snapshot holds it, so a reload that replaces policies lets it all go with
-    the old snapshot instead of keeping their programs alive."""
+    programs, the values of its constant mutations (``Object{metadata: Object.metadata{labels: {'team': 'a'}}}``),
+    their plain forms and string writes, the patches a kind's schema accepted, and what object-free match conditions
+    decided by the values of ``request`` fields. The snapshot holds it, so a reload that replaces policies lets it
+    all go with the old snapshot instead of keeping their programs alive."""
 
     __slots__ = ("accepted_patches", "constants", "decided_by_fields", "plain_forms", "plans", "reads_object",
                  "request_paths", "string_writes")
