@@ -6,7 +6,8 @@ The commonest MutatingAdmissionPolicy sets a label or an annotation: a JSON Patc
 ``patch/apply.py``) each request pays for what depends only on the mutation and the kind: parsing the paths,
 checking that they decode as strings of the kind, checking the ApplyConfiguration against the kind's merge schema,
 walking the merge's generic machinery. For a constant mutation (``admission.cel.filter.is_constant``: its value is
-the same for every request) all of that is decided once per value and kind here (:func:`string_writes`), and a
+the same for every request) all of that is decided once per value and kind here (:func:`json_patch_string_writes`,
+:func:`apply_configuration_string_writes`), and a
 request's object only gets its maps copied and the strings set (:meth:`StringWrites.apply`).
 
 What :meth:`StringWrites.apply` returns is what the general patcher returns for the same object, key order
