@@ -222,6 +222,19 @@ def _patch_operations(value: Any) -> tuple[list[dict[str, Any]] | None, str]:
     return operations, ""
 
 
+def _apply_configuration_patch(value: Any) -> tuple[Any, str]:
+    """``applyConfigPatcher``: the plain patch an ApplyConfiguration expression's ``Object{...}`` value stands for,
+    or (None, Kubernetes' error text)."""
+    type_errors: list[str] = []
+    try:
+        patch = to_plain(value, None, type_errors)
+    except ConversionError as error:
+        return None, f"error applying patch: {error}"
+    if type_errors:
+        return None, "type mismatch: " + "\n".join(type_errors)
+    return patch, ""
+
+
 class _AcceptedPatches:
     """Constant ApplyConfigurations (by their value, which ``ConstantValues`` keeps) whose patch the schema of an
     apiVersion and kind accepted: the same patch, stamped with the same apiVersion and kind, is valid there and holds
@@ -236,18 +249,25 @@ class _AcceptedPatches:
         self._entries: dict[tuple[int, str, str], Any] = {}
 
     def key(self, value: Any, current: Any) -> tuple[int, str, str] | None:
-        if current.__class__ is not dict:
-            return None
-        api_version, kind = current.get("apiVersion"), current.get("kind")
-        if api_version.__class__ is not str or kind.__class__ is not str:
-            return None
-        return id(value), api_version, kind
+        stamped = _stamped_type(current)
+        return None if stamped is None else (id(value), *stamped)
 
     def accepted(self, key: tuple[int, str, str], value: Any) -> bool:
         return self._entries.get(key) is value
 
     def accept(self, key: tuple[int, str, str], value: Any) -> None:
         keep_bounded(self._entries, key, value, self.LIMIT)
+
+
+def _stamped_type(current: Any) -> tuple[str, str] | None:
+    """The apiVersion and kind an ApplyConfiguration's patch is stamped with for ``current`` (its own), when both are
+    strings: what the merge schema, and so a constant patch's checks, depend on besides the patch."""
+    if current.__class__ is not dict:
+        return None
+    api_version, kind = current.get("apiVersion"), current.get("kind")
+    if api_version.__class__ is not str or kind.__class__ is not str:
+        return None
+    return api_version, kind
 
 
 class _PlainForms:
@@ -298,12 +318,10 @@ class _KeptStringWrites:
         if patch_type == "JSONPatch":
             key: tuple[Any, ...] = (id(value), patch_type, kind)
         else:
-            if current.__class__ is not dict:
+            stamped = _stamped_type(current)
+            if stamped is None:
                 return None
-            api_version, object_kind = current.get("apiVersion"), current.get("kind")
-            if api_version.__class__ is not str or object_kind.__class__ is not str:
-                return None
-            key = (id(value), patch_type, kind, api_version, object_kind)
+            key = (id(value), patch_type, kind, *stamped)
         entry = self._entries.get(key)
         if entry is not None and entry[0] is value:
             return entry[1]
@@ -322,12 +340,8 @@ def _string_writes(value: Any, patch_type: str, kind: GroupVersionKind, object_t
                                                                         kind.kind)
     if not is_object(value) or value["name"] != "Object":
         return None
-    type_errors: list[str] = []
-    try:
-        patch = to_plain(value, None, type_errors)
-    except ConversionError:
-        return None
-    if type_errors or patch.__class__ is not dict:
+    patch, _ = _apply_configuration_patch(value)
+    if patch.__class__ is not dict:
         return None
     return apply_configuration_string_writes(patch, kind.group, kind.kind, *object_type)
 
@@ -375,13 +389,9 @@ def _apply_mutation(mutation: CompiledMutation, value: Any, current: Any, kind: 
         return None, "unsupported return type from ApplyConfiguration expression"
     patch = kept.plain_forms.copy(value, patch_type) if constant else None
     if patch is None:
-        type_errors: list[str] = []
-        try:
-            patch = to_plain(value, None, type_errors)
-        except ConversionError as error:
-            return None, f"error applying patch: {error}"
-        if type_errors:
-            return None, "type mismatch: " + "\n".join(type_errors)
+        patch, problem = _apply_configuration_patch(value)
+        if patch is None:
+            return None, problem
         if constant:
             kept.plain_forms.keep(value, patch_type, patch)
     key = kept.accepted_patches.key(value, current) if constant else None
