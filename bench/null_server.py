@@ -6,6 +6,10 @@ read the body, parse it with orjson, answer ``allowed: true`` with the request's
 staticadm/null is then the cost of staticadm's own work (matching, CEL, metrics, logging, thread
 handoff), not of Python HTTP or TLS.
 
+The daemon answers an AdmissionReview that arrives whole in one read without aiohttp's request handling
+(``staticadm/server/fast_http.py``); this server keeps aiohttp's for every request, so the ratio also counts
+that saving (``python -m bench.http_floor`` measures it).
+
 It runs on the event loop the daemon under test runs on (``--event-loop``, as ``staticadm serve``'s), so the
 ratio does not credit staticadm or the baseline with the loop's own speed.
 

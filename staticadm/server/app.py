@@ -27,6 +27,7 @@ from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.batching import EvaluationBatch
 from staticadm.server.connections import request_began, request_ended, tracked
+from staticadm.server.fast_http import response_bytes, whole_request
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -210,11 +211,84 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
 # -- admission endpoints ---------------------------------------------------------------------------
 
 
+def fast_reviews(state: ServerState) -> Callable[[bytes], bytes | None]:
+    """The answer to an admission request that arrived whole in one read (``fast_http``), decided in the
+    connection's data callback as ``review_handler``'s coroutine decides it; None leaves the read to aiohttp,
+    whenever anything would make the handler wait or take another path: no snapshot yet, shutting down, the
+    cluster view (its calls wait on the network), every evaluation slot taken, the body limits, or a request
+    that is not of the one shape ``fast_http`` recognises."""
+    routes = {endpoint: (evaluate, review_handler_errors(state, endpoint)) for endpoint, evaluate in ENDPOINTS.items()}
+    metrics = state.metrics
+    direct_answers = metrics.direct_answers
+
+    def answer(data: bytes) -> bytes | None:
+        served = state.source.current
+        if (served is None or state.shutting_down or state.fetch_namespace is not None or state.authorizer is not None
+                or state.review_slots().locked()):
+            return None
+        request = whole_request(data)
+        if request is None:
+            return None
+        body = request.body
+        if (len(body) > state.max_body_bytes
+                or state.buffered_body_bytes + len(body) > state.max_buffered_body_bytes):
+            return None
+        try:
+            timeout = DEFAULT_REVIEW_TIMEOUT if request.timeout is None else _timeout_seconds(request.timeout)
+        except BadRequest:
+            return None
+        endpoint = request.endpoint
+        evaluate, errors = routes[endpoint]
+        started = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + timeout
+        state.in_flight += 1
+        try:
+            response, decision, _ = _parse_admit_and_report(state, endpoint, evaluate, served, body, timeout,
+                                                            deadline, started)
+        except Exception as error:
+            response, decision = errors(error)
+        finally:
+            state.in_flight -= 1
+        metrics.record_request(endpoint, response.status, decision, time.perf_counter() - started)
+        direct_answers.inc()
+        payload = response.body
+        assert isinstance(payload, bytes)
+        return response_bytes(response.status, response.reason, payload)
+
+    return answer
+
+
+def review_handler_errors(state: ServerState, endpoint: str
+                          ) -> Callable[[Exception], tuple[web.Response, RequestDecision]]:
+    """What ``review_handler`` answers and logs when parsing or evaluating a request raised ``error``."""
+    metrics = state.metrics
+
+    def answer(error: Exception) -> tuple[web.Response, RequestDecision]:
+        if isinstance(error, BadRequest):
+            headers = {"Allow": "POST"} if error.code == 405 else None
+            response = error_response(error, headers)
+            if error.body_unread:
+                response.force_close()
+            if error.code == 504:
+                metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
+            state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
+                              reason=error.reason, err=error.message, uid=error.uid or None)
+            return response, RequestDecision.ERROR
+        # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the type and
+        # where it was raised are logged; the message might quote the object.
+        state.logger.error("internal error evaluating admission request", endpoint=endpoint,
+                           err=type(error).__name__, at=_raised_at(error))
+        return _internal_error(), RequestDecision.ERROR
+
+    return answer
+
+
 def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _Handler:
     """The route of an admission endpoint, in one coroutine: the connection tracking ``tracked`` wraps the other
     routes in (``request_began``/``request_ended``) and ``_errors``' last resort are done here, since each wrapper's
     frame is paid by every request kube-apiserver sends."""
     metrics = state.metrics
+    errors = review_handler_errors(state, endpoint)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         connection = request_began(request)
@@ -225,23 +299,8 @@ def review_handler(state: ServerState, endpoint: str, evaluate: Evaluator) -> _H
         try:
             try:
                 response, decision, review = await _review(request, state, endpoint, evaluate, started)
-            except BadRequest as error:
-                decision = RequestDecision.ERROR
-                headers = {"Allow": "POST"} if error.code == 405 else None
-                response = error_response(error, headers)
-                if error.body_unread:
-                    response.force_close()
-                if error.code == 504:
-                    metrics.evaluation_timeouts.labels(endpoint=endpoint).inc()
-                state.logger.info("rejected admission request", endpoint=endpoint, code=error.code,
-                                  reason=error.reason, err=error.message, uid=error.uid or None)
             except Exception as error:
-                # A bug in evaluation: kube-apiserver applies the webhook's failurePolicy to a 500. Only the
-                # type and where it was raised are logged; the message might quote the object.
-                decision = RequestDecision.ERROR
-                response = _internal_error()
-                state.logger.error("internal error evaluating admission request", endpoint=endpoint,
-                                   err=type(error).__name__, at=_raised_at(error))
+                response, decision = errors(error)
             finally:
                 state.in_flight -= 1
             seconds = time.perf_counter() - started

@@ -91,6 +91,9 @@ class ConnectionGuard:
     stats: ConnectionStats = field(default_factory=ConnectionStats)
     #: The process is retiring: every answer says ``Connection: close``, so clients reconnect elsewhere.
     draining: bool = False
+    #: Answers an admission request that arrived whole in one read, or None to leave it to aiohttp
+    #: (``app.fast_reviews``).
+    fast_answer: Callable[[bytes], bytes | None] | None = None
     #: Accepted connections whose TLS handshake has not finished, oldest first (``tls_front`` tells of their
     #: accept, their handshake's end (``opened``) and their loss (``handshake_abandoned``)).
     _handshaking: dict[GuardedRequestHandler, None] = field(default_factory=dict)
@@ -229,6 +232,10 @@ class GuardedRequestHandler(RequestHandler):
         self._accepted_transport: asyncio.Transport | None = None
         #: OpenSSL has answered the client's whole ClientHello (``tls_front.HandshakeWatcher``).
         self.handshake_under_way = False
+        #: Requests answered in ``data_received`` (``app.fast_reviews``); aiohttp's own count does not see them.
+        self.answered_directly = 0
+        #: Once a read went to aiohttp, every later one does: its parser may hold part of a request.
+        self._reads_to_aiohttp = False
 
     def handshake_began(self, transport: asyncio.Transport) -> bool:
         self.accepted_at = time.monotonic()
@@ -254,6 +261,25 @@ class GuardedRequestHandler(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self._reads_to_aiohttp:
+            fast = self.guard.fast_answer
+            transport = self.transport
+            # Not while writing is paused (the transport holds more than its high-water mark of unsent answers):
+            # a client that does not read its answers is aiohttp's, whose handler waits for them to drain.
+            if (fast is not None and transport is not None and not self.busy and not self.guard.draining
+                    and not getattr(self, "_messages", None) and not self.writing_paused):
+                self.request_started()
+                try:
+                    answer = fast(data)
+                except Exception:  # a bug of the direct path: aiohttp's handler answers the request instead
+                    answer = None
+                if answer is not None:
+                    transport.write(answer)
+                    self.answered_directly += 1
+                    self.request_finished()
+                    return
+                self.busy = False
+            self._reads_to_aiohttp = True
         if not self.busy and self.header_started is None:
             self.header_started = time.monotonic()
         super().data_received(data)
@@ -272,7 +298,8 @@ class GuardedRequestHandler(RequestHandler):
         half received, and the kernel holds no unread byte of one. Bytes still on their way can always
         meet a close; Go's server has the same window, this one is as narrow as it gets."""
         waiter = getattr(self, "_waiter", None)
-        if (not fresh_too and self._request_count == 0) or self.busy or self.header_started is not None \
+        fresh = self._request_count == 0 and self.answered_directly == 0
+        if (not fresh_too and fresh) or self.busy or self.header_started is not None \
                 or waiter is None or waiter.done() or getattr(self, "_messages", None):
             return False
         return _unread_bytes(self.transport) == 0
@@ -291,7 +318,7 @@ class GuardedRequestHandler(RequestHandler):
         if self.header_started is not None:
             return now - self.header_started > header_timeout
         # A new connection must send its first request promptly; a kept-alive one may wait longer.
-        limit = header_timeout if self._request_count == 0 else idle_timeout
+        limit = header_timeout if self._request_count == 0 and self.answered_directly == 0 else idle_timeout
         return now - self.idle_since > limit
 
     def close_now(self) -> None:

@@ -44,7 +44,7 @@ from staticadm.deploy.registration import signature as registration_signature
 from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, ClusterReads, cluster_reads, unanswerable
 from staticadm.server import event_loop
 from staticadm.server import logging as server_logging
-from staticadm.server.app import ServerState, create_app, wait_idle
+from staticadm.server.app import ServerState, create_app, fast_reviews, wait_idle
 from staticadm.server.certificates import (
     RENEWAL_FAILURE_CAUSES,
     CertificateLifetime,
@@ -694,6 +694,7 @@ class _Daemon:
             max_connections=connection_cap(self.config.max_connections, soft_limit),
             header_timeout=self.config.header_timeout, idle_timeout=self.config.idle_timeout,
             on_event=lambda reason: self.metrics.connection_events.labels(reason=reason).inc())
+        guard.fast_answer = fast_reviews(state)
         # Requests have been drained by then (see below); this only bounds closing idle connections.
         # auto_decompress off: compressed bodies are refused (415), never inflated on the event loop.
         # An answer sent before its request's body was read whole (too large, too slow, cut short) is followed by
