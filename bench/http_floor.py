@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import tempfile
@@ -26,10 +25,10 @@ from pathlib import Path
 
 import orjson
 
-from bench.daemons import Server, free_port, null_server
+from bench.daemons import Server, free_port, null_server, process_cpu_seconds
 from bench.fixtures import pod_create_request
 from bench.load import run_load
-from bench.null_server import ssl_context
+from bench.null_server import answer_body, ssl_context
 
 _READY = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 
@@ -76,9 +75,7 @@ def _content_length(head: bytes) -> int:
 
 
 def _answer(body: bytes) -> bytes:
-    document = orjson.loads(body)
-    answer = orjson.dumps({"apiVersion": document.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
-                           "response": {"uid": (document.get("request") or {}).get("uid", ""), "allowed": True}})
+    answer = answer_body(body)
     return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
 
 
@@ -92,18 +89,13 @@ async def _serve(port: int, cert: str, key: str) -> None:
     server.close()
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _measure(server: Server, body: bytes, duration: float) -> tuple[float, float, int]:
     """req/s, CPU µs per request and errors of one wrk run against ``server``, after a second of warm-up."""
     url = server.url + "/validate"
     run_load(url, body, duration=1.0, connections=32)
-    before = _cpu_seconds(server.pid)
+    before = process_cpu_seconds(server.pid)
     result = run_load(url, body, duration=duration, connections=32)
-    spent = _cpu_seconds(server.pid) - before
+    spent = process_cpu_seconds(server.pid) - before
     return result.rps, spent / result.requests * 1e6 if result.requests else 0.0, result.error_count
 
 

@@ -33,11 +33,16 @@ from aiohttp import web
 from staticadm.server import event_loop
 
 
-async def _review(request: web.Request) -> web.Response:
-    document = orjson.loads(await request.read())
+def answer_body(body: bytes) -> bytes:
+    """The null server's answer to an AdmissionReview's body: allowed, with the request's uid."""
+    document = orjson.loads(body)
     answer = {"apiVersion": document.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
               "response": {"uid": (document.get("request") or {}).get("uid", ""), "allowed": True}}
-    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+    return orjson.dumps(answer)
+
+
+async def _review(request: web.Request) -> web.Response:
+    return web.Response(body=answer_body(await request.read()), content_type="application/json")
 
 
 async def _ready(_request: web.Request) -> web.Response:

@@ -284,6 +284,11 @@ class GuardedRequestHandler(RequestHandler):
             self.header_started = time.monotonic()
         super().data_received(data)
 
+    @property
+    def answered_none(self) -> bool:
+        """No request of this connection has been answered yet, by aiohttp or directly."""
+        return self._request_count == 0 and self.answered_directly == 0
+
     def request_started(self) -> None:
         self.busy = True
         self.header_started = None
@@ -298,8 +303,7 @@ class GuardedRequestHandler(RequestHandler):
         half received, and the kernel holds no unread byte of one. Bytes still on their way can always
         meet a close; Go's server has the same window, this one is as narrow as it gets."""
         waiter = getattr(self, "_waiter", None)
-        fresh = self._request_count == 0 and self.answered_directly == 0
-        if (not fresh_too and fresh) or self.busy or self.header_started is not None \
+        if (not fresh_too and self.answered_none) or self.busy or self.header_started is not None \
                 or waiter is None or waiter.done() or getattr(self, "_messages", None):
             return False
         return _unread_bytes(self.transport) == 0
@@ -318,7 +322,7 @@ class GuardedRequestHandler(RequestHandler):
         if self.header_started is not None:
             return now - self.header_started > header_timeout
         # A new connection must send its first request promptly; a kept-alive one may wait longer.
-        limit = header_timeout if self._request_count == 0 and self.answered_directly == 0 else idle_timeout
+        limit = header_timeout if self.answered_none else idle_timeout
         return now - self.idle_since > limit
 
     def close_now(self) -> None:

@@ -26,7 +26,8 @@ from aiohttp.http import SERVER_SOFTWARE
 #: The paths answered here, by their request line's target without the query.
 REVIEW_PATHS = {b"/validate": "validate", b"/mutate": "mutate"}
 
-_REQUEST_LINE = re.compile(rb"POST (/validate|/mutate)(?:\?(timeout=[0-9A-Za-z.]+))? HTTP/1\.1\Z")
+_REQUEST_LINE = re.compile(rb"POST (" + b"|".join(map(re.escape, REVIEW_PATHS))
+                           + rb")(?:\?(timeout=[0-9A-Za-z.]+))? HTTP/1\.1\Z")
 _HEADER = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*\Z")
 #: Headers that change how the body is framed or read, or how the connection goes on: aiohttp decides those.
 _LEFT_TO_AIOHTTP = frozenset({b"transfer-encoding", b"expect", b"connection", b"upgrade", b"content-encoding", b"te",

@@ -299,11 +299,16 @@ def raw_http(socket_path: Path, payload: Sequence[bytes], *, pause: float = 0.0,
 
 
 def _complete(data: bytes) -> bool:
-    head, _, body = data.partition(b"\r\n\r\n")
-    for line in head.split(b"\r\n"):
+    length = content_length(data)
+    return length is not None and len(body_of(data)) >= length
+
+
+def content_length(data: bytes) -> int | None:
+    """The Content-Length of the HTTP message ``data`` begins with; None without one."""
+    for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n"):
         if line.lower().startswith(b"content-length:"):
-            return len(body) >= int(line.split(b":", 1)[1])
-    return False
+            return int(line.split(b":", 1)[1])
+    return None
 
 
 def status_of(raw: bytes) -> int:

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from staticadm.server.fast_http import MAX_HEAD_BYTES, WholeRequest, whole_request
-from tests.server.harness import DaemonFactory, body_of, raw_http, review, status_of
+from tests.server.harness import DaemonFactory, body_of, content_length, raw_http, review, status_of
 
 DIRECT = "staticadm_admission_requests_answered_directly_total"
 
@@ -94,11 +94,9 @@ class _Answers:
 
 
 def _length(data: bytes) -> int:
-    for line in data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            return int(value)
-    return 0
+    length = content_length(data)
+    assert length is not None, data
+    return length
 
 
 def _headers(data: bytes) -> list[bytes]:
@@ -146,7 +144,7 @@ def test_requests_left_to_aiohttp_are_answered_in_order(make_daemon: DaemonFacto
     verdicts = [orjson.loads(body_of(answer))["response"]["allowed"] for answer in answers]
     assert verdicts == [True, False, True]
     assert daemon.metric(DIRECT) == before
-    # Chunked and 100-continue bodies are aiohttp's to read.
+    # A chunked body is aiohttp's to read.
     chunked = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(allowed), allowed))
     assert orjson.loads(body_of(raw_http(daemon.socket_path, [chunked])))["response"]["allowed"] is True
