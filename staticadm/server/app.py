@@ -27,7 +27,7 @@ from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.batching import EvaluationBatch
 from staticadm.server.connections import request_began, request_ended, tracked
-from staticadm.server.fast_http import response_bytes, whole_request
+from staticadm.server.fast_http import whole_request
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -211,51 +211,71 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
 # -- admission endpoints ---------------------------------------------------------------------------
 
 
-def fast_reviews(state: ServerState) -> Callable[[bytes], bytes | None]:
-    """The answer to an admission request that arrived whole in one read (``fast_http``), decided in the
-    connection's data callback as ``review_handler``'s coroutine decides it; None leaves the read to aiohttp,
-    whenever anything would make the handler wait or take another path: no snapshot yet, shutting down, the
-    cluster view (its calls wait on the network), every evaluation slot taken, the body limits, or a request
-    that is not of the one shape ``fast_http`` recognises."""
+#: How ``fast_reviews`` hands an answer back to its connection: status, reason, JSON body.
+DirectReply = Callable[[int, str, bytes], None]
+
+
+def fast_reviews(state: ServerState) -> Callable[[bytes, DirectReply], bool]:
+    """Takes an admission request that arrived whole in one read (``fast_http``) from the connection's data
+    callback, and decides it as ``review_handler``'s coroutine would, in the evaluation batch (``batching.py``) with
+    the requests ready at the same time: ``reply`` gets its answer there. False leaves the read to aiohttp, whenever
+    anything would make the handler wait or take another path: no snapshot yet, shutting down, the cluster view
+    (its calls wait on the network), every evaluation slot taken, the body limits, or a request that is not of the
+    one shape ``fast_http`` recognises."""
     routes = {endpoint: (evaluate, review_handler_errors(state, endpoint)) for endpoint, evaluate in ENDPOINTS.items()}
     metrics = state.metrics
     direct_answers = metrics.direct_answers
+    batch = state.evaluation_batch
 
-    def answer(data: bytes) -> bytes | None:
+    def take(data: bytes, reply: DirectReply) -> bool:
         served = state.source.current
         if (served is None or state.shutting_down or state.fetch_namespace is not None or state.authorizer is not None
                 or state.review_slots().locked()):
-            return None
+            return False
         request = whole_request(data)
         if request is None:
-            return None
+            return False
         body = request.body
         if (len(body) > state.max_body_bytes
                 or state.buffered_body_bytes + len(body) > state.max_buffered_body_bytes):
-            return None
+            return False
         try:
             timeout = DEFAULT_REVIEW_TIMEOUT if request.timeout is None else _timeout_seconds(request.timeout)
         except BadRequest:
-            return None
+            return False
         endpoint = request.endpoint
-        evaluate, errors = routes[endpoint]
         started = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + timeout
+        # Counted from here to the answer, as the handler's request is: shutdown waits for it, the body budget
+        # holds it.
         state.in_flight += 1
-        try:
-            response, decision, _ = _parse_admit_and_report(state, endpoint, evaluate, served, body, timeout,
-                                                            deadline, started)
-        except Exception as error:
-            response, decision = errors(error)
-        finally:
-            state.in_flight -= 1
-        metrics.record_request(endpoint, response.status, decision, time.perf_counter() - started)
-        direct_answers.inc()
-        payload = response.body
-        assert isinstance(payload, bytes)
-        return response_bytes(response.status, response.reason, payload)
+        state.buffered_body_bytes += len(body)
 
-    return answer
+        def answer() -> None:
+            evaluate, errors = routes[endpoint]
+            try:
+                try:
+                    response, decision, _ = _parse_admit_and_report(state, endpoint, evaluate, served, body, timeout,
+                                                                    deadline, started)
+                except Exception as error:
+                    response, decision = errors(error)
+                finally:
+                    state.in_flight -= 1
+                    state.buffered_body_bytes -= len(body)
+                metrics.record_request(endpoint, response.status, decision, time.perf_counter() - started)
+                direct_answers.inc()
+            except Exception:
+                # A bug in what follows the evaluation (its metrics or log line): the request still gets an answer.
+                state.logger.exception("internal error handling request", path=f"/{endpoint}")
+                response = _internal_error()
+            payload = response.body
+            assert isinstance(payload, bytes)
+            reply(response.status, response.reason, payload)
+
+        batch.call(answer)
+        return True
+
+    return take
 
 
 def review_handler_errors(state: ServerState, endpoint: str

@@ -11,7 +11,8 @@ the handlers that are ready together hand their work to one callback (about 10 r
 Only the order of the work changes: each request is evaluated alone against the snapshot its handler fixed, within
 its own deadline, in the context (``contextvars``) of its own handler, and its handler answers with what its own
 evaluation returned or raised. Requests are evaluated in the order their handlers asked, as the handlers would
-have run.
+have run. A request the connection took whole from its read (``app.fast_reviews``, no handler) joins the same
+batch through ``call``, with work that writes its own answer.
 
 Stage: the server's (I/O edge): receives work a handler hands over (``submit``); hands back its result.
 """
@@ -25,8 +26,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-#: (the work, the future its handler waits on, the handler's context).
-_Waiting = tuple[Callable[[], Any], "asyncio.Future[Any]", contextvars.Context]
+#: (the work, the future its handler waits on, the handler's context); for work that delivers its own result
+#: (``call``), the work alone, with None for the others.
+_Waiting = tuple[Callable[[], Any], "asyncio.Future[Any] | None", contextvars.Context | None]
 
 
 class EvaluationBatch:
@@ -47,6 +49,13 @@ class EvaluationBatch:
         self._waiting.append((work, future, contextvars.copy_context()))
         return future
 
+    def call(self, work: Callable[[], None]) -> None:
+        """Run ``work`` at the loop's next callback with the rest, in order. It delivers its own result and must not
+        raise: nothing waits on it (``app.fast_reviews``' answers, written by the work to their connection)."""
+        if not self._waiting:
+            asyncio.get_running_loop().call_soon(self._run_waiting)
+        self._waiting.append((work, None, None))
+
     @property
     def pending(self) -> int:
         """How much work waits for the next callback."""
@@ -55,6 +64,14 @@ class EvaluationBatch:
     def _run_waiting(self) -> None:
         waiting, self._waiting = self._waiting, []
         for index, (work, future, context) in enumerate(waiting):
+            if future is None or context is None:
+                try:
+                    work()
+                except Exception as error:
+                    # Reported as a raising callback of the loop is; the work after it still runs.
+                    asyncio.get_running_loop().call_exception_handler(
+                        {"message": "exception in batched work", "exception": error})
+                continue
             if future.cancelled():
                 # Its handler is gone (the loop is closing, or the handler was cancelled): nobody reads an answer.
                 continue
@@ -66,6 +83,7 @@ class EvaluationBatch:
             except BaseException:
                 # KeyboardInterrupt or SystemExit stops the loop: the work not yet run is cancelled, not lost.
                 for _, rest, _ in waiting[index:]:
-                    rest.cancel()
+                    if rest is not None:
+                        rest.cancel()
                 raise
             future.set_result(result)

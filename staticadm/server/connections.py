@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from staticadm.server.fast_http import response_bytes
 from staticadm.server.tls_front import Refusal, tls_front_factory
 
 #: The listen backlog; asyncio accepts up to this many connections at once per listener before the
@@ -91,9 +92,9 @@ class ConnectionGuard:
     stats: ConnectionStats = field(default_factory=ConnectionStats)
     #: The process is retiring: every answer says ``Connection: close``, so clients reconnect elsewhere.
     draining: bool = False
-    #: Answers an admission request that arrived whole in one read, or None to leave it to aiohttp
-    #: (``app.fast_reviews``).
-    fast_answer: Callable[[bytes], bytes | None] | None = None
+    #: Takes an admission request that arrived whole in one read and answers it later through the callback it is
+    #: given, or returns False to leave it to aiohttp (``app.fast_reviews``).
+    fast_answer: Callable[[bytes, Callable[[int, str, bytes], None]], bool] | None = None
     #: Accepted connections whose TLS handshake has not finished, oldest first (``tls_front`` tells of their
     #: accept, their handshake's end (``opened``) and their loss (``handshake_abandoned``)).
     _handshaking: dict[GuardedRequestHandler, None] = field(default_factory=dict)
@@ -236,6 +237,9 @@ class GuardedRequestHandler(RequestHandler):
         self.answered_directly = 0
         #: Once a read went to aiohttp, every later one does: its parser may hold part of a request.
         self._reads_to_aiohttp = False
+        #: While a request taken by ``fast_answer`` waits for its answer: the reads that arrived meanwhile, handled
+        #: once it is written, so answers go out in the order their requests came.
+        self._reads_held: list[bytes] | None = None
 
     def handshake_began(self, transport: asyncio.Transport) -> bool:
         self.accepted_at = time.monotonic()
@@ -261,28 +265,51 @@ class GuardedRequestHandler(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        held = self._reads_held
+        if held is not None:
+            # A client that pipelines: nothing more is read until the answer before is written.
+            held.append(data)
+            if len(held) == 1 and self.transport is not None:
+                self.transport.pause_reading()
+            return
         if not self._reads_to_aiohttp:
             fast = self.guard.fast_answer
-            transport = self.transport
             # Not while writing is paused (the transport holds more than its high-water mark of unsent answers):
             # a client that does not read its answers is aiohttp's, whose handler waits for them to drain.
-            if (fast is not None and transport is not None and not self.busy and not self.guard.draining
+            if (fast is not None and self.transport is not None and not self.busy and not self.guard.draining
                     and not getattr(self, "_messages", None) and not self.writing_paused):
                 self.request_started()
                 try:
-                    answer = fast(data)
+                    taken = fast(data, self._answer_directly)
                 except Exception:  # a bug of the direct path: aiohttp's handler answers the request instead
-                    answer = None
-                if answer is not None:
-                    transport.write(answer)
-                    self.answered_directly += 1
-                    self.request_finished()
+                    taken = False
+                if taken:
+                    self._reads_held = []
                     return
                 self.busy = False
             self._reads_to_aiohttp = True
         if not self.busy and self.header_started is None:
             self.header_started = time.monotonic()
         super().data_received(data)
+
+    def _answer_directly(self, status: int, reason: str, body: bytes) -> None:
+        """The answer to the request ``fast_answer`` took; then the reads held meanwhile, in order."""
+        held, self._reads_held = self._reads_held, None
+        self.answered_directly += 1
+        self.request_finished()
+        transport = self.transport
+        if transport is None or transport.is_closing():  # the client went away meanwhile
+            return
+        # Decided when written: a process that began retiring meanwhile still tells its client to go elsewhere.
+        draining = self.guard.draining
+        transport.write(response_bytes(status, reason, body, close=draining))
+        if draining:
+            transport.close()
+            return
+        if held:
+            transport.resume_reading()
+            for data in held:
+                self.data_received(data)
 
     @property
     def answered_none(self) -> bool:

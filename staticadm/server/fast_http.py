@@ -94,9 +94,11 @@ def _date() -> bytes:
 
 
 _SERVER = SERVER_SOFTWARE.encode()
+_CLOSE = b"Connection: close\r\n"
 
 
-def response_bytes(status: int, reason: str, body: bytes) -> bytes:
-    """An HTTP/1.1 keep-alive response with a JSON body, with the headers aiohttp gives the same response."""
-    return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\nServer: %s\r\n\r\n"
-            % (status, reason.encode(), len(body), _date(), _SERVER)) + body
+def response_bytes(status: int, reason: str, body: bytes, *, close: bool = False) -> bytes:
+    """An HTTP/1.1 response with a JSON body, with the headers aiohttp gives the same response; with ``close``, one
+    that ends the connection (``Connection: close``)."""
+    return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\nServer: %s\r\n%s"
+            b"\r\n" % (status, reason.encode(), len(body), _date(), _SERVER, _CLOSE if close else b"")) + body

@@ -107,6 +107,29 @@ def test_a_loop_stopping_exception_cancels_the_work_not_yet_run() -> None:
     assert futures[1].cancelled() and futures[2].cancelled()
 
 
+def test_work_that_answers_for_itself_runs_in_turn_and_a_bug_in_it_is_reported_not_spread() -> None:
+    ran: list[str] = []
+    reported: list[BaseException] = []
+
+    def broken() -> None:
+        raise RuntimeError("a bug of the direct path")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
+        batch = EvaluationBatch()
+        batch.call(lambda: ran.append("direct 1"))
+        submitted = batch.submit(lambda: ran.append("handler"))
+        batch.call(broken)
+        batch.call(lambda: ran.append("direct 2"))
+        assert batch.pending == 4
+        await submitted
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert ran == ["direct 1", "handler", "direct 2"]
+    assert [str(error) for error in reported] == ["a bug of the direct path"]
+
+
 def test_a_burst_of_requests_each_get_their_own_answer(make_daemon: DaemonFactory) -> None:
     """Forty-eight requests sent at once on connections of their own (read by the daemon in the same turns, so
     evaluated together): every answer carries its request's uid and its request's decision."""

@@ -4,6 +4,7 @@ the one request shape kube-apiserver sends is taken, every other is left to aioh
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from pathlib import Path
@@ -11,8 +12,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from staticadm.admission.namespaces import RequestOnlyNamespaces
+from staticadm.server.app import ServerState, create_app, fast_reviews
+from staticadm.server.connections import ConnectionGuard, GuardedAppRunner
 from staticadm.server.fast_http import MAX_HEAD_BYTES, WholeRequest, whole_request
-from tests.server.harness import DaemonFactory, body_of, content_length, raw_http, review, status_of
+from staticadm.server.logging import get_logger
+from staticadm.server.metrics import Metrics
+from staticadm.source import ManifestSource, ReloadStatus
+from tests.server.harness import DaemonFactory, body_of, content_length, policy_yaml, raw_http, review, status_of
 
 DIRECT = "staticadm_admission_requests_answered_directly_total"
 
@@ -149,6 +156,51 @@ def test_requests_left_to_aiohttp_are_answered_in_order(make_daemon: DaemonFacto
                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(allowed), allowed))
     assert orjson.loads(body_of(raw_http(daemon.socket_path, [chunked])))["response"]["allowed"] is True
     assert daemon.metric(DIRECT) == before
+
+
+def test_reads_that_arrive_while_an_answer_is_pending_wait_for_it(tmp_path: Path) -> None:
+    """A request taken whole is answered in the evaluation batch, a loop callback later. The daemon's transports
+    deliver no read of the same connection before that callback; a read handed on meanwhile (as the connection
+    does itself with the reads it held) must still be answered after it, in order. Driven in process, on the
+    daemon's own app, connection handler and a real unix socket pair."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "deny.yaml").write_text(policy_yaml("v1: pods labelled deny=true are not allowed"))
+    source = ManifestSource(manifests)
+    assert source.reload("startup").status is ReloadStatus.SUCCESS
+    allowed, denied = BODY, orjson.dumps(review({"deny": "true"}))
+    reads = [_request(allowed), _request(denied), _request(allowed), _request(denied)]
+
+    async def main() -> tuple[list[bytes], int]:
+        state = ServerState(source, RequestOnlyNamespaces(), Metrics(), get_logger())
+        guard = ConnectionGuard()
+        guard.fast_answer = fast_reviews(state)
+        runner = GuardedAppRunner(create_app(state), guard=guard, access_log=None)
+        await runner.setup()
+        assert runner.server is not None
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            _, handler = await loop.connect_accepted_socket(runner.server, ours)
+            for data in reads:
+                handler.data_received(data)
+            received = b""
+            async with asyncio.timeout(15):
+                while received.count(b"HTTP/1.1 ") < len(reads) or not received.endswith(b"}"):
+                    received += await loop.sock_recv(theirs, 65536)
+        finally:
+            theirs.close()
+            await runner.cleanup()
+        answers = [b"HTTP/1.1 " + part for part in received.split(b"HTTP/1.1 ")[1:]]
+        return answers, int(state.metrics.direct_answers._value.get())
+
+    answers, direct = asyncio.run(main())
+    assert [status_of(answer) for answer in answers] == [200] * 4
+    verdicts = [orjson.loads(body_of(answer))["response"]["allowed"] for answer in answers]
+    assert verdicts == [True, False, True, False]
+    # Each was taken whole in its turn: none went to aiohttp.
+    assert direct == 4
 
 
 def test_a_connection_answered_directly_is_kept_alive_past_the_header_timeout(make_daemon: DaemonFactory,
