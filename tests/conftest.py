@@ -72,13 +72,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the tests marked slow (end-to-end runs of several seconds or more: the container "
-                          "image, the node install, the benchmark's smoke run); CI runs them")
+                     help="also run the tests marked slow (runs of several seconds or more: the container image, the "
+                          "node install, the benchmark's smoke run, CEL run to its largest budgets); CI runs them")
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the temporary root
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: an end-to-end test of several seconds or more; runs only with --slow "
+    config.addinivalue_line("markers", "slow: a test of several seconds or more; runs only with --slow "
                                        "(CI)")
     config.addinivalue_line("markers", "alone: asserts a wall-clock bound set by the CPU it has; no other test of the "
                                        "run runs meanwhile")

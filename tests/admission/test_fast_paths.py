@@ -368,7 +368,8 @@ def test_a_version_is_shared_only_when_it_is_the_same_json_to_cel() -> None:
     assert not same_json([float("nan")], [float("nan")])
 
 
-@pytest.mark.parametrize("count", [2, 12])
+# Twelve validations run to the scope's 10,000,000 twice: several seconds of CPU, with --slow (CI).
+@pytest.mark.parametrize("count", [2, pytest.param(12, marks=pytest.mark.slow)])
 def test_validations_run_together_decide_as_one_by_one_at_cost_limits(count: int) -> None:
     # Each validation costs ~902,000 alone, under the 1,000,000 per expression: run together they pass that
     # limit, and twelve of them pass the scope's 10,000,000. Either way the one-by-one run must decide.

@@ -218,6 +218,7 @@ def test_answers_past_their_bound_are_errors_not_buffered(
     assert 'namespace "fresh" could not be read from kube-apiserver' in text and "is larger than the 16777216" in text
 
 
+@pytest.mark.slow  # a 100,000-namespace list built, served and decoded: 20 s end to end
 def test_a_hundred_thousand_namespaces_in_one_page_leave_the_daemon_responsive(
         make_daemon: DaemonFactory, apiserver: FakeApiServer, tmp_path: Path) -> None:
     daemon = start(make_daemon, apiserver, tmp_path)

@@ -74,6 +74,7 @@ def _run(node: ControlPlaneNode, tmp_path: Path, first_line: str) -> None:
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
+@pytest.mark.slow  # a node's daemon stopped, broken and restored in turn: 15 s end to end
 def test_break_glass_when_staticadm_is_down_or_wrong(node: ControlPlaneNode, tmp_path: Path) -> None:
     up = _kube_apiserver(node, tmp_path, REQUESTS)
     assert _outcome(up["plain pod"]) == (True, 200) and _outcome(up["privileged pod"]) == (False, 403)

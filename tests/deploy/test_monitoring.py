@@ -44,6 +44,7 @@ def test_promtool_checks_the_rules() -> None:
 
 
 @needs_promtool
+@pytest.mark.slow  # promtool's rule tests: several seconds of CPU
 def test_the_rules_unit_tests_pass() -> None:
     assert PROMTOOL is not None
     tests = sorted(str(path.relative_to(MONITORING)) for path in (MONITORING / "tests").glob("*.test.yaml"))
