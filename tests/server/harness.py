@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from bench.daemons import free_port
+from staticadm.writes import EVENT_GRACE
 from tests.policy_text import validating_policy_yaml
 from tests.server import forked
 
@@ -62,6 +63,16 @@ def review(labels: dict[str, str] | None = None, *, uid: str = "uid-1", api_vers
                        "metadata": {"name": name, "namespace": "default", "labels": labels or {}}},
         },
     }
+
+
+def written_before_start(path: Path, text: str) -> None:
+    """``path`` written as a file the daemon finds when it starts, there since before: its modification time is put
+    further back than the grace a startup load gives a just-modified file whose completion no file event has told
+    of (``writes.EVENT_GRACE``). Written just before the start, the first load would wait that grace out, half a
+    second of every test that starts a daemon; a test of that wait writes its file itself."""
+    path.write_text(text)
+    past = time.time() - 2 * EVENT_GRACE
+    os.utime(path, (past, past))
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -365,7 +376,7 @@ def make_daemon(tmp_path: Path) -> Iterator[DaemonFactory]:
             manifests = tmp_path / "manifests"
             manifests.mkdir(exist_ok=True)
         if policy is not None:
-            (manifests / "deny.yaml").write_text(policy_yaml(policy))
+            written_before_start(manifests / "deny.yaml", policy_yaml(policy))
         daemon = Daemon(workdir=kwargs.pop("workdir", tmp_path), manifests=manifests,
                         socket_path=tmp_path / "run" / "staticadm.sock" if unix else None,
                         port=free_port() if https else None, state_dir=kwargs.pop("state_dir", tmp_path / "state"),
