@@ -27,7 +27,7 @@ from staticadm.build_info import build_info
 from staticadm.cluster.authorizer import SubjectAccessReviewer
 from staticadm.server.batching import EvaluationBatch
 from staticadm.server.connections import request_began, request_ended, tracked
-from staticadm.server.fast_http import whole_request
+from staticadm.server.fast_http import DirectReply, whole_request
 from staticadm.server.logging import request_fields
 from staticadm.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from staticadm.server.metrics import Metrics
@@ -211,10 +211,6 @@ async def _read_body(request: web.Request, limit: int, timeout: float, buffered:
 # -- admission endpoints ---------------------------------------------------------------------------
 
 
-#: How ``fast_reviews`` hands an answer back to its connection: status, reason, JSON body.
-DirectReply = Callable[[int, str, bytes], None]
-
-
 def fast_reviews(state: ServerState) -> Callable[[bytes, DirectReply], bool]:
     """Takes an admission request that arrived whole in one read (``fast_http``) from the connection's data
     callback, and decides it as ``review_handler``'s coroutine would, in the evaluation batch (``batching.py``) with
@@ -236,20 +232,20 @@ def fast_reviews(state: ServerState) -> Callable[[bytes, DirectReply], bool]:
         if request is None:
             return False
         body = request.body
-        if (len(body) > state.max_body_bytes
-                or state.buffered_body_bytes + len(body) > state.max_buffered_body_bytes):
+        if len(body) > state.max_body_bytes:
             return False
         try:
             timeout = DEFAULT_REVIEW_TIMEOUT if request.timeout is None else _timeout_seconds(request.timeout)
+            # Held from here to the answer, as the handler's request holds its body.
+            buffered = _BufferedBytes(state)
+            buffered.add(len(body))
         except BadRequest:
             return False
         endpoint = request.endpoint
         started = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + timeout
-        # Counted from here to the answer, as the handler's request is: shutdown waits for it, the body budget
-        # holds it.
+        # Counted from here to the answer, as the handler's request is: shutdown waits for it.
         state.in_flight += 1
-        state.buffered_body_bytes += len(body)
 
         def answer() -> None:
             evaluate, errors = routes[endpoint]
@@ -261,7 +257,7 @@ def fast_reviews(state: ServerState) -> Callable[[bytes, DirectReply], bool]:
                     response, decision = errors(error)
                 finally:
                     state.in_flight -= 1
-                    state.buffered_body_bytes -= len(body)
+                    buffered.release()
                 metrics.record_request(endpoint, response.status, decision, time.perf_counter() - started)
                 direct_answers.inc()
             except Exception:

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from staticadm.server.fast_http import response_bytes
+from staticadm.server.fast_http import DirectReply, response_bytes
 from staticadm.server.tls_front import Refusal, tls_front_factory
 
 #: The listen backlog; asyncio accepts up to this many connections at once per listener before the
@@ -94,7 +94,7 @@ class ConnectionGuard:
     draining: bool = False
     #: Takes an admission request that arrived whole in one read and answers it later through the callback it is
     #: given, or returns False to leave it to aiohttp (``app.fast_reviews``).
-    fast_answer: Callable[[bytes, Callable[[int, str, bytes], None]], bool] | None = None
+    fast_answer: Callable[[bytes, DirectReply], bool] | None = None
     #: Accepted connections whose TLS handshake has not finished, oldest first (``tls_front`` tells of their
     #: accept, their handshake's end (``opened``) and their loss (``handshake_abandoned``)).
     _handshaking: dict[GuardedRequestHandler, None] = field(default_factory=dict)

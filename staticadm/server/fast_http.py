@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 
@@ -34,6 +35,9 @@ _LEFT_TO_AIOHTTP = frozenset({b"transfer-encoding", b"expect", b"connection", b"
                               b"trailer"})
 #: No request line and headers beyond this are looked at here (aiohttp's own limit is 8 KiB per line).
 MAX_HEAD_BYTES = 8192
+
+#: How a request taken whole gets its answer back to its connection: status, reason, JSON body.
+DirectReply = Callable[[int, str, bytes], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,8 +313,8 @@ class Metrics:
             ("listener",), registry=self.registry)
         self.direct_answers = Counter(
             f"{PREFIX}_admission_requests_answered_directly_total",
-            "AdmissionReview requests that arrived whole in one read and were answered as the connection read "
-            "them, without aiohttp's request handling (server/fast_http.py): the same answers for less CPU.",
+            "AdmissionReview requests that arrived whole in one read and were taken from it and answered without "
+            "aiohttp's request handling (server/fast_http.py): the same answers for less CPU.",
             registry=self.registry)
         self.evaluation_timeouts = Counter(
             f"{PREFIX}_admission_evaluation_timeouts_total",

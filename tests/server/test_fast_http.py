@@ -1,4 +1,4 @@
-"""Admission requests answered as the connection reads them (``server/fast_http.py``, ``app.fast_reviews``): only
+"""Admission requests taken whole from the connection's read (``server/fast_http.py``, ``app.fast_reviews``): only
 the one request shape kube-apiserver sends is taken, every other is left to aiohttp, and both give the same answer
 (real daemon, real unix socket)."""
 
@@ -19,7 +19,17 @@ from staticadm.server.fast_http import MAX_HEAD_BYTES, WholeRequest, whole_reque
 from staticadm.server.logging import get_logger
 from staticadm.server.metrics import Metrics
 from staticadm.source import ManifestSource, ReloadStatus
-from tests.server.harness import DaemonFactory, body_of, content_length, policy_yaml, raw_http, review, status_of
+from tests.server.harness import (
+    DaemonFactory,
+    body_of,
+    content_length,
+    metric_value,
+    policy_yaml,
+    raw_http,
+    review,
+    status_of,
+    written_before_start,
+)
 
 DIRECT = "staticadm_admission_requests_answered_directly_total"
 
@@ -165,13 +175,13 @@ def test_reads_that_arrive_while_an_answer_is_pending_wait_for_it(tmp_path: Path
     daemon's own app, connection handler and a real unix socket pair."""
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    (manifests / "deny.yaml").write_text(policy_yaml("v1: pods labelled deny=true are not allowed"))
+    written_before_start(manifests / "deny.yaml", policy_yaml("v1: pods labelled deny=true are not allowed"))
     source = ManifestSource(manifests)
     assert source.reload("startup").status is ReloadStatus.SUCCESS
     allowed, denied = BODY, orjson.dumps(review({"deny": "true"}))
     reads = [_request(allowed), _request(denied), _request(allowed), _request(denied)]
 
-    async def main() -> tuple[list[bytes], int]:
+    async def main() -> tuple[list[bytes], float]:
         state = ServerState(source, RequestOnlyNamespaces(), Metrics(), get_logger())
         guard = ConnectionGuard()
         guard.fast_answer = fast_reviews(state)
@@ -193,7 +203,7 @@ def test_reads_that_arrive_while_an_answer_is_pending_wait_for_it(tmp_path: Path
             theirs.close()
             await runner.cleanup()
         answers = [b"HTTP/1.1 " + part for part in received.split(b"HTTP/1.1 ")[1:]]
-        return answers, int(state.metrics.direct_answers._value.get())
+        return answers, metric_value(state.metrics.exposition().decode(), DIRECT, {})
 
     answers, direct = asyncio.run(main())
     assert [status_of(answer) for answer in answers] == [200] * 4
