@@ -124,6 +124,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    # The tests marked alone last: xdist hands out work in this order, so the other workers' running tests, which an
+    # alone test waits for with the rest of the run held back, end there anyway (the run's tail).
+    items.sort(key=lambda item: item.get_closest_marker("alone") is not None)
     if config.getoption("--slow"):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]

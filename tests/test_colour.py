@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "manifests" / "examples"
@@ -44,8 +45,7 @@ def _on_terminal(*args: str, no_color: bool = False) -> str:
 
 
 def _piped(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "staticadm", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120).stdout
+    return forked.run([sys.executable, "-m", "staticadm", *args], cwd=REPO_ROOT, timeout=120).stdout
 
 
 def test_verdicts_are_coloured_on_a_terminal_only() -> None:

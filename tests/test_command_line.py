@@ -15,6 +15,7 @@ import yaml
 
 from staticadm.cli import main
 from staticadm.progress import Progress
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "manifests" / "examples"
@@ -117,5 +118,5 @@ def test_review_takes_the_manifest_directory_as_check_and_diff_do(tmp_path: Path
     assert main(["review", str(request)], stdout=io.StringIO(), stderr=err) == 2
     assert "give the manifest directory" in err.getvalue()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    assert subprocess.run([sys.executable, "-m", "staticadm", "review", "--help"], env=env, capture_output=True,
-                          text=True, check=True).stdout.count("DIR") >= 2
+    completed = forked.run([sys.executable, "-m", "staticadm", "review", "--help"], env=env)
+    assert completed.returncode == 0 and completed.stdout.count("DIR") >= 2, completed

@@ -12,12 +12,12 @@ import pytest
 
 from staticadm.cli import build_parser
 from staticadm.completion import SHELLS, describe_parser
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 
 def _script(shell: str, tmp_path: Path) -> Path:
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "completion", shell], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=60)
+    completed = forked.run([sys.executable, "-m", "staticadm", "completion", shell], cwd=REPO_ROOT, timeout=60)
     assert completed.returncode == 0, completed.stderr
     path = tmp_path / f"staticadm.{shell}"
     path.write_text(completed.stdout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from staticadm import __version__
 from staticadm.build_info import build_info
 from staticadm.cli import main
 from tests.reports.policies import MANIFESTS, OBJECTS
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 from tests.test_colour import RED, _on_terminal
 
@@ -55,8 +55,7 @@ def test_version_says_the_release_commit_and_engine_and_version_flag_stays() -> 
     assert code == 0 and out.splitlines()[0] == f"staticadm {__version__}"
     assert "CEL engine: cel-expr-python 0.1.3" in out
     assert yaml.safe_load(_cli("version", "-o", "yaml")[1]) == info
-    flag = subprocess.run([sys.executable, "-m", "staticadm", "--version"], capture_output=True, text=True,
-                          timeout=60, cwd=REPO_ROOT)
+    flag = forked.run([sys.executable, "-m", "staticadm", "--version"], timeout=60, cwd=REPO_ROOT)
     assert (flag.returncode, flag.stdout) == (0, f"staticadm {__version__}\n")
 
 
@@ -80,8 +79,7 @@ def test_a_refused_line_is_named_by_the_command_that_refused_it(line: list[str],
 
 
 def test_the_installed_command_says_the_same_on_its_stderr() -> None:
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "test", "--foo", "x"], capture_output=True,
-                               text=True, timeout=60, cwd=REPO_ROOT)
+    completed = forked.run([sys.executable, "-m", "staticadm", "test", "--foo", "x"], timeout=60, cwd=REPO_ROOT)
     assert completed.returncode == 2
     assert completed.stderr == "staticadm test: unrecognized arguments: --foo\nSee 'staticadm test --help' for usage.\n"
 

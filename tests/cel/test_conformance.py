@@ -7,7 +7,6 @@ that starts passing fails the run too, so the list never goes stale.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import corpus_file
+from tests.server import forked
 
 CORPORA = ("cel_library_cases.json", "cel_spec_cases.json")
 KNOWN_GAPS: dict[str, str] = json.loads((Path(__file__).parent / "known_gaps.json").read_text())["cases"]
@@ -35,8 +35,7 @@ ALL_CASES = _cases()
 def results() -> dict[str, dict[str, Any]]:
     """One CLI process evaluates the whole corpus, exactly as a policy author's tooling would."""
     lines = "".join(json.dumps({"expr": case["expr"]}) + "\n" for case in ALL_CASES)
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "cel", "eval", "--jsonl"], input=lines,
-                               capture_output=True, text=True, timeout=600, check=False)
+    completed = forked.run([sys.executable, "-m", "staticadm", "cel", "eval", "--jsonl"], input=lines, timeout=600)
     assert completed.returncode == 0, completed.stderr
     outputs = [json.loads(line, parse_float=Decimal) for line in completed.stdout.splitlines()]
     assert len(outputs) == len(ALL_CASES)

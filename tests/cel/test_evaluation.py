@@ -27,6 +27,7 @@ from staticadm.cel import (
 )
 from staticadm.cel.cost import PER_CALL_LIMIT
 from staticadm.cel.evaluation import DEADLINE_MESSAGE
+from tests.server import forked
 
 ENVIRONMENT = admission_environment(False)
 
@@ -391,8 +392,7 @@ class TestOptionalValuesNeverCrash:
     ])
     def test_in_a_separate_process(self, expression: str) -> None:
         # A crash would end the interpreter with SIGSEGV; an error is exit code 1 with a message.
-        result = subprocess.run([sys.executable, "-m", "staticadm", "cel", "eval", expression],
-                                capture_output=True, text=True, timeout=60)
+        result = forked.run([sys.executable, "-m", "staticadm", "cel", "eval", expression], timeout=60)
         assert result.returncode in (0, 1), result
         assert "0x" not in result.stdout + result.stderr  # no heap addresses in error texts
 

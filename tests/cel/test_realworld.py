@@ -8,7 +8,6 @@ it is read where it lies beside the repository and never copied in; without it t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import corpus_file
+from tests.server import forked
 
 REALWORLD = corpus_file("realworld", "tools", "verdicts.json").parent.parent
 
@@ -28,10 +28,8 @@ def _case_dirs() -> list[Path]:
 def reports() -> dict[str, dict[str, Any]]:
     """One ``staticadm check -o json`` process over every case directory, keyed by case name."""
     directories = _case_dirs()
-    completed = subprocess.run(
-        [sys.executable, "-m", "staticadm", "check", "-o", "json", *map(str, directories)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    completed = forked.run([sys.executable, "-m", "staticadm", "check", "-o", "json", *map(str, directories)],
+                           timeout=600)
     assert completed.returncode in (0, 1), completed.stderr
     document = json.loads(completed.stdout)
     assert len(document["directories"]) == len(directories)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from xml.etree import ElementTree
 import yaml
 
 from tests.cluster.apiserver import FakeApiServer
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 API = "admissionregistration.k8s.io/v1"
@@ -166,10 +166,9 @@ def test_audit_runs_as_a_command(tmp_path: Path, apiserver: FakeApiServer) -> No
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / "policies.yaml").write_text(yaml.safe_dump_all(MANIFESTS))
-    completed = subprocess.run(
+    completed = forked.run(
         [sys.executable, "-m", "staticadm", "audit", "--manifests", str(manifests), "--kubeconfig",
-         str(apiserver.kubeconfig(tmp_path / "kubeconfig"))], capture_output=True, text=True, timeout=120,
-        cwd=REPO_ROOT)
+         str(apiserver.kubeconfig(tmp_path / "kubeconfig"))], timeout=120, cwd=REPO_ROOT)
     assert completed.returncode == 3, completed.stderr
     assert "2 would be denied" in completed.stdout  # pod-0003 and the deployment
 

@@ -12,6 +12,7 @@ import yaml
 
 from tests.cluster.apiserver import FakeApiServer
 from tests.cluster.test_audit import MANIFESTS, cluster, run_audit
+from tests.server import forked
 from tests.server.harness import REPO_ROOT, free_port
 
 
@@ -28,8 +29,8 @@ def _audit_command(tmp_path: Path, home: Path, kubeconfig_env: str | None) -> su
     env["HOME"] = str(home)
     if kubeconfig_env is not None:
         env["KUBECONFIG"] = kubeconfig_env
-    return subprocess.run([sys.executable, "-m", "staticadm", "audit", str(_manifests(tmp_path))],
-                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env)
+    return forked.run([sys.executable, "-m", "staticadm", "audit", str(_manifests(tmp_path))], timeout=120,
+                      cwd=REPO_ROOT, env=env)
 
 
 def test_kubeconfig_files_listed_in_the_environment_merge_as_kubectl_merges_them(
@@ -72,9 +73,8 @@ def test_an_unreachable_server_is_named_with_the_reason(tmp_path: Path, apiserve
     config = yaml.safe_load(apiserver.kubeconfig(tmp_path / "kubeconfig").read_text())
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
     (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "audit", str(_manifests(tmp_path)),
-                                "--kubeconfig", str(tmp_path / "kubeconfig")],
-                               capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    completed = forked.run([sys.executable, "-m", "staticadm", "audit", str(_manifests(tmp_path)),
+                            "--kubeconfig", str(tmp_path / "kubeconfig")], timeout=120, cwd=REPO_ROOT)
     assert completed.returncode == 2
     assert f"cannot connect to 127.0.0.1:{port}: Connection refused" in completed.stderr
     assert "SSLContext object" not in completed.stderr

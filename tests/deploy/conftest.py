@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from staticadm.cli import main
+from tests.server import forked
 from tests.server.harness import make_daemon
 
 #: The daemon fixture from tests/server (the recipes of the operations page run against it).
@@ -37,6 +37,5 @@ def run_cli(*argv: str) -> Result:
 
 def run_subprocess(*argv: str, timeout: float = 120.0) -> Result:
     """``staticadm ARGV`` as a separate process, as an operator runs it."""
-    completed = subprocess.run([sys.executable, "-m", "staticadm", *argv], capture_output=True, text=True,
-                               timeout=timeout, check=False)
+    completed = forked.run([sys.executable, "-m", "staticadm", *argv], timeout=timeout)
     return Result(completed.returncode, completed.stdout, completed.stderr)

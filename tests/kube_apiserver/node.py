@@ -153,12 +153,12 @@ class ControlPlaneNode:
         self.generate_webhooks()
 
     def generate_webhooks(self, *extra: str) -> None:
-        completed = subprocess.run(
+        completed = forked.run(
             [sys.executable, "-m", "staticadm", "webhook-config",
              "--manifests", str(self.path("/etc/staticadm/manifests")),
              "--url", f"https://127.0.0.1:{self.port}", "--ca-file", str(self.path("/var/lib/staticadm/tls/ca.crt")),
              "--out-dir", str(self.path("/etc/kubernetes/admission")), *extra],
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, check=False, timeout=120)
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=120)
         assert completed.returncode == 0, completed.stdout + completed.stderr
 
     def kube_apiserver(self, **kwargs: object) -> KubeApiserver:

@@ -20,6 +20,7 @@ import pytest
 from staticadm.deploy.control_plane import control_plane_reviews
 from tests.kube_apiserver.node import ControlPlaneNode, create_pod, pod
 from tests.kube_apiserver.test_oracle_webhook import ORACLE, _oracle_admission_config, _review
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not ORACLE.is_file(), reason=f"{ORACLE} is absent (kube-apiserver's admission code "
@@ -80,9 +81,8 @@ def _admit_with_the_daemon_down(node: ControlPlaneNode, directory: Path) -> dict
 
 
 def _check(node: ControlPlaneNode, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "staticadm", "check", str(node.path("/etc/staticadm/manifests")),
-                           *args], env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=300, check=False)
+    return forked.run([sys.executable, "-m", "staticadm", "check", str(node.path("/etc/staticadm/manifests")), *args],
+                      env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
 @pytest.mark.parametrize("stopped_node", [False], indirect=True)

@@ -20,6 +20,7 @@ import pytest
 from tests.kube_apiserver.node import ControlPlaneNode
 from tests.kube_apiserver.test_oracle_webhook import ORACLE, _oracle_admission_config
 from tests.kube_apiserver.test_outage import _manifests
+from tests.server import forked
 from tests.server.harness import REPO_ROOT, wait_for
 
 pytestmark = pytest.mark.skipif(not ORACLE.is_file(), reason=f"{ORACLE} is absent (kube-apiserver's admission code "
@@ -121,10 +122,9 @@ def test_a_dropped_policy_for_a_new_kind_is_reported_then_served_after_the_docum
                                                           "registration")].count("limit-replicas.static.k8s.io") == 1
 
     # The documented command, as docs/deployment.md gives it (URL and CA kept from what is installed).
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "webhook-config", "--manifests", str(live),
-                                "--out-dir", str(node.path("/etc/kubernetes/admission"))],
-                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
-                               timeout=120, check=False)
+    completed = forked.run([sys.executable, "-m", "staticadm", "webhook-config", "--manifests", str(live),
+                            "--out-dir", str(node.path("/etc/kubernetes/admission"))],
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert wait_for(lambda: _unregistered(node) == 0.0, timeout=10), node.log()
     assert "note: unregistered" not in _get(node, "/readyz?verbose")

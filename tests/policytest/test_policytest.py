@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from xml.etree import ElementTree
@@ -12,6 +11,7 @@ from xml.etree import ElementTree
 import yaml
 
 from staticadm.cli import main
+from tests.server import forked
 from tests.server.harness import REPO_ROOT
 
 POLICY = """apiVersion: admissionregistration.k8s.io/v1
@@ -76,8 +76,8 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 def test_the_examples_pass_through_the_command_as_ci_runs_it() -> None:
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "test", "manifests/examples/tests"],
-                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    completed = forked.run([sys.executable, "-m", "staticadm", "test", "manifests/examples/tests"], cwd=REPO_ROOT,
+                           timeout=120)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "0 failed" in completed.stdout and "PASS  a privileged container is denied" in completed.stdout
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.server import forked
 from tests.server.harness import RELOADS, REPO_ROOT, DaemonFactory, denied_message, wait_for, write_atomically
 
 #: Deep enough to overflow libyaml's composer, within the daemon's 3 MiB file limit.
@@ -34,8 +35,7 @@ def _deep_policy(depth: int) -> str:
 
 def _staticadm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "staticadm", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return forked.run([sys.executable, "-m", "staticadm", *args], cwd=cwd, env=env, timeout=120)
 
 
 @pytest.fixture
@@ -88,8 +88,8 @@ def test_cel_eval_refuses_deep_inline_values_and_jsonl_lines(inputs: Path) -> No
     assert inline.returncode == 2 and "--var object: invalid JSON: line 1, column" in inline.stderr
     assert "nested more than" in inline.stderr and "Traceback" not in inline.stderr
     line = json.dumps({"expr": "x", "vars": {"x": 1}}).replace("1}}", "[" * CLI_DEPTH + "]" * CLI_DEPTH + "}}")
-    jsonl = subprocess.run([sys.executable, "-m", "staticadm", "cel", "eval", "--jsonl"], input=line + "\n",
-                           env={"PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=60, check=False)
+    jsonl = forked.run([sys.executable, "-m", "staticadm", "cel", "eval", "--jsonl"], input=line + "\n",
+                       env={"PYTHONPATH": str(REPO_ROOT)}, timeout=60)
     assert jsonl.returncode == 0 and "Traceback" not in jsonl.stderr
     answer = json.loads(jsonl.stdout)
     assert answer["phase"] == "input" and "nested more than" in answer["error"]

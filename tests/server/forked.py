@@ -1,4 +1,4 @@
-"""Daemons started from a process that has already imported the daemon: multiprocessing's fork server.
+"""Daemons and commands started from a process that has already imported them: multiprocessing's fork server.
 
 The suite starts close to two hundred daemons; a fresh interpreter spends about a second of CPU importing the
 daemon's code and libraries (``python -m bench.startup``: 1.1 s to ready, nearly all of it imports) before it does
@@ -7,6 +7,11 @@ start method: a single-threaded process, started once, that imports the daemon's
 request), and a daemon a test starts is such a child running the daemon's own entry point,
 :func:`staticadm.launch.main`, with the test's arguments, working directory, environment and log file. It is a
 process of its own with its own pid, signals, sockets and exit status; only the imports are shared, as a copy.
+
+The offline commands the suite runs as an operator would (``staticadm check``, ``review``, ``webhook-config``, some
+eighty runs, each about half a second of imports) are forked the same way (:func:`run`, in place of
+:func:`subprocess.run`): the child's standard input, output and error are files of its own, and what it prints and
+the status it exits with are what ``python -m staticadm ARGS`` would give.
 
 A daemon whose start differs in what the imports see takes a fresh interpreter instead (:func:`start`): one
 behind a launcher (setpriv, prlimit, a mount namespace, socket activation) or with an environment of its own (a
@@ -21,16 +26,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 #: Set to 1: every daemon the suite starts is a fresh interpreter.
 FRESH_INTERPRETER = "STATICADM_TEST_FRESH_INTERPRETER"
 
-#: What ``staticadm serve`` imports before it serves (the rest it imports as it needs it, in the child).
-PRELOAD = [__name__, "staticadm.launch", "staticadm.cli", "staticadm.server.main"]
+#: What ``staticadm serve`` imports before it serves (the rest it imports as it needs it, in the child), and the
+#: offline commands' own modules.
+PRELOAD = [__name__, "staticadm.launch", "staticadm.cli", "staticadm.server.main", "staticadm.server.config",
+           "staticadm.completion", "staticadm.manifests.check", "staticadm.deploy.checks", "staticadm.offline.review",
+           "staticadm.offline.diff", "staticadm.deploy.webhooks", "staticadm.deploy.registration",
+           "staticadm.offline.cluster_audit", "staticadm.policytest.report"]
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
@@ -52,12 +63,57 @@ def start(command: list[str], *, workdir: Path, environment: dict[str, str], log
         return subprocess.Popen(command, cwd=workdir, env=environment, stdout=log, stderr=log)
 
 
-def _run(arguments: list[str], workdir: str, environment: dict[str, str], log_path: str) -> None:
-    """In the forked child: what ``python -m staticadm ARGS`` would run, with its output in ``log_path``."""
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+        input: str | None = None, timeout: float | None = None, may_fork: bool = True,
+        ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True, ...)``, forked from the fork server when ``command``
+    is the checkout's ``python -m staticadm`` as is and ``may_fork`` (the environment changes nothing the imports
+    read); a fresh interpreter otherwise. A run past ``timeout`` is killed and raises
+    :class:`subprocess.TimeoutExpired`, as :func:`subprocess.run` does."""
+    module = [sys.executable, "-m", "staticadm"]
+    if not may_fork or command[:len(module)] != module or fresh_interpreter_required():
+        return subprocess.run(command, cwd=cwd, env=env, input=input, timeout=timeout, capture_output=True,
+                              text=True, check=False)
+    files = Path(tempfile.mkdtemp(prefix="staticadm-run-"))
+    try:
+        streams = [files / name for name in ("stdin", "stdout", "stderr")]
+        for stream in streams:
+            stream.touch(mode=0o600)
+        streams[0].write_text(input or "")
+        process = _CONTEXT.Process(target=_run, args=(command[len(module):], str(cwd or os.getcwd()),
+                                                      dict(os.environ if env is None else env), None,
+                                                      tuple(map(str, streams))), daemon=True)
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(command, timeout or 0.0)
+        # As text=True reads them: universal newlines.
+        stdout, stderr = (path.read_bytes().decode().replace("\r\n", "\n").replace("\r", "\n")
+                          for path in streams[1:])
+        return subprocess.CompletedProcess(command, process.exitcode, stdout, stderr)
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+
+
+def _run(arguments: list[str], workdir: str, environment: dict[str, str], log_path: str | None,
+         streams: tuple[str, str, str] | None = None) -> None:
+    """In the forked child: what ``python -m staticadm ARGS`` would run, its output appended to ``log_path``, or with
+    ``streams``: its standard input, output and error those three files."""
+    if streams is None:
+        assert log_path is not None
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+    else:
+        for number, (path, flags) in enumerate(zip(streams, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY), strict=True)):
+            descriptor = os.open(path, flags)
+            os.dup2(descriptor, number)
+            os.close(descriptor)
+        # multiprocessing gave the child /dev/null as sys.stdin; a fresh interpreter reads descriptor 0.
+        sys.stdin = open(0, encoding=sys.stdout.encoding, errors=sys.stdout.errors, closefd=False)  # noqa: SIM115
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(environment)

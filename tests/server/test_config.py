@@ -23,6 +23,7 @@ from staticadm.server.config import (
     default_workers,
     resolve,
 )
+from tests.server import forked
 from tests.server.harness import REPO_ROOT, DaemonFactory, denied_message, review
 
 #: Every option, as the config file spells it, with a non-default value and what it becomes.
@@ -182,8 +183,9 @@ def test_missing_config_file_is_named(tmp_path: Path) -> None:
 
 def _help() -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "staticadm", "serve", "--help"], capture_output=True, text=True,
-                          env=env, check=True).stdout
+    completed = forked.run([sys.executable, "-m", "staticadm", "serve", "--help"], env=env)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
 
 
 def _documented_options() -> set[str]:

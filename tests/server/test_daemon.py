@@ -7,7 +7,6 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import textwrap
 import time
@@ -21,6 +20,7 @@ from staticadm.admission.response import webhook_audit_key
 from staticadm.deploy.webhooks import VALIDATING_WEBHOOK
 from tests.kube_audit import recorded_key_problems
 from tests.pki import make_ca, make_leaf, write_ca
+from tests.server import forked
 from tests.server.harness import (
     RELOADS,
     Daemon,
@@ -538,8 +538,9 @@ def test_stale_socket_is_replaced_and_live_one_is_not(make_daemon: DaemonFactory
 
 def test_serve_help_lists_every_option_with_its_default() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    output = subprocess.run([sys.executable, "-m", "staticadm", "serve", "--help"], capture_output=True, text=True,
-                            env=env, check=True).stdout
+    completed = forked.run([sys.executable, "-m", "staticadm", "serve", "--help"], env=env)
+    assert completed.returncode == 0, completed.stderr
+    output = completed.stdout
     for option in ("--manifests", "--socket", "--socket-mode", "--listen", "--tls-cert", "--tls-key", "--client-ca",
                    "--namespaces", "--config", "--state-dir", "--poll-interval", "--log-format", "--log-level"):
         assert option in output

@@ -10,7 +10,6 @@ served then, run in a separate process over each distinct input once: an evaluat
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 import yaml
 
 from staticadm.admission.response import webhook_audit_annotations
+from tests.server import forked
 from tests.server.harness import REPO_ROOT, Daemon, DaemonFactory, wait_for, write_atomically
 from tests.server.test_workers import _all_serving
 
@@ -99,9 +99,9 @@ def _fresh(manifests: Path, indexes: list[int], scratch: Path) -> dict[int, dict
     """``staticadm review`` of each input once, in a new process: index -> its response without the uid."""
     inputs = scratch / "requests.yaml"
     inputs.write_text(yaml.safe_dump_all([_request(index, f"fresh-{index}") for index in indexes]))
-    completed = subprocess.run([sys.executable, "-m", "staticadm", "review", str(manifests), "-o", "json", "-f",
-                                str(inputs)], capture_output=True, check=False, timeout=300, cwd=REPO_ROOT)
-    assert completed.returncode in (0, 3), completed.stderr.decode()[-3000:]
+    completed = forked.run([sys.executable, "-m", "staticadm", "review", str(manifests), "-o", "json", "-f",
+                            str(inputs)], timeout=300, cwd=REPO_ROOT)
+    assert completed.returncode in (0, 3), completed.stderr[-3000:]
     answers = {}
     for line in completed.stdout.splitlines():
         result = orjson.loads(line)
