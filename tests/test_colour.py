@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import pty
-import subprocess
+import select
 import sys
+import time
 
 from tests.server import forked
 from tests.server.harness import REPO_ROOT
@@ -22,21 +23,19 @@ def _on_terminal(*args: str, no_color: bool = False) -> str:
     env["TERM"] = "xterm"
     if no_color:
         env["NO_COLOR"] = "1"
+    chunks = []
     try:
-        process = subprocess.Popen([sys.executable, "-m", "staticadm", *args], cwd=REPO_ROOT, env=env,
-                                   stdout=terminal, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        os.close(terminal)
-        terminal = -1
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # the terminal's other end closed: the command is done
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        process.wait(timeout=120)
+        # The command opens the terminal by its name; this end stays open until the command has ended, so the
+        # terminal is never without a writer before the command holds it.
+        process = forked.start_attached([sys.executable, "-m", "staticadm", *args], workdir=REPO_ROOT, environment=env,
+                                        stdin=os.devnull, stdout=os.ttyname(terminal), stderr=os.devnull)
+        deadline = time.monotonic() + 120
+        while process.poll() is None:
+            assert time.monotonic() < deadline, args
+            if select.select([controller], [], [], 0.05)[0]:
+                chunks.append(os.read(controller, 65536))
+        while select.select([controller], [], [], 0)[0]:  # what it wrote last, still on the terminal
+            chunks.append(os.read(controller, 65536))
         return b"".join(chunks).decode()
     finally:
         os.close(controller)

@@ -174,20 +174,28 @@ needs_nobody = pytest.mark.xdist_group("unprivileged-daemon")
 
 
 @pytest.fixture(scope="session")
-def nobody_can_run_the_daemon() -> bool:
-    """Whether ``nobody`` can import the daemon from this checkout (not from one under a 0700 directory). Asked
-    when a test needs it, not when the module is collected: the unprivileged import compiles every module (the
-    suite's bytecode cache is private), about 1.7 s of CPU, which each worker paid at collection."""
+def nobody_environment() -> Iterator[dict[str, str] | None]:
+    """The environment ``nobody`` runs the daemon in, if it can import it from this checkout (not from one under a
+    0700 directory). Asked when a test needs it, not when the module is collected. The suite's bytecode cache is
+    private, so ``nobody`` gets one of its own for the run: the probe's import compiles every module (about 1.7 s of
+    CPU) and the daemons it starts then read the compiled code instead of compiling it again each."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        return False
-    probe = subprocess.run([*SETPRIV, sys.executable, "-c", "import staticadm.server.main"], cwd="/",
-                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, timeout=60)
-    return probe.returncode == 0
+        yield None
+        return
+    cache = Path(tempfile.mkdtemp(prefix="staticadm-nobody-pycache-"))
+    try:
+        os.chown(cache, NOBODY, NOBODY)
+        environment = {"PYTHONPATH": str(REPO_ROOT), "PYTHONPYCACHEPREFIX": str(cache)}
+        probe = subprocess.run([*SETPRIV, sys.executable, "-c", "import staticadm.server.main"], cwd="/",
+                               env={**os.environ, **environment}, capture_output=True, timeout=60)
+        yield environment if probe.returncode == 0 else None
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture
-def nobody_dir(nobody_can_run_the_daemon: bool) -> Iterator[Path]:
-    if not nobody_can_run_the_daemon:
+def nobody_dir(nobody_environment: dict[str, str] | None) -> Iterator[Path]:
+    if nobody_environment is None:
         pytest.skip("needs root to start the daemon as an unprivileged user")
     # tmp_path lives under a 0700 directory; the unprivileged daemon needs a path it can traverse.
     base = Path(tempfile.mkdtemp(prefix="staticadm-nobody-"))
@@ -196,7 +204,8 @@ def nobody_dir(nobody_can_run_the_daemon: bool) -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _nobody_daemon(base: Path, *, state: Path | None = None) -> Daemon:
+def _nobody_daemon(base: Path, environment: dict[str, str] | None, *, state: Path | None = None) -> Daemon:
+    assert environment is not None  # nobody_dir skipped the test otherwise
     manifests = base / "manifests"
     manifests.mkdir(exist_ok=True)
     (manifests / "deny.yaml").write_text(policy_yaml(V1))
@@ -208,12 +217,12 @@ def _nobody_daemon(base: Path, *, state: Path | None = None) -> Daemon:
         state.mkdir(exist_ok=True)
         os.chown(state, NOBODY, NOBODY)
     return Daemon(workdir=base, manifests=manifests, socket_path=run / "staticadm.sock", port=free_port(),
-                  state_dir=state, launcher=SETPRIV)
+                  state_dir=state, launcher=SETPRIV, env={"PYTHONPYCACHEPREFIX": environment["PYTHONPYCACHEPREFIX"]})
 
 
 @needs_nobody
-def test_permission_denied_on_file_and_directory(nobody_dir: Path) -> None:
-    daemon = _nobody_daemon(nobody_dir).start()
+def test_permission_denied_on_file_and_directory(nobody_dir: Path, nobody_environment: dict[str, str] | None) -> None:
+    daemon = _nobody_daemon(nobody_dir, nobody_environment).start()
     try:
         secret = daemon.manifests / "other.yaml"
         secret.write_text(policy_yaml("other", name="other"))
@@ -242,11 +251,11 @@ def test_permission_denied_on_file_and_directory(nobody_dir: Path) -> None:
 
 
 @needs_nobody
-def test_unwritable_state_directory(nobody_dir: Path) -> None:
+def test_unwritable_state_directory(nobody_dir: Path, nobody_environment: dict[str, str] | None) -> None:
     # No certificate yet and nowhere to write one: refuse to start, naming the directory.
     state = nobody_dir / "state"
     state.mkdir()
-    daemon = _nobody_daemon(nobody_dir, state=state)
+    daemon = _nobody_daemon(nobody_dir, nobody_environment, state=state)
     daemon.start(wait=False)
     assert daemon.process is not None and daemon.process.wait(timeout=READY_TIMEOUT) == 1
     assert f"--state-dir {state}" in daemon.log() and "Permission denied" in daemon.log()
@@ -259,7 +268,7 @@ def test_unwritable_state_directory(nobody_dir: Path) -> None:
     for path in (state / "tls").iterdir():
         os.chown(path, NOBODY, NOBODY)
     (state / "tls").chmod(0o555)
-    daemon = _nobody_daemon(nobody_dir, state=state).start()
+    daemon = _nobody_daemon(nobody_dir, nobody_environment, state=state).start()
     try:
         assert daemon.get("/readyz", via="https").status == 200
         assert _serves(daemon, V1)

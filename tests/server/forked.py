@@ -63,6 +63,18 @@ def start(command: list[str], *, workdir: Path, environment: dict[str, str], log
         return subprocess.Popen(command, cwd=workdir, env=environment, stdout=log, stderr=log)
 
 
+def start_attached(command: list[str], *, workdir: Path, environment: dict[str, str], stdin: str, stdout: str,
+                   stderr: str) -> subprocess.Popen[bytes] | ForkedDaemon:
+    """``command`` with its standard input, output and error the files at those paths (a terminal's, ``/dev/null``),
+    opened by the process itself: forked as :func:`start` forks, a fresh interpreter otherwise."""
+    module = [sys.executable, "-m", "staticadm"]
+    if command[:len(module)] == module and not fresh_interpreter_required():
+        return ForkedDaemon(command[len(module):], workdir=workdir, environment=environment, log_path=None,
+                            streams=(stdin, stdout, stderr))
+    with open(stdin, "rb") as input_file, open(stdout, "wb") as output, open(stderr, "wb") as errors:
+        return subprocess.Popen(command, cwd=workdir, env=environment, stdin=input_file, stdout=output, stderr=errors)
+
+
 def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
         input: str | None = None, timeout: float | None = None, may_fork: bool = True,
         ) -> subprocess.CompletedProcess[str]:
@@ -109,7 +121,7 @@ def _run(arguments: list[str], workdir: str, environment: dict[str, str], log_pa
         os.close(log)
     else:
         for number, (path, flags) in enumerate(zip(streams, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY), strict=True)):
-            descriptor = os.open(path, flags)
+            descriptor = os.open(path, flags | os.O_NOCTTY)
             os.dup2(descriptor, number)
             os.close(descriptor)
         # multiprocessing gave the child /dev/null as sys.stdin; a fresh interpreter reads descriptor 0.
@@ -127,10 +139,12 @@ class ForkedDaemon:
     """A daemon forked from the fork server, with the part of :class:`subprocess.Popen`'s interface the suite uses.
     ``returncode`` follows Popen: the exit status, or minus the signal that ended the process."""
 
-    def __init__(self, arguments: list[str], *, workdir: Path, environment: dict[str, str], log_path: Path) -> None:
+    def __init__(self, arguments: list[str], *, workdir: Path, environment: dict[str, str], log_path: Path | None,
+                 streams: tuple[str, str, str] | None = None) -> None:
         self.args = arguments
         # daemon=True: a daemon a failed test left running is ended with its xdist worker, not waited for.
-        self._process = _CONTEXT.Process(target=_run, args=(arguments, str(workdir), environment, str(log_path)),
+        self._process = _CONTEXT.Process(target=_run, args=(arguments, str(workdir), environment,
+                                                            None if log_path is None else str(log_path), streams),
                                          daemon=True)
         self._process.start()
         assert self._process.pid is not None
