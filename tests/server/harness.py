@@ -28,6 +28,9 @@ from tests.server import forked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 30.0
+#: Environment variables the daemon reads only once it runs (systemd's notification and watchdog settings, the commit
+#: an image records): a daemon started with them may still be forked.
+READ_AS_IT_RUNS = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "STATICADM_GIT_COMMIT"})
 RELOADS = "staticadm_manifest_admission_config_controller_automatic_reloads_total"
 REQUESTS = "staticadm_admission_requests_total"
 #: Generous bound for a file event to be served; the daemon coalesces for 50 ms.
@@ -133,9 +136,11 @@ class Daemon:
         # Import the checkout under test, whatever is installed in the environment.
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        # An environment of the test's own may be read at import (a PYTHONPATH hook): a fresh interpreter then.
+        # An environment of the test's own may be read at import (a PYTHONPATH hook) or by what the fork server
+        # already ran (TMPDIR, which tempfile keeps once read): a fresh interpreter then, unless the daemon reads
+        # each of those variables only as it runs.
         self.process = forked.start(self.command(), workdir=self.workdir, environment=env, log_path=self.log_path,
-                                    may_fork=not self.env)
+                                    may_fork=set(self.env) <= READ_AS_IT_RUNS)
         if wait:
             self.wait_ready()
         return self
