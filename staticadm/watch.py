@@ -24,7 +24,6 @@ from watchdog.events import (
     DirAttribEvent,
     DirCreatedEvent,
     DirDeletedEvent,
-    DirModifiedEvent,
     DirMovedEvent,
     FileAttribEvent,
     FileClosedEvent,
@@ -55,10 +54,13 @@ MAX_RETRY = 10.0
 #: In the manifest directory: every change of content, name or mode (a chmod is inotify's IN_ATTRIB, which
 #: watchdog reports as its own Attrib events: a directory or file made world-writable is refused, and made
 #: safe again is served, at once rather than at the next poll). Opens and reads are left out: reading the
-#: directory opens every file, and reacting to our own reads would reload forever.
+#: directory opens every file, and reacting to our own reads would reload forever. Nor DirModifiedEvent: watchdog
+#: makes one for the directory beside each event of an entry in it (a rename, a creation, a close after writing),
+#: which is a second wakeup for every change, often landing once the first reload has begun (a second reload,
+#: finding nothing new, on the first answers' interpreter), and a wakeup for a file the loader skips.
 _DIRECTORY_EVENTS: list[type[FileSystemEvent]] = [
     FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent, FileClosedEvent, FileAttribEvent,
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, DirModifiedEvent, DirAttribEvent]
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, DirAttribEvent]
 #: In its parent: only entries appearing, disappearing or being renamed (the directory or a symlink to it).
 #: Writes to other files there (a log file beside the manifests, say) must not wake three watchdog threads
 #: per write on the admission path's interpreter.

@@ -14,17 +14,24 @@ evaluation returned or raised. Requests are evaluated in the order their handler
 have run. A request the connection took whole from its read (``app.fast_reviews``, no handler) joins the same
 batch through ``call``, with work that writes its own answer.
 
+A program the evaluation found missing is built on the builder thread (``admission/generic/deferred.py``); that
+build is handed to it only once the answers of the turn that asked for it are written (``AfterTheAnswers``): a
+build is tens of milliseconds of the interpreter, and started at once it takes the interpreter from the very
+requests that found their program missing (the first answers after a reload, which an operator waits for).
+
 Stage: the server's (I/O edge): receives work a handler hands over (``submit``); hands back its result.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: (the work, the future its handler waits on, the handler's context); for work that delivers its own result
 #: (``call``), the work alone, with None for the others.
@@ -87,3 +94,43 @@ class EvaluationBatch:
                         rest.cancel()
                 raise
             future.set_result(result)
+
+
+class AfterTheAnswers(concurrent.futures.Executor):
+    """``executor``, given its work two loop turns after it is submitted (on the loop's thread): after the turn that
+    submitted it, whose batch writes its direct answers, and the next, where the handlers that batch resumed write
+    theirs. Nothing else about the work changes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, executor: concurrent.futures.Executor) -> None:
+        self._loop = loop
+        self._executor = executor
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def hand_over() -> None:
+            if result.cancelled():
+                return
+            try:
+                started = self._executor.submit(fn, *args, **kwargs)
+            except RuntimeError as error:  # shut down meanwhile: the daemon is stopping
+                result.set_exception(error)
+                return
+            started.add_done_callback(lambda done: _copy_outcome(done, result))
+
+        self._loop.call_soon(self._loop.call_soon, hand_over)
+        return result
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._executor.shutdown(wait, cancel_futures=cancel_futures)
+
+
+def _copy_outcome(done: concurrent.futures.Future[T], into: concurrent.futures.Future[T]) -> None:
+    if into.done():  # cancelled by its caller meanwhile
+        return
+    if done.cancelled():
+        into.cancel()
+    elif (error := done.exception()) is not None:
+        into.set_exception(error)
+    else:
+        into.set_result(done.result())

@@ -45,6 +45,7 @@ from staticadm.manifests.cluster_reads import AUTHORIZER, NAMESPACE_OBJECT, Clus
 from staticadm.server import event_loop
 from staticadm.server import logging as server_logging
 from staticadm.server.app import ServerState, create_app, fast_reviews, wait_idle
+from staticadm.server.batching import AfterTheAnswers
 from staticadm.server.certificates import (
     RENEWAL_FAILURE_CAUSES,
     CertificateLifetime,
@@ -210,7 +211,8 @@ class _Daemon:
         #: One thread: reloads in quick succession are analysed one after the other, not all at once, and never
         #: on the event loop (requests and reloads' swaps do not wait for them).
         self._analysis_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-analysis")
-        #: Builds the programs requests find missing (``admission/generic/deferred.py``), so none waits for one.
+        #: Builds the programs requests find missing (``admission/generic/deferred.py``), so none waits for one;
+        #: handed each build once the answers that found it missing are written (``batching.AfterTheAnswers``).
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="staticadm-build")
         self.log = server_logging.get_logger("staticadm")
         if link is not None:
@@ -628,7 +630,8 @@ class _Daemon:
     # -- run ---------------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        deferred.defer_on_this_thread(self._builder, self._deferred_build_failed)
+        deferred.defer_on_this_thread(AfterTheAnswers(asyncio.get_running_loop(), self._builder),
+                                      self._deferred_build_failed)
         try:
             return await self._serve()
         finally:

@@ -132,3 +132,22 @@ def test_a_watch_started_after_a_successful_load_reloads_only_on_a_change(tmp_pa
         return results
 
     assert asyncio.run(watch_a_while()) == []
+
+
+def test_a_rename_starts_one_reload_and_a_file_the_loader_skips_starts_none(tmp_path: Path) -> None:
+    # watchdog reports a modification of the directory beside each event of an entry in it: taken as a change of
+    # its own, it woke a second reload per rename and one for every write of a file the loader skips.
+    (tmp_path / "a.yaml").write_text(_policy("a") + "---\n" + _binding("a"))
+
+    async def scenario(results: list[ReloadResult]) -> None:
+        before = len(results)
+        _staged(tmp_path, "b.yaml", _policy("b") + "---\n" + _binding("b"))()
+        assert await _until(lambda: len(results) > before, 10)
+        await asyncio.sleep(0.5)
+        assert [(result.status, result.reason) for result in results[before:]] == [(ReloadStatus.SUCCESS, "watch")]
+        settled = len(results)
+        (tmp_path / "notes.txt").write_text("an operator's notes beside the manifests")
+        await asyncio.sleep(0.5)
+        assert results[settled:] == []
+
+    asyncio.run(_watch(tmp_path, scenario))

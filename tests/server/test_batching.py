@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
 
-from staticadm.server.batching import EvaluationBatch
+from staticadm.server.batching import AfterTheAnswers, EvaluationBatch
 from tests.server.harness import DaemonFactory, review
 
 _REQUEST = contextvars.ContextVar[str]("test_request")
@@ -128,6 +129,46 @@ def test_work_that_answers_for_itself_runs_in_turn_and_a_bug_in_it_is_reported_n
     asyncio.run(main())
     assert ran == ["direct 1", "handler", "direct 2"]
     assert [str(error) for error in reported] == ["a bug of the direct path"]
+
+
+def test_a_build_asked_for_by_an_evaluation_starts_after_the_handlers_it_resumed() -> None:
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            builds = AfterTheAnswers(loop, pool)
+            batch = EvaluationBatch()
+
+            def evaluate() -> Any:
+                started = builds.submit(order.append, "built")  # a program found missing, as deferred.py asks
+                order.append("evaluated")
+                return started
+
+            async def handler() -> None:
+                started = await batch.submit(evaluate)
+                order.append("answered")  # the handler writes its answer here, before any other callback runs
+                await asyncio.wrap_future(started)
+
+            await asyncio.gather(handler(), handler())
+
+    asyncio.run(main())
+    assert order == ["evaluated", "evaluated", "answered", "answered", "built", "built"]
+
+
+def test_a_build_handed_over_once_the_builder_stopped_fails_its_future() -> None:
+    async def main() -> BaseException | None:
+        pool = ThreadPoolExecutor(max_workers=1)
+        builds = AfterTheAnswers(asyncio.get_running_loop(), pool)
+        started = builds.submit(lambda: None)
+        pool.shutdown()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert started.done()
+        return started.exception()
+
+    assert isinstance(asyncio.run(main()), RuntimeError)
 
 
 def test_a_burst_of_requests_each_get_their_own_answer(make_daemon: DaemonFactory) -> None:
