@@ -51,15 +51,24 @@ def fresh_interpreter_required() -> bool:
     return os.environ.get(FRESH_INTERPRETER, "") not in ("", "0")
 
 
+def _forkable_arguments(command: list[str]) -> list[str] | None:
+    """The arguments of ``command`` when it is the checkout's ``python -m staticadm`` as is and the run allows
+    forking; None when it takes a fresh interpreter."""
+    module = [sys.executable, "-m", "staticadm"]
+    if command[:len(module)] != module or fresh_interpreter_required():
+        return None
+    return command[len(module):]
+
+
 def start(command: list[str], *, workdir: Path, environment: dict[str, str], log_path: Path,
           may_fork: bool = True) -> subprocess.Popen[bytes] | ForkedDaemon:
     """``command`` with its output appended to ``log_path``: forked from the fork server when it is the checkout's
     ``python -m staticadm`` as is (not behind a launcher, not an installed console script), ``may_fork`` (the
     caller's environment changes nothing the imports read) and the run allows it; a fresh interpreter otherwise."""
-    module = [sys.executable, "-m", "staticadm"]
+    arguments = _forkable_arguments(command) if may_fork else None
     with log_path.open("ab") as log:  # there before the process writes to it: the caller may read it at once
-        if may_fork and command[:len(module)] == module and not fresh_interpreter_required():
-            return ForkedDaemon(command[len(module):], workdir=workdir, environment=environment, log_path=log_path)
+        if arguments is not None:
+            return ForkedDaemon(arguments, workdir=workdir, environment=environment, log_path=log_path)
         return subprocess.Popen(command, cwd=workdir, env=environment, stdout=log, stderr=log)
 
 
@@ -67,9 +76,9 @@ def start_attached(command: list[str], *, workdir: Path, environment: dict[str, 
                    stderr: str) -> subprocess.Popen[bytes] | ForkedDaemon:
     """``command`` with its standard input, output and error the files at those paths (a terminal's, ``/dev/null``),
     opened by the process itself: forked as :func:`start` forks, a fresh interpreter otherwise."""
-    module = [sys.executable, "-m", "staticadm"]
-    if command[:len(module)] == module and not fresh_interpreter_required():
-        return ForkedDaemon(command[len(module):], workdir=workdir, environment=environment, log_path=None,
+    arguments = _forkable_arguments(command)
+    if arguments is not None:
+        return ForkedDaemon(arguments, workdir=workdir, environment=environment, log_path=None,
                             streams=(stdin, stdout, stderr))
     with open(stdin, "rb") as input_file, open(stdout, "wb") as output, open(stderr, "wb") as errors:
         return subprocess.Popen(command, cwd=workdir, env=environment, stdin=input_file, stdout=output, stderr=errors)
@@ -82,8 +91,8 @@ def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str
     is the checkout's ``python -m staticadm`` as is and ``may_fork`` (the environment changes nothing the imports
     read); a fresh interpreter otherwise. A run past ``timeout`` is killed and raises
     :class:`subprocess.TimeoutExpired`, as :func:`subprocess.run` does."""
-    module = [sys.executable, "-m", "staticadm"]
-    if not may_fork or command[:len(module)] != module or fresh_interpreter_required():
+    arguments = _forkable_arguments(command) if may_fork else None
+    if arguments is None:
         return subprocess.run(command, cwd=cwd, env=env, input=input, timeout=timeout, capture_output=True,
                               text=True, check=False)
     files = Path(tempfile.mkdtemp(prefix="staticadm-run-"))
@@ -92,7 +101,7 @@ def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str
         for stream in streams:
             stream.touch(mode=0o600)
         streams[0].write_text(input or "")
-        process = _CONTEXT.Process(target=_run, args=(command[len(module):], str(cwd or os.getcwd()),
+        process = _CONTEXT.Process(target=_run, args=(arguments, str(cwd or os.getcwd()),
                                                       dict(os.environ if env is None else env), None,
                                                       tuple(map(str, streams))), daemon=True)
         process.start()
