@@ -91,8 +91,7 @@ def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str
     is the checkout's ``python -m staticadm`` as is and ``may_fork`` (the environment changes nothing the imports
     read); a fresh interpreter otherwise. A run past ``timeout`` is killed and raises
     :class:`subprocess.TimeoutExpired`, as :func:`subprocess.run` does."""
-    arguments = _forkable_arguments(command) if may_fork else None
-    if arguments is None:
+    if not may_fork or _forkable_arguments(command) is None:
         return subprocess.run(command, cwd=cwd, env=env, input=input, timeout=timeout, capture_output=True,
                               text=True, check=False)
     files = Path(tempfile.mkdtemp(prefix="staticadm-run-"))
@@ -101,19 +100,19 @@ def run(command: list[str], *, cwd: Path | str | None = None, env: dict[str, str
         for stream in streams:
             stream.touch(mode=0o600)
         streams[0].write_text(input or "")
-        process = _CONTEXT.Process(target=_run, args=(arguments, str(cwd or os.getcwd()),
-                                                      dict(os.environ if env is None else env), None,
-                                                      tuple(map(str, streams))), daemon=True)
-        process.start()
-        process.join(timeout)
-        if process.exitcode is None:
+        process = start_attached(command, workdir=Path(cwd or os.getcwd()),
+                                 environment=dict(os.environ if env is None else env),
+                                 stdin=str(streams[0]), stdout=str(streams[1]), stderr=str(streams[2]))
+        try:
+            returncode = process.wait(timeout)
+        except subprocess.TimeoutExpired:
             process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired(command, timeout or 0.0)
+            process.wait()
+            raise subprocess.TimeoutExpired(command, timeout or 0.0) from None
         # As text=True reads them: universal newlines.
         stdout, stderr = (path.read_bytes().decode().replace("\r\n", "\n").replace("\r", "\n")
                           for path in streams[1:])
-        return subprocess.CompletedProcess(command, process.exitcode, stdout, stderr)
+        return subprocess.CompletedProcess(command, returncode, stdout, stderr)
     finally:
         shutil.rmtree(files, ignore_errors=True)
 
@@ -145,7 +144,8 @@ def _run(arguments: list[str], workdir: str, environment: dict[str, str], log_pa
 
 
 class ForkedDaemon:
-    """A daemon forked from the fork server, with the part of :class:`subprocess.Popen`'s interface the suite uses.
+    """A daemon or command forked from the fork server, with the part of :class:`subprocess.Popen`'s interface the
+    suite uses.
     ``returncode`` follows Popen: the exit status, or minus the signal that ended the process."""
 
     def __init__(self, arguments: list[str], *, workdir: Path, environment: dict[str, str], log_path: Path | None,
