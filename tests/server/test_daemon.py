@@ -159,7 +159,11 @@ def test_invalid_reload_keeps_the_last_good_snapshot_and_recovers(make_daemon: D
 
 def test_directory_removed_and_recreated(make_daemon: DaemonFactory, tmp_path: Path) -> None:
     daemon = make_daemon()
-    shutil.rmtree(daemon.manifests)
+    # Moved away whole, then deleted: rmtree in place first empties the directory, and a reload that lands
+    # between its unlink and its rmdir rightly serves the empty directory (no policies) before the removal fails.
+    removed = tmp_path / "removed"
+    os.rename(daemon.manifests, removed)
+    shutil.rmtree(removed)
     assert wait_for(lambda: daemon.metric(RELOADS, {"status": "failure"}) >= 1)
     assert "v1: pods labelled" in (denied_message(daemon) or "")
     staging = tmp_path / "staging"
