@@ -1,13 +1,14 @@
 """What the HTTP layer costs an AdmissionReview: aiohttp's null server against a bare HTTP/1.1 protocol.
 
-    python -m bench.http_floor [--rounds N] [--duration S]
+    python -m bench.http_floor [--rounds N] [--duration S] [--event-loop asyncio|uvloop|both]
 
 Both servers do the null server's work (``bench/null_server.py``): read the body, parse it with orjson and answer
 ``allowed: true`` with its uid. Both use the same TLS settings and certificate on asyncio's own TLS
 (``loop.create_server(ssl=...)``, as aiohttp's SockSite). The second replaces aiohttp's request and response
 handling with an ``asyncio.Protocol`` that only knows keep-alive requests with a Content-Length. wrk drives each in
 turn with the pod-create body, alternated ``--rounds`` times. Each row gives the server's CPU per request from the
-kernel's accounting (``/proc/PID/stat``).
+kernel's accounting (``/proc/PID/stat``). ``--event-loop`` runs both on asyncio's loop (the default), uvloop's (its
+TLS in C), or ``both``: the two pairs alternated in one run.
 
 It is a measurement of how far below aiohttp's floor a request could go, for issue 46's CPU line at 10 policies.
 The bare protocol is not a server to deploy: it refuses nothing and knows no chunked bodies, timeouts, limits or
@@ -22,6 +23,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import orjson
 
@@ -29,6 +31,7 @@ from bench.daemons import Server, free_port, null_server, process_cpu_seconds
 from bench.fixtures import pod_create_request
 from bench.load import run_load
 from bench.null_server import answer_body, ssl_context
+from staticadm.server import event_loop
 
 _READY = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 
@@ -42,8 +45,8 @@ class _BareHttp(asyncio.Protocol):
         self._body_length = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Not checked with isinstance: uvloop's transports are no subclasses of asyncio's.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
@@ -106,9 +109,12 @@ def main() -> None:
     parser.add_argument("--serve", metavar="PORT", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tls-cert", help=argparse.SUPPRESS)
     parser.add_argument("--tls-key", help=argparse.SUPPRESS)
+    parser.add_argument("--event-loop", choices=("asyncio", "uvloop", "both"), default="asyncio",
+                        help="the loop both servers run on, or both loops in turn (default: asyncio)")
     args = parser.parse_args()
+    loops = ["asyncio", "uvloop"] if args.event_loop == "both" else [args.event_loop]
     if args.serve is not None:
-        asyncio.run(_serve(args.serve, args.tls_cert, args.tls_key))
+        event_loop.run(_serve(args.serve, args.tls_cert, args.tls_key), loops[0])
         return
     from staticadm.server.listeners import ensure_self_signed
 
@@ -116,11 +122,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="staticadm-http-floor-") as temp:
         work = Path(temp)
         tls = ensure_self_signed(work / "state")
-        port = free_port()
-        bare = Server("bare HTTP/1.1", [sys.executable, "-m", "bench.http_floor", "--serve", str(port),
-                                        "--tls-cert", str(tls.cert), "--tls-key", str(tls.key)],
-                      work / "bare.log", port)
-        servers = [null_server(work, tls.cert, tls.key).start(), bare.start()]
+        servers: list[Server] = []
+        for loop in loops:
+            null = null_server(work, tls.cert, tls.key, loop=loop)
+            null.name = f"null {loop}"
+            port = free_port()
+            bare = Server(f"bare {loop}", [sys.executable, "-m", "bench.http_floor", "--serve", str(port),
+                                           "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
+                                           "--event-loop", loop],
+                          work / f"bare-{loop}.log", port)
+            servers += [null.start(), bare.start()]
         try:
             print(f"{'server':<16} {'round':>5} {'req/s':>8} {'CPU µs/req':>10} {'errors':>6}")
             for round_number in range(1, args.rounds + 1):

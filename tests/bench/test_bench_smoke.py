@@ -19,7 +19,7 @@ from bench import fixtures, oracle, policies
 from bench.daemons import null_server
 from bench.load import FALLBACK_TOOL, WRK_TOOL, run_fallback, wrk_available
 from bench.profile import categorise, summarise
-from bench.run import WORKLOADS
+from bench.run import DISTINCT_WORKLOAD, WORKLOADS
 
 # The benchmark's --quick run (with one-second rows) takes two minutes and both cores: CI runs it, `pytest --slow` too.
 pytestmark = pytest.mark.slow
@@ -115,7 +115,8 @@ def test_kube_apiserver_in_process_rows_for_every_set_and_request(quick_run: tup
     (no ../shared beside the checkout): never a row missing."""
     stdout, results = quick_run
     rows = {(r["workload"], r["policies"]): r for r in results["kube_apiserver_in_process"]}
-    expected = [(w, n) for n in (10, 100) for w in WORKLOADS]
+    # A new object's row too: issue 46's CPU targets compare the daemon's distinct Pods with it.
+    expected = [(w, n) for n in (10, 100) for w in [*WORKLOADS, DISTINCT_WORKLOAD]]
     expected += [(r["workload"], r["policies"]) for r in results["rows"] if r["workload"].endswith("/mutate")]
     assert set(expected) <= set(rows), sorted(set(expected) - set(rows))
     for key in expected:
@@ -126,6 +127,10 @@ def test_kube_apiserver_in_process_rows_for_every_set_and_request(quick_run: tup
         else:
             assert row["skipped"] and "not found" in row["skipped"], row
     assert "== kube-apiserver in process" in stdout
+    cpu_targets = {t["name"]: t for t in results["targets"] if t["name"].startswith("CPU per new object")}
+    assert len(cpu_targets) == 2, sorted(cpu_targets)
+    measured = {t["verdict"] != "n/a" for t in cpu_targets.values()}
+    assert measured == {oracle.available() is None}, cpu_targets
 
 
 def test_policy_set_figures_and_targets(quick_run: tuple[str, dict]) -> None:
