@@ -39,11 +39,14 @@ class OracleFigures:
     cpu_us: float
     #: kube-apiserver's decision, so a row is known to measure the same outcome as staticadm's.
     allowed: bool
-    #: Whether kube-apiserver's mutating policies changed the object.
+    #: Whether kube-apiserver's mutating policies changed the object (every object, of several).
     patched: bool
+    #: How many distinct requests the figures are over (each evaluated ``repeat`` times).
+    requests: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"repeat": self.repeat, "p50_us": round(self.p50_us, 1), "p99_us": round(self.p99_us, 1),
+        return {"repeat": self.repeat, "requests": self.requests, "p50_us": round(self.p50_us, 1),
+                "p99_us": round(self.p99_us, 1),
                 "cpu_us": round(self.cpu_us, 1), "allowed": self.allowed, "patched": self.patched}
 
 
@@ -62,8 +65,11 @@ def _namespace_list(namespace_file: Path, directory: Path) -> Path:
     return path
 
 
-def measure(manifests: Path, namespaces: Path, body: bytes, repeat: int) -> OracleFigures:
-    """kube-apiserver's in-process evaluation of the AdmissionReview ``body`` against ``manifests``."""
+def measure(manifests: Path, namespaces: Path, body: bytes | list[bytes], repeat: int) -> OracleFigures:
+    """kube-apiserver's in-process evaluation of the AdmissionReview ``body`` against ``manifests``; of a list of
+    them, each evaluated ``repeat // len(body)`` times (at least once), the figures over them all."""
+    bodies = body if isinstance(body, list) else [body]
+    repeat = max(1, repeat // len(bodies))
     reason = available()
     if reason is not None:
         raise OracleUnavailable(reason)
@@ -73,7 +79,7 @@ def measure(manifests: Path, namespaces: Path, body: bytes, repeat: int) -> Orac
             completed = subprocess.run(
                 [str(ORACLE), "--manifests", str(manifests), "--namespaces", str(namespace_list),
                  "--repeat", str(repeat)],
-                input=body.rstrip(b"\n") + b"\n", capture_output=True, timeout=TIMEOUT,
+                input=b"".join(one.rstrip(b"\n") + b"\n" for one in bodies), capture_output=True, timeout=TIMEOUT,
                 check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
             raise OracleUnavailable(f"{ORACLE.name} did not run: {error}") from None
@@ -81,13 +87,17 @@ def measure(manifests: Path, namespaces: Path, body: bytes, repeat: int) -> Orac
         raise OracleUnavailable(f"{ORACLE.name} exited with {completed.returncode}: "
                                 f"{(completed.stdout + completed.stderr).decode(errors='replace')[-300:]}")
     try:
-        decision = orjson.loads(completed.stdout.splitlines()[0])
+        decisions = [orjson.loads(line) for line in completed.stdout.splitlines()[:len(bodies)]]
         timing = orjson.loads(completed.stderr.strip().splitlines()[-1])
+        if len(decisions) < len(bodies):
+            raise IndexError(len(decisions))
     except (IndexError, orjson.JSONDecodeError):
         raise OracleUnavailable(f"{ORACLE.name} printed no decision or timing: "
                                 f"{completed.stderr.decode(errors='replace')[-300:]}") from None
-    if "error" in decision:
-        raise OracleUnavailable(f"{ORACLE.name} could not evaluate the request: {decision['error']}")
+    failed = next((one for one in decisions if "error" in one), None)
+    if failed is not None:
+        raise OracleUnavailable(f"{ORACLE.name} could not evaluate the request: {failed['error']}")
     return OracleFigures(repeat=int(timing["repeat"]), p50_us=timing["ns_per_eval_p50"] / 1000,
                          p99_us=timing["ns_per_eval_p99"] / 1000, cpu_us=timing["cpu_ns_per_eval"] / 1000,
-                         allowed=bool(decision.get("allowed")), patched="patchedObject" in decision)
+                         allowed=all(one.get("allowed") for one in decisions),
+                         patched=all("patchedObject" in one for one in decisions), requests=len(bodies))
