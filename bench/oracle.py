@@ -89,11 +89,11 @@ def measure(manifests: Path, namespaces: Path, body: bytes | list[bytes], repeat
     try:
         decisions = [orjson.loads(line) for line in completed.stdout.splitlines()[:len(bodies)]]
         timing = orjson.loads(completed.stderr.strip().splitlines()[-1])
-        if len(decisions) < len(bodies):
-            raise IndexError(len(decisions))
     except (IndexError, orjson.JSONDecodeError):
+        decisions, timing = [], None
+    if timing is None or len(decisions) < len(bodies):
         raise OracleUnavailable(f"{ORACLE.name} printed no decision or timing: "
-                                f"{completed.stderr.decode(errors='replace')[-300:]}") from None
+                                f"{completed.stderr.decode(errors='replace')[-300:]}")
     failed = next((one for one in decisions if "error" in one), None)
     if failed is not None:
         raise OracleUnavailable(f"{ORACLE.name} could not evaluate the request: {failed['error']}")

@@ -62,8 +62,8 @@ RENAME_TIMEOUT = 60.0
 RENAME_ONLY_SETTLE, RENAME_ONLY_SETTLE_PER_POLICY = 5.0, 0.015
 #: Evaluations of each request by kube-apiserver's admission code (bench/oracle.py), after its warm-up pass.
 ORACLE_REPEAT, ORACLE_REPEAT_QUICK = 2000, 200
-#: The distinct Pods kube-apiserver evaluates for the new-object rows (the first of the daemon's 4,096, whose images,
-#: containers and labels vary as theirs do), the evaluations shared out among them.
+#: How many of the daemon's 4,096 distinct Pods (the first ones; their images, containers and labels vary as the rest
+#: do) kube-apiserver evaluates for the new-object rows, the evaluations shared out among them.
 ORACLE_DISTINCT = 200
 #: Open-loop rates, as fractions of the null server's single-core capacity (its closed-loop pod-create req/s).
 OPEN_LOOP_LOADS = (0.5, 0.8)
@@ -799,7 +799,7 @@ def _p99_target(results: Results, workload: str, policies_count: int, bound: flo
 
 def _cpu_target(results: Results, policies_count: int, bound: float) -> Target:
     """Issue 46's CPU line: the whole daemon's CPU per new object (``pod-create distinct``: HTTP, TLS and
-    evaluation) against kube-apiserver's in-process evaluation of one of those Pods (it keeps no answers)."""
+    evaluation) against kube-apiserver's in-process evaluation of the same Pods (it keeps no answers)."""
     name = f"CPU per new object @{policies_count} (pod-create distinct) <= {bound:g}x kube-apiserver in process"
     row = results.row(DISTINCT_WORKLOAD, "staticadm", policies_count)
     in_process = next((o.figures for o in results.oracle
